@@ -1,0 +1,5 @@
+import sys
+
+from gnnscale.cli import main
+
+sys.exit(main())

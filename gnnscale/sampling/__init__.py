@@ -1,0 +1,127 @@
+"""Mini-batch neighbor sampling into Blocks: the fused kernel and its two-step reference."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numba
+import numpy as np
+import torch
+
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.sampling.block import Block
+from gnnscale.sampling.fused import SamplerWorkspace, fused_hops
+from gnnscale.sampling.keys import derive_key
+from gnnscale.sampling.reference import two_step_hops
+
+Method = Literal["fused", "two_step"]
+METHODS = ("fused", "two_step")
+
+__all__ = ["Block", "NeighborSampler", "SamplerWorkspace", "derive_key", "sample_blocks", "check_fanouts",
+           "set_sampler_threads"]
+
+
+def check_fanouts(fanouts: Sequence[int]) -> tuple[int, ...]:
+    """Validate fanouts (seeds outwards): a non-empty sequence of positive ints."""
+    if isinstance(fanouts, (int, np.integer)) or not isinstance(fanouts, Sequence) or len(fanouts) == 0:
+        raise ValueError(f"fanouts: expected a non-empty list of positive ints, got {fanouts!r}")
+    for i, f in enumerate(fanouts):
+        if not isinstance(f, (int, np.integer)) or isinstance(f, bool):
+            raise TypeError(f"fanouts: expected ints, got {type(f).__name__} at position {i}")
+        if f <= 0:
+            raise ValueError(f"fanouts: expected every fanout >= 1, got {f} at position {i}")
+    return tuple(int(f) for f in fanouts)
+
+
+def check_seeds(seeds, num_nodes: int) -> np.ndarray:
+    """Validate seed node ids (dtype, shape, range) and return them as an int64 numpy array."""
+    if isinstance(seeds, torch.Tensor):
+        if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
+            raise TypeError(f"seeds: expected an integer tensor, got {seeds.dtype}")
+        seeds = seeds.detach().cpu().numpy()
+    elif isinstance(seeds, np.ndarray):
+        if not np.issubdtype(seeds.dtype, np.integer):
+            raise TypeError(f"seeds: expected an integer array, got {seeds.dtype}")
+    else:
+        raise TypeError(f"seeds: expected a torch.Tensor or numpy array, got {type(seeds).__name__}")
+    if seeds.ndim != 1:
+        raise ValueError(f"seeds: expected a 1-D array, got shape {seeds.shape}")
+    if seeds.size == 0:
+        raise ValueError("seeds: expected at least one seed node, got none")
+    lo, hi = int(seeds.min()), int(seeds.max())
+    if lo < 0 or hi >= num_nodes:
+        raise ValueError(f"seeds: node ids must lie in [0, {num_nodes}), found {lo if lo < 0 else hi}")
+    return np.ascontiguousarray(seeds, dtype=np.int64)
+
+
+def sample_blocks(
+    graph: CSCGraph,
+    seeds,
+    fanouts: Sequence[int],
+    *,
+    key: int,
+    replace: bool = False,
+    method: Method = "fused",
+    workspace: SamplerWorkspace | None = None,
+) -> list[Block]:
+    """Sample a multi-hop neighborhood of ``seeds`` and return its blocks in model order (input layer first).
+
+    Args:
+        graph: the topology.
+        seeds: int tensor/array [batch], unique node ids in [0, num_nodes).
+        fanouts: neighbors per node per hop, listed from the seeds outwards (``fanouts[0]`` for the seeds).
+        key: the batch's random key (:func:`derive_key`); same key, same blocks, whatever the thread count.
+        replace: sample with replacement (every node with in-edges gets exactly ``fanout`` edges).
+        method: ``"fused"`` (the fast kernel) or ``"two_step"`` (the reference: COO, relabel, CSC).
+        workspace: the fused kernel's reusable mapping array; without one, an O(num_nodes) array is
+            allocated for this call (use :class:`NeighborSampler` to avoid that per batch).
+    """
+    if not isinstance(graph, CSCGraph):
+        raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
+    fanouts = check_fanouts(fanouts)
+    seeds = check_seeds(seeds, graph.num_nodes)
+    if not isinstance(key, (int, np.integer)) or isinstance(key, bool) or not 0 <= key < 2**63:
+        raise ValueError(f"key: expected an int in [0, 2**63), got {key!r}")
+    if method == "fused":
+        if workspace is None:
+            workspace = SamplerWorkspace(graph.num_nodes)
+        elif workspace.num_nodes != graph.num_nodes:
+            raise ValueError(f"workspace: built for {workspace.num_nodes} nodes, graph has {graph.num_nodes}")
+        nodes, hops = fused_hops(graph.indptr, graph.indices, seeds, fanouts, int(key), bool(replace), workspace)
+    elif method == "two_step":
+        nodes, hops = two_step_hops(graph.indptr, graph.indices, seeds, fanouts, int(key), bool(replace))
+    else:
+        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    all_nodes = torch.from_numpy(nodes)
+    blocks = [
+        Block(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
+              src_ids=all_nodes[:num_src], num_dst=num_dst)
+        for indptr, indices, num_dst, num_src in hops
+    ]
+    return blocks[::-1]
+
+
+class NeighborSampler:
+    """Samples blocks for a fixed graph and fanouts, reusing one mapping array across batches."""
+
+    def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False,
+                 method: Method = "fused") -> None:
+        if method not in METHODS:
+            raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+        self.graph = graph
+        self.fanouts = check_fanouts(fanouts)
+        self.replace = replace
+        self.method = method
+        self.workspace = SamplerWorkspace(graph.num_nodes) if method == "fused" else None
+
+    def sample(self, seeds, key: int) -> list[Block]:
+        return sample_blocks(self.graph, seeds, self.fanouts, key=key, replace=self.replace,
+                             method=self.method, workspace=self.workspace)
+
+
+def set_sampler_threads(threads: int) -> None:
+    """Threads used by the numba kernels (at most numba's configured maximum)."""
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))

@@ -1,0 +1,61 @@
+"""Block: one message-flow graph, the input of one GNN layer, in CSC over its destination nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """A bipartite message-flow graph from ``num_src`` source nodes to ``num_dst`` destination nodes.
+
+    Args:
+        indptr: int64 [num_dst + 1]; in-edges of destination ``i`` are ``indices[indptr[i]:indptr[i+1]]``.
+        indices: int64 [num_edges]; local source ids in [0, num_src).
+        src_ids: int64 [num_src]; global node ids. ``src_ids[:num_dst]`` are the destination nodes in
+            the same order (DGL's block convention; PyG's bipartite ``(x_src, x_dst)`` with
+            ``x_dst = x_src[:num_dst]``).
+        num_dst: number of destination nodes.
+    """
+
+    indptr: Tensor
+    indices: Tensor
+    src_ids: Tensor
+    num_dst: int
+
+    @property
+    def num_src(self) -> int:
+        return int(self.src_ids.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def dst_ids(self) -> Tensor:
+        return self.src_ids[: self.num_dst]
+
+    def in_degrees(self) -> Tensor:
+        """int64 [num_dst]: sampled in-degree of every destination node."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def dst_index(self) -> Tensor:
+        """int64 [num_edges]: local destination id of every edge (the CSC column expanded).
+
+        Equivalent to ``torch.repeat_interleave(torch.arange(num_dst), in_degrees())``.
+        """
+        return torch.repeat_interleave(torch.arange(self.num_dst, device=self.indptr.device), self.in_degrees(),
+                                       output_size=self.num_edges)
+
+    def to_pyg(self) -> tuple[Tensor, tuple[int, int]]:
+        """PyG form: ``edge_index`` int64 [2, num_edges] (row 0 local source, row 1 local destination)
+        and ``size = (num_src, num_dst)``, for a conv called as ``conv((x_src, x_dst), edge_index, size)``.
+        """
+        return torch.stack([self.indices, self.dst_index()]), (self.num_src, self.num_dst)
+
+    def to(self, device: torch.device | str) -> "Block":
+        return Block(indptr=self.indptr.to(device), indices=self.indices.to(device),
+                     src_ids=self.src_ids.to(device), num_dst=self.num_dst)
