@@ -148,6 +148,8 @@ def _drop_repeats(sorted_keys: np.ndarray) -> np.ndarray:
 
 def _as_id_array(name: str, arr, num_nodes: int) -> np.ndarray:
     arr = np.asarray(arr)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)  # numpy reads an empty list as float64
     if arr.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if not np.issubdtype(arr.dtype, np.integer):

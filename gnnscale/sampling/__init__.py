@@ -81,7 +81,9 @@ def sample_blocks(
         raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
     fanouts = check_fanouts(fanouts)
     seeds = check_seeds(seeds, graph.num_nodes)
-    if not isinstance(key, (int, np.integer)) or isinstance(key, bool) or not 0 <= key < 2**63:
+    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+        raise TypeError(f"key: expected an int, got {type(key).__name__}")
+    if not 0 <= key < 2**63:
         raise ValueError(f"key: expected an int in [0, 2**63), got {key!r}")
     if method == "fused":
         if workspace is None:
@@ -122,6 +124,6 @@ class NeighborSampler:
 
 def set_sampler_threads(threads: int) -> None:
     """Threads used by the numba kernels (at most numba's configured maximum)."""
-    if not isinstance(threads, int) or threads < 1:
+    if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))

@@ -1,0 +1,79 @@
+"""Small graphs shared by the graph and sampling tests, parametrised over the ``indices`` dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gnnscale.graph.csc import CSCGraph, csc_from_coo
+
+# The tiny graph (edges point the way messages flow, src -> dst):
+#
+#     +------------+
+#     v            |
+#     0 --> 1 --> 2 --> 4
+#     |     ^ ^         |
+#     v     | +---------+
+#     3 ----+                5   (isolated)
+#
+# In-edges per node (CSC rows, sorted by source id):
+#   0: [2]   1: [0, 3, 4]   2: [1]   3: [0]   4: [2]   5: []
+TINY_NUM_NODES = 6
+TINY_SRC = np.array([2, 0, 1, 2, 4, 0, 3], dtype=np.int64)
+TINY_DST = np.array([0, 1, 2, 4, 1, 3, 1], dtype=np.int64)
+
+
+@pytest.fixture(params=[np.int32, np.int64], ids=["int32", "int64"])
+def idx_dtype(request) -> np.dtype:
+    return np.dtype(request.param)
+
+
+@pytest.fixture(params=["fused", "two_step"])
+def method(request) -> str:
+    return request.param
+
+
+def _with_index_dtype(graph: CSCGraph, dtype: np.dtype) -> CSCGraph:
+    """The same graph with ``indices`` stored as ``dtype`` (csc_from_coo picks int32 for small graphs)."""
+    return CSCGraph(indptr=graph.indptr, indices=graph.indices.astype(dtype), num_nodes=graph.num_nodes)
+
+
+@pytest.fixture
+def tiny_coo() -> tuple[np.ndarray, np.ndarray, int]:
+    """(src, dst, num_nodes) of the tiny graph."""
+    return TINY_SRC.copy(), TINY_DST.copy(), TINY_NUM_NODES
+
+
+@pytest.fixture
+def tiny_graph(idx_dtype) -> CSCGraph:
+    return _with_index_dtype(csc_from_coo(TINY_SRC, TINY_DST, TINY_NUM_NODES), idx_dtype)
+
+
+def _random_graph() -> CSCGraph:
+    """400 nodes, in-degrees spread over 0..60 (mean ~20), nodes 0..9 isolated (no in-edges)."""
+    rng = np.random.default_rng(12345)
+    n = 400
+    degrees = rng.integers(0, 61, size=n)
+    degrees[:10] = 0
+    dst = np.repeat(np.arange(n), degrees)
+    src = rng.integers(0, n, size=dst.shape[0])
+    return csc_from_coo(src, dst, n)
+
+
+_RANDOM_GRAPH = _random_graph()
+
+
+@pytest.fixture
+def random_graph(idx_dtype) -> CSCGraph:
+    return _with_index_dtype(_RANDOM_GRAPH, idx_dtype)
+
+
+@pytest.fixture
+def make_graph(idx_dtype):
+    """Factory: ``make_graph(indptr, indices, num_nodes)`` -> CSCGraph with ``indices`` in the test's dtype."""
+
+    def make(indptr, indices, num_nodes: int) -> CSCGraph:
+        return CSCGraph(indptr=np.asarray(indptr, dtype=np.int64), indices=np.asarray(indices, dtype=idx_dtype),
+                        num_nodes=num_nodes)
+
+    return make
