@@ -1,0 +1,180 @@
+"""GraphSAGE, GCN and GAT over a list of Blocks (input layer first), their config and a builder.
+
+A model with ``num_layers`` layers consumes exactly ``num_layers`` blocks: block ``l`` carries layer
+``l``'s messages, and its destination nodes are block ``l + 1``'s sources, so the hidden features flow
+from ``blocks[0].num_src`` rows down to the ``blocks[-1].num_dst`` seed nodes.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gnnscale.nn.layers import GATConv, GCNConv, SAGEConv
+from gnnscale.sampling.block import Block
+
+ModelName = Literal["sage", "gcn", "gat"]
+MODELS = ("sage", "gcn", "gat")
+
+
+class _BlockModel(nn.Module):
+    """Stack of layers applied block by block: input dropout, then layer, activation, dropout."""
+
+    def __init__(self, layers: list[nn.Module], activation: Callable[[Tensor], Tensor], *, dropout: float,
+                 input_dropout: float) -> None:
+        super().__init__()
+        _check_prob("dropout", dropout)
+        _check_prob("input_dropout", input_dropout)
+        self.layers = nn.ModuleList(layers)
+        self.activation = activation
+        self.dropout, self.input_dropout = dropout, input_dropout
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def forward(self, blocks: Sequence[Block], x: Tensor) -> Tensor:
+        """Args:
+            blocks: ``num_layers`` blocks in model order (input layer first), as from ``sample_blocks``.
+            x: float [blocks[0].num_src, in_dim], features of the first block's source nodes.
+
+        Shapes:
+            x [blocks[0].num_src, in_dim] -> [blocks[-1].num_dst, num_classes] (logits).
+        """
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"blocks: expected {self.num_layers} blocks (one per layer), got {len(blocks)}")
+        x = F.dropout(x, self.input_dropout, self.training)
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            x = layer(block, x)
+            if i < self.num_layers - 1:
+                x = F.dropout(self.activation(x), self.dropout, self.training)
+        return x
+
+
+def _widths(in_dim: int, hidden_dim: int, num_classes: int, num_layers: int) -> list[tuple[int, int]]:
+    """(in, out) of every layer: in_dim -> hidden_dim -> ... -> num_classes."""
+    _check_dims(in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes, num_layers=num_layers)
+    dims = [in_dim] + [hidden_dim] * (num_layers - 1) + [num_classes]
+    return list(zip(dims[:-1], dims[1:]))
+
+
+class GraphSAGE(_BlockModel):
+    """GraphSAGE (mean aggregator) with ReLU and dropout between layers.
+
+    Args:
+        in_dim, hidden_dim, num_classes: feature sizes of the input, hidden layers and output logits.
+        num_layers: number of SAGE layers (= number of blocks per batch).
+        dropout: dropout after every hidden layer. Default 0.5.
+        input_dropout: dropout on the input features. Default 0.0.
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
+                 dropout: float = 0.5, input_dropout: float = 0.0) -> None:
+        layers = [SAGEConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
+        super().__init__(layers, F.relu, dropout=dropout, input_dropout=input_dropout)
+
+
+class GCN(_BlockModel):
+    """GCN with the sampling-safe random-walk norm (see :class:`~gnnscale.nn.layers.GCNConv`), ReLU, dropout.
+
+    Args: as :class:`GraphSAGE`.
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
+                 dropout: float = 0.5, input_dropout: float = 0.0) -> None:
+        layers = [GCNConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
+        super().__init__(layers, F.relu, dropout=dropout, input_dropout=input_dropout)
+
+
+class GAT(_BlockModel):
+    """GAT (Velickovic et al.): hidden layers concatenate ``heads`` heads, the output layer averages
+    ``out_heads`` heads; ELU and dropout between layers, as in the paper.
+
+    Args:
+        in_dim, num_classes, num_layers: as :class:`GraphSAGE`.
+        hidden_dim: features per head in the hidden layers; a hidden representation has
+            ``heads * hidden_dim`` features (the paper's Cora model: 8 heads x 8 = 64).
+        heads: heads of every hidden layer, concatenated. Default 8.
+        out_heads: heads of the output layer, averaged. Default 1.
+        dropout, input_dropout: as :class:`GraphSAGE`.
+        attn_dropout: dropout on attention weights in every layer. Default 0.0.
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *, heads: int = 8,
+                 out_heads: int = 1, dropout: float = 0.5, input_dropout: float = 0.0,
+                 attn_dropout: float = 0.0) -> None:
+        _check_dims(heads=heads, out_heads=out_heads)
+        # Hidden layers concatenate their heads, so every layer after the first reads heads * hidden_dim.
+        widths = _widths(in_dim, heads * hidden_dim, num_classes, num_layers)
+        layers: list[nn.Module] = [GATConv(i, hidden_dim, heads, concat=True, attn_dropout=attn_dropout)
+                                   for i, _ in widths[:-1]]
+        layers.append(GATConv(widths[-1][0], num_classes, out_heads, concat=False, attn_dropout=attn_dropout))
+        super().__init__(layers, F.elu, dropout=dropout, input_dropout=input_dropout)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """What :func:`build_model` needs; validated on construction.
+
+    Args:
+        name: ``"sage"``, ``"gcn"`` or ``"gat"``.
+        in_dim: input feature size (> 0).
+        hidden_dim: hidden width (> 0); for GAT the features per head (hidden layers are ``heads * hidden_dim``).
+        num_classes: output logits (> 0).
+        num_layers: layers = blocks per batch = number of fanouts (> 0).
+        dropout: between layers, in [0, 1). Default 0.5.
+        input_dropout: on the input features, in [0, 1). Default 0.0.
+        heads: GAT hidden-layer heads (> 0). Default 8.
+        out_heads: GAT output-layer heads, averaged (> 0). Default 1.
+        attn_dropout: GAT attention dropout, in [0, 1). Default 0.0.
+    """
+
+    name: ModelName
+    in_dim: int
+    hidden_dim: int
+    num_classes: int
+    num_layers: int
+    dropout: float = 0.5
+    input_dropout: float = 0.0
+    heads: int = 8
+    out_heads: int = 1
+    attn_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.name not in MODELS:
+            raise ValueError(f"model: expected one of {MODELS}, got {self.name!r}")
+        _check_dims(in_dim=self.in_dim, hidden_dim=self.hidden_dim, num_classes=self.num_classes,
+                    num_layers=self.num_layers, heads=self.heads, out_heads=self.out_heads)
+        for field in ("dropout", "input_dropout", "attn_dropout"):
+            _check_prob(field, getattr(self, field))
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The model ``cfg`` describes, freshly initialised."""
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg: expected a ModelConfig, got {type(cfg).__name__}")
+    common = dict(dropout=cfg.dropout, input_dropout=cfg.input_dropout)
+    dims = (cfg.in_dim, cfg.hidden_dim, cfg.num_classes, cfg.num_layers)
+    if cfg.name == "sage":
+        return GraphSAGE(*dims, **common)
+    if cfg.name == "gcn":
+        return GCN(*dims, **common)
+    return GAT(*dims, heads=cfg.heads, out_heads=cfg.out_heads, attn_dropout=cfg.attn_dropout, **common)
+
+
+def _check_dims(**dims: int) -> None:
+    for field, value in dims.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"{field}: expected an int, got {type(value).__name__}")
+        if value <= 0:
+            raise ValueError(f"{field}: expected a positive int, got {value}")
+
+
+def _check_prob(field: str, p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{field}: expected a probability in [0, 1), got {p!r}")

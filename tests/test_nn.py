@@ -1,0 +1,300 @@
+"""Layers against PyG oracles on sampled blocks; models: shapes, gradients, learning, config errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+
+from gnnscale.graph.csc import csc_from_coo
+from gnnscale.nn import (GAT, GCN, MODELS, GATConv, GCNConv, GraphSAGE, ModelConfig, SAGEConv, aggregate_sum,
+                         build_model)
+from gnnscale.sampling import Block, sample_blocks
+
+NUM_NODES = 60
+IN_DIM = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # The tensors here are tiny: with more than one intra-op thread the hand-off costs more than the
+    # work, and on a busy 2-core machine OpenMP spin-waiting made a training step 100x slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    # Undirected random graph, ~4 neighbors per node, no self loops: PyG's GATConv drops existing self
+    # loops before adding its own, so a graph self loop would make the oracle differ from our layer.
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, NUM_NODES, 120), rng.integers(0, NUM_NODES, 120)
+    return csc_from_coo(src, dst, NUM_NODES, symmetrize=True, remove_self_loops=True)
+
+
+@pytest.fixture(scope="module")
+def blocks(graph):
+    """Three blocks (input layer first) for 8 seeds; fanouts 3 below some degrees, so sampling matters."""
+    return sample_blocks(graph, np.arange(0, 40, 5), [3, 4, 5], key=7)
+
+
+def _features(num_rows: int, dim: int = IN_DIM, dtype=torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(num_rows * 1000 + dim)
+    return torch.randn(num_rows, dim, generator=gen).to(dtype)
+
+
+def _empty_block(num_src: int, num_dst: int) -> Block:
+    return Block(indptr=torch.zeros(num_dst + 1, dtype=torch.int64), indices=torch.zeros(0, dtype=torch.int64),
+                 src_ids=torch.arange(num_src), num_dst=num_dst)
+
+
+def _tol(dtype):
+    return dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-10)
+
+
+def test_blocks_have_edges_and_no_self_loops(blocks):
+    # Guards the oracle tests below: they are vacuous on edgeless blocks and wrong with self loops.
+    for b in blocks:
+        edge_index, _ = b.to_pyg()
+        assert b.num_edges > 0
+        assert b.indptr.dtype == b.indices.dtype == torch.int64  # the Block contract; CSR needs equal dtypes
+        assert not bool((edge_index[0] == edge_index[1]).any())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_aggregate_sum_backends_agree(blocks, dtype):
+    for b in blocks:
+        x = _features(b.num_src, dtype=dtype).requires_grad_()
+        grads = []
+        outs = []
+        for backend in ("csr", "index_add"):
+            out = aggregate_sum(b, x, backend=backend)
+            (out * torch.arange(out.numel(), dtype=dtype).view_as(out)).sum().backward()
+            outs.append(out.detach())
+            grads.append(x.grad.clone())
+            x.grad = None
+        torch.testing.assert_close(outs[0], outs[1], **_tol(dtype))
+        torch.testing.assert_close(grads[0], grads[1], **_tol(dtype))
+
+
+def test_aggregate_sum_bfloat16_falls_back_to_index_add(blocks):
+    b = blocks[0]
+    x = _features(b.num_src)
+    out = aggregate_sum(b, x.to(torch.bfloat16))  # CSR has no bfloat16 kernel on CPU
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), aggregate_sum(b, x), atol=0.1, rtol=0.02)
+    with pytest.raises(ValueError, match="backend"):
+        aggregate_sum(b, x, backend="dense")
+
+
+@pytest.mark.parametrize("backend", ["csr", "index_add"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sage_matches_pyg(blocks, backend, dtype):
+    torch.manual_seed(0)
+    ours = SAGEConv(IN_DIM, 5, backend=backend).to(dtype)
+    ref = pyg_nn.SAGEConv(IN_DIM, 5, aggr="mean").to(dtype)
+    with torch.no_grad():
+        ref.lin_l.weight.copy_(ours.lin_l.weight)
+        ref.lin_l.bias.copy_(ours.lin_l.bias)
+        ref.lin_r.weight.copy_(ours.lin_r.weight)
+    for b in blocks:
+        x = _features(b.num_src, dtype=dtype)
+        edge_index, size = b.to_pyg()
+        torch.testing.assert_close(ours(b, x), ref((x, x[: b.num_dst]), edge_index, size), **_tol(dtype))
+
+
+@pytest.mark.parametrize("backend", ["csr", "index_add"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gcn_matches_pyg_with_explicit_self_edges(blocks, backend, dtype):
+    torch.manual_seed(0)
+    ours = GCNConv(IN_DIM, 5, backend=backend).to(dtype)
+    with torch.no_grad():
+        ours.bias.normal_()  # a zero bias would not test that it is copied and added
+    ref = pyg_nn.GCNConv(IN_DIM, 5, normalize=False, add_self_loops=False).to(dtype)
+    with torch.no_grad():
+        ref.lin.weight.copy_(ours.lin.weight)
+        ref.bias.copy_(ours.bias)
+    for b in blocks:
+        x = _features(b.num_src, dtype=dtype)
+        edge_index, _ = b.to_pyg()
+        self_edges = torch.arange(b.num_dst).repeat(2, 1)
+        edge_index = torch.cat([edge_index, self_edges], dim=1)
+        edge_weight = 1.0 / (b.in_degrees().to(dtype) + 1)[edge_index[1]]
+        # PyG's GCNConv is not bipartite: run it on all sources and keep the destination rows.
+        expected = ref(x, edge_index, edge_weight)[: b.num_dst]
+        torch.testing.assert_close(ours(b, x), expected, **_tol(dtype))
+
+
+@pytest.mark.parametrize("concat", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gat_matches_pyg(blocks, concat, dtype):
+    torch.manual_seed(0)
+    heads, out_dim = 3, 4
+    ours = GATConv(IN_DIM, out_dim, heads, concat=concat).to(dtype)
+    with torch.no_grad():
+        ours.bias.normal_()
+    ref = pyg_nn.GATConv(IN_DIM, out_dim, heads, concat=concat, add_self_loops=True).to(dtype)
+    with torch.no_grad():
+        ref.lin.weight.copy_(ours.lin.weight)
+        ref.att_src.copy_(ours.att_src.view(1, heads, out_dim))
+        ref.att_dst.copy_(ours.att_dst.view(1, heads, out_dim))
+        ref.bias.copy_(ours.bias)
+    for b in blocks:
+        x = _features(b.num_src, dtype=dtype)
+        edge_index, size = b.to_pyg()
+        expected = ref((x, x[: b.num_dst]), edge_index, size=size)
+        torch.testing.assert_close(ours(b, x), expected, **_tol(dtype))
+
+
+def test_gat_softmax_is_stable_for_large_logits(blocks):
+    b = blocks[-1]
+    conv = GATConv(IN_DIM, 4, heads=2)
+    with torch.no_grad():
+        conv.att_src.mul_(1e4)
+        conv.att_dst.mul_(1e4)
+    out = conv(b, _features(b.num_src))
+    assert torch.isfinite(out).all()
+
+
+def test_gat_attention_dropout_only_in_training(blocks):
+    b = blocks[-1]
+    conv = GATConv(IN_DIM, 4, heads=2, attn_dropout=0.5)
+    x = _features(b.num_src)
+    conv.eval()
+    torch.testing.assert_close(conv(b, x), conv(b, x))
+    conv.train()
+    torch.manual_seed(1)
+    assert not torch.allclose(conv(b, x), conv.eval()(b, x))
+
+
+LAYERS = {
+    "sage": lambda: SAGEConv(IN_DIM, 5),
+    "gcn": lambda: GCNConv(IN_DIM, 5),
+    "gat": lambda: GATConv(IN_DIM, 5, heads=2, concat=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_on_block_without_edges(name):
+    # Every destination keeps only its own features: SAGE -> lin_r(x_i) + b, GCN -> W x_i + b,
+    # GAT -> the self edge has weight 1, so W x_i + b per head.
+    torch.manual_seed(0)
+    conv = LAYERS[name]()
+    b = _empty_block(num_src=7, num_dst=4)
+    x = _features(7)
+    x_dst = x[:4]
+    expected = {
+        "sage": lambda: conv.lin_r(x_dst) + conv.lin_l.bias,
+        "gcn": lambda: conv.lin(x_dst) + conv.bias,
+        "gat": lambda: conv.lin(x_dst) + conv.bias,
+    }[name]()
+    out = conv(b, x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_rejects_wrong_feature_shape(blocks, name):
+    b = blocks[0]
+    with pytest.raises(ValueError, match=r"x_src: expected shape \[num_src="):
+        LAYERS[name]()(b, _features(b.num_src + 1))
+
+
+def _config(name: str, num_layers: int, **kw) -> ModelConfig:
+    return ModelConfig(name=name, in_dim=IN_DIM, hidden_dim=8, num_classes=3, num_layers=num_layers,
+                       heads=2, out_heads=2, **kw)
+
+
+@pytest.mark.parametrize("num_layers", [2, 3])
+@pytest.mark.parametrize("name", MODELS)
+def test_model_forward_backward_reaches_every_parameter(graph, name, num_layers):
+    torch.manual_seed(0)
+    bs = sample_blocks(graph, np.arange(0, 40, 5), [3] * num_layers, key=11)
+    model = build_model(_config(name, num_layers, dropout=0.2, input_dropout=0.1, attn_dropout=0.1))
+    x = _features(bs[0].num_src)
+    out = model(bs, x)
+    assert out.shape == (bs[-1].num_dst, 3)
+    out.square().sum().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None, pname
+        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, pname
+
+
+def test_build_model_types_and_gat_heads():
+    assert type(build_model(_config("sage", 2))) is GraphSAGE
+    assert type(build_model(_config("gcn", 2))) is GCN
+    # The paper's Cora GAT: hidden_dim is per head, 8 heads x 8 features concatenated, 1 output head.
+    gat = build_model(ModelConfig(name="gat", in_dim=IN_DIM, hidden_dim=8, num_classes=7, num_layers=3))
+    assert type(gat) is GAT
+    first, middle, output = gat.layers
+    assert (first.in_dim, first.heads, first.out_dim, first.concat) == (IN_DIM, 8, 8, True)
+    assert (middle.in_dim, middle.heads, middle.out_dim, middle.concat) == (64, 8, 8, True)
+    assert (output.in_dim, output.heads, output.out_dim, output.concat) == (64, 1, 7, False)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_learns_a_separable_problem(graph, name):
+    # Labels are a function of a node's own features, so a model that passes x_i through (every layer
+    # here has a self term) can fit them; 40 Adam steps must cut the loss substantially.
+    torch.manual_seed(0)
+    seeds = np.arange(0, NUM_NODES, 2)
+    bs = sample_blocks(graph, seeds, [3, 3], key=3)
+    x_all = _features(NUM_NODES)
+    labels_all = (x_all[:, 0] > 0).long() + (x_all[:, 1] > 0).long()
+    x, y = x_all[bs[0].src_ids], labels_all[bs[-1].dst_ids]
+    model = build_model(_config(name, 2, dropout=0.0))
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    losses = []
+    for _ in range(40):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(bs, x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # host sync, fine in a test
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_rejects_wrong_number_of_blocks(blocks, name):
+    model = build_model(_config(name, 2))
+    with pytest.raises(ValueError, match=r"blocks: expected 2 blocks .* got 3"):
+        model(blocks, _features(blocks[0].num_src))
+
+
+def test_model_on_blocks_without_edges():
+    bs = [_empty_block(9, 6), _empty_block(6, 3)]
+    for name in MODELS:
+        out = build_model(_config(name, 2))(bs, _features(9))
+        assert out.shape == (3, 3) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(name="gin"), r"model: expected one of \('sage', 'gcn', 'gat'\), got 'gin'"),
+        (dict(in_dim=0), "in_dim: expected a positive int, got 0"),
+        (dict(hidden_dim=-4), "hidden_dim: expected a positive int"),
+        (dict(num_classes=0), "num_classes: expected a positive int"),
+        (dict(num_layers=0), "num_layers: expected a positive int"),
+        (dict(name="gat", heads=0), "heads: expected a positive int"),
+        (dict(name="gat", out_heads=-1), "out_heads: expected a positive int"),
+        (dict(dropout=1.0), r"dropout: expected a probability in \[0, 1\)"),
+        (dict(attn_dropout=-0.1), "attn_dropout: expected a probability"),
+    ],
+)
+def test_model_config_errors(kwargs, match):
+    base = dict(name="sage", in_dim=IN_DIM, hidden_dim=8, num_classes=3, num_layers=2)
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**{**base, **kwargs})
+
+
+def test_model_config_is_frozen_and_build_model_checks_type():
+    cfg = _config("sage", 2)
+    with pytest.raises(AttributeError):
+        cfg.num_layers = 3  # type: ignore[misc]
+    with pytest.raises(TypeError, match="cfg: expected a ModelConfig"):
+        build_model({"name": "sage"})  # type: ignore[arg-type]
