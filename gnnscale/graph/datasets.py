@@ -1,0 +1,82 @@
+"""The dataset registry: one name -> one loader, behind :func:`load_dataset`.
+
+========================  =====================================================  ==========================
+name                      root                                                   options
+========================  =====================================================  ==========================
+synthetic                 ignored (generated)                                    SyntheticConfig fields
+cora, citeseer, pubmed    folder with ``ind.<name>.*``                            normalize_features
+ogbn-arxiv, -products,    OGB's root (holds ``ogbn_<name>/``)                     symmetrize, layout
+ogbn-papers100M
+npz                       the ``.npz`` file                                      symmetrize, remove_self_loops
+dir                       a directory written by :func:`save_dataset`            mmap
+========================  =====================================================  ==========================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.npz import load_npz
+from gnnscale.graph.ogb import OGB_DATASETS, load_ogb
+from gnnscale.graph.planetoid import PLANETOID_NAMES, load_planetoid
+from gnnscale.graph.storage import load_dataset_dir
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+
+DATASETS = ("synthetic", *PLANETOID_NAMES, *OGB_DATASETS, "npz", "dir")
+
+# Keyword options each root-based loader accepts (checked here so that a typo is a ValueError naming it).
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    **{name: ("normalize_features",) for name in PLANETOID_NAMES},
+    **{name: ("symmetrize", "layout") for name in OGB_DATASETS},
+    "npz": ("symmetrize", "remove_self_loops"),
+    "dir": ("mmap",),
+}
+_ROOT_MEANING = {
+    **{name: f"the folder holding ind.{name}.* files" for name in PLANETOID_NAMES},
+    **{name: f"OGB's root folder (the one holding {name.replace('-', '_')}/)" for name in OGB_DATASETS},
+    "npz": "the path of the .npz file",
+    "dir": "a directory written by save_dataset",
+}
+
+
+def load_dataset(name: str, root: str | Path | None = None, **options) -> NodeDataset:
+    """Load a dataset by registry name.
+
+    Args:
+        name: one of :data:`DATASETS`.
+        root: where the data lives (see the module table; the CLI's ``--data-dir``); required for every
+            name except ``"synthetic"``, which ignores it.
+        **options: loader options (module table); for ``"synthetic"``, :class:`SyntheticConfig` fields.
+
+    Raises ValueError for an unknown name, a missing root, an unknown option, or missing files (the
+    loaders name the missing file).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"name: unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}")
+    if name == "synthetic":
+        return make_synthetic(_synthetic_config(options))
+    if root is None:
+        raise ValueError(f"root: dataset {name!r} needs root (data_dir): {_ROOT_MEANING[name]}")
+    unknown = sorted(set(options) - set(_OPTIONS[name]))
+    if unknown:
+        raise ValueError(f"options: {unknown} not accepted by dataset {name!r}; accepted: {list(_OPTIONS[name])}")
+    return _loader(name)(Path(root), **options)
+
+
+def _loader(name: str) -> Callable[..., NodeDataset]:
+    if name in PLANETOID_NAMES:
+        return lambda root, **kw: load_planetoid(root, name, **kw)
+    if name in OGB_DATASETS:
+        return lambda root, **kw: load_ogb(root, name, **kw)
+    return {"npz": load_npz, "dir": load_dataset_dir}[name]
+
+
+def _synthetic_config(options: dict) -> SyntheticConfig:
+    valid = [f.name for f in dataclasses.fields(SyntheticConfig)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"options: {unknown} are not SyntheticConfig fields; valid fields: {valid}")
+    return SyntheticConfig(**options)

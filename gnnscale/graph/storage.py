@@ -1,0 +1,224 @@
+"""The on-disk dataset directory: one ``.npy`` file per array plus ``meta.json``, loaded memory-mapped.
+
+Layout of a dataset directory (``kind = "dataset"``)::
+
+    meta.json       format_version, kind, name, num_nodes, num_edges, feature_dim, num_classes,
+                    dtypes {file stem: dtype}, shapes {file stem: shape}
+    indptr.npy      int64 [num_nodes + 1]
+    indices.npy     int32 | int64 [num_edges]
+    features.npy    float32 [num_nodes, feature_dim]
+    labels.npy      int64 [num_nodes]
+    train_idx.npy, val_idx.npy, test_idx.npy    int64, sorted, unique
+
+A graph directory (``kind = "graph"``, :func:`save_graph`) holds only ``indptr.npy``, ``indices.npy``
+and ``meta.json``.
+
+Writes are atomic: everything goes into a temporary sibling directory, is fsynced, and the directory
+is renamed into place, so a killed run leaves no half-written directory under the target name (at
+most a ``.<name>.tmp-*`` sibling, which loaders never read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.dataset import NodeDataset
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+GRAPH_ARRAYS = ("indptr", "indices")
+DATASET_ARRAYS = GRAPH_ARRAYS + ("features", "labels", "train_idx", "val_idx", "test_idx")
+
+
+def save_dataset(ds: NodeDataset, directory: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``ds`` to ``directory`` atomically; returns the directory.
+
+    Args:
+        ds: the dataset (memory-mapped arrays are fine; they are streamed to disk).
+        directory: target path; its parent must exist.
+        overwrite: replace an existing directory (else an existing one is a ValueError).
+    """
+    if not isinstance(ds, NodeDataset):
+        raise TypeError(f"ds: expected a NodeDataset, got {type(ds).__name__}")
+    arrays = {
+        "indptr": ds.graph.indptr, "indices": ds.graph.indices, "features": ds.features, "labels": ds.labels,
+        "train_idx": ds.train_idx, "val_idx": ds.val_idx, "test_idx": ds.test_idx,
+    }
+    meta = {
+        "format_version": FORMAT_VERSION, "kind": "dataset", "name": ds.name, "num_nodes": ds.graph.num_nodes,
+        "num_edges": ds.graph.num_edges, "feature_dim": ds.feature_dim, "num_classes": ds.num_classes,
+    }
+    return _write_directory(Path(directory), arrays, meta, overwrite)
+
+
+def save_graph(graph: CSCGraph, directory: str | Path, *, overwrite: bool = False) -> Path:
+    """Write the topology alone (``indptr.npy``, ``indices.npy``, ``meta.json``) atomically."""
+    if not isinstance(graph, CSCGraph):
+        raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
+    meta = {"format_version": FORMAT_VERSION, "kind": "graph", "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges}
+    return _write_directory(Path(directory), {"indptr": graph.indptr, "indices": graph.indices}, meta, overwrite)
+
+
+def load_dataset_dir(directory: str | Path, mmap: bool = True) -> NodeDataset:
+    """Load a directory written by :func:`save_dataset`.
+
+    Args:
+        directory: the dataset directory.
+        mmap: memory-map the arrays read-only (``np.memmap``; nothing is read until touched) instead of
+            reading them into memory.
+
+    Raises ValueError naming the file when a file is missing, ``meta.json`` is unreadable, or an
+    array's dtype or shape disagrees with ``meta.json``.
+    """
+    directory = Path(directory)
+    meta = _read_meta(directory, "dataset", ("name", "num_nodes", "num_edges", "feature_dim", "num_classes"))
+    n, e, d = meta["num_nodes"], meta["num_edges"], meta["feature_dim"]
+    expected = {"indptr": (n + 1,), "indices": (e,), "features": (n, d), "labels": (n,)}
+    arrays = _read_arrays(directory, meta, DATASET_ARRAYS, expected, mmap)
+    try:
+        graph = CSCGraph(indptr=arrays["indptr"], indices=arrays["indices"], num_nodes=n)
+        return NodeDataset(name=str(meta["name"]), graph=graph, features=arrays["features"],
+                           labels=arrays["labels"], train_idx=arrays["train_idx"], val_idx=arrays["val_idx"],
+                           test_idx=arrays["test_idx"], num_classes=meta["num_classes"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{directory}: the arrays do not form a valid dataset: {exc}") from exc
+
+
+def load_graph(directory: str | Path, mmap: bool = True) -> CSCGraph:
+    """Load the topology from a directory written by :func:`save_graph` or :func:`save_dataset`."""
+    directory = Path(directory)
+    meta = _read_meta(directory, None, ("num_nodes", "num_edges"))
+    n, e = meta["num_nodes"], meta["num_edges"]
+    arrays = _read_arrays(directory, meta, GRAPH_ARRAYS, {"indptr": (n + 1,), "indices": (e,)}, mmap)
+    try:
+        return CSCGraph(indptr=arrays["indptr"], indices=arrays["indices"], num_nodes=n)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{directory}: the arrays do not form a valid CSC graph: {exc}") from exc
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def _write_directory(directory: Path, arrays: Mapping[str, np.ndarray], meta: dict, overwrite: bool) -> Path:
+    if directory.exists() and not overwrite:
+        raise ValueError(f"directory: {directory} already exists; pass overwrite=True to replace it")
+    if not directory.parent.is_dir():
+        raise ValueError(f"directory: parent folder {directory.parent} does not exist")
+    meta = dict(meta)
+    meta["dtypes"] = {stem: np.dtype(arr.dtype).str for stem, arr in arrays.items()}
+    meta["shapes"] = {stem: list(arr.shape) for stem, arr in arrays.items()}
+    with _staging_directory(directory) as tmp:
+        for stem, arr in arrays.items():
+            with open(tmp / f"{stem}.npy", "wb") as f:
+                np.save(f, np.asarray(arr), allow_pickle=False)
+                _flush_to_disk(f)
+        with open(tmp / META_FILE, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
+            _flush_to_disk(f)
+        _fsync_directory(tmp)
+        _move_into_place(tmp, directory)
+    return directory
+
+
+@contextmanager
+def _staging_directory(directory: Path) -> Iterator[Path]:
+    """A fresh hidden sibling of ``directory``; removed if the block raises or leaves it behind."""
+    tmp = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def _move_into_place(tmp: Path, directory: Path) -> None:
+    # rename(2) cannot replace a non-empty directory: move the old one aside first, then drop it.
+    old = None
+    if directory.exists():
+        old = directory.parent / f".{directory.name}.old-{uuid.uuid4().hex[:12]}"
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    _fsync_directory(directory.parent)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def _flush_to_disk(f) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _fsync_directory(path: Path) -> None:
+    # Makes the directory entries (new files, the rename) durable, not only the file contents.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def _read_meta(directory: Path, kind: str | None, required: tuple[str, ...]) -> dict:
+    if not directory.is_dir():
+        raise ValueError(f"directory: expected a dataset directory written by save_dataset, got {directory}")
+    path = directory / META_FILE
+    if not path.is_file():
+        raise ValueError(f"{path}: missing {META_FILE} (not a directory written by save_dataset/save_graph?)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: corrupt {META_FILE}: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: expected format_version {FORMAT_VERSION}, got {meta.get('format_version')!r}")
+    if kind is not None and meta.get("kind") != kind:
+        raise ValueError(f"{path}: expected kind {kind!r}, got {meta.get('kind')!r}")
+    for key in required:
+        if key not in meta:
+            raise ValueError(f"{path}: missing key {key!r}")
+    for key in ("num_nodes", "num_edges", "feature_dim", "num_classes"):
+        if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
+            raise ValueError(f"{path}: {key} must be a non-negative int, got {meta[key]!r}")
+    for key in ("dtypes", "shapes"):
+        if not isinstance(meta.get(key), dict):
+            raise ValueError(f"{path}: missing or malformed {key!r} (expected an object keyed by file stem)")
+    return meta
+
+
+def _read_arrays(directory: Path, meta: dict, stems: tuple[str, ...], expected_shapes: dict[str, tuple],
+                 mmap: bool) -> dict[str, np.ndarray]:
+    meta_path = directory / META_FILE
+    arrays = {}
+    for stem in stems:
+        path = directory / f"{stem}.npy"
+        if not path.is_file():
+            raise ValueError(f"{path}: missing array file {stem}.npy")
+        if stem not in meta["dtypes"] or stem not in meta["shapes"]:
+            raise ValueError(f"{meta_path}: no dtype/shape recorded for {stem}.npy")
+        try:
+            arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ValueError(f"{path}: unreadable or truncated .npy file: {exc}") from exc
+        if arr.dtype.str != meta["dtypes"][stem]:
+            raise ValueError(f"{path}: dtype {arr.dtype.str} disagrees with {META_FILE} ({meta['dtypes'][stem]})")
+        if list(arr.shape) != meta["shapes"][stem]:
+            raise ValueError(f"{path}: shape {list(arr.shape)} disagrees with {META_FILE} ({meta['shapes'][stem]})")
+        if stem in expected_shapes and arr.shape != expected_shapes[stem]:
+            raise ValueError(f"{path}: expected shape {list(expected_shapes[stem])} from {META_FILE}'s counts, "
+                             f"got {list(arr.shape)}")
+        arrays[stem] = arr
+    return arrays
