@@ -1,0 +1,115 @@
+"""Command line: ``gnnscale train | info`` (also ``python -m gnnscale``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gnnscale.graph.datasets import DATASETS, load_dataset
+from gnnscale.nn import MODELS, ModelConfig
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.run import run_training
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints such as 10,5, got {text!r}") from None
+
+
+def key_value(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.replace("-", "_"), json.loads(value)
+    except json.JSONDecodeError:
+        return key.replace("-", "_"), value
+
+
+def add_dataset_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="synthetic", help=f"one of {', '.join(DATASETS)} (default synthetic)")
+    p.add_argument("--data-dir", default=None, help="folder (or .npz file) holding the dataset's files")
+    p.add_argument("--option", "-o", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="dataset option, e.g. -o num_nodes=100000 for synthetic (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gnnscale", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a GNN by mini-batch neighbor sampling")
+    add_dataset_args(t)
+    t.add_argument("--model", default="sage", help=f"one of {', '.join(MODELS)} (default sage)")
+    t.add_argument("--fanouts", type=int_list, default=(10, 5), help="per hop from the seeds outwards (10,5)")
+    t.add_argument("--eval-fanouts", type=int_list, default=None, help="inference fanouts (default: --fanouts)")
+    t.add_argument("--layers", type=int, default=None, help="GNN layers (default: number of fanouts)")
+    t.add_argument("--batch-size", type=int, default=512)
+    t.add_argument("--hidden", type=int, default=128, help="hidden size (per head for GAT)")
+    t.add_argument("--heads", type=int, default=8, help="GAT attention heads in hidden layers")
+    t.add_argument("--dropout", type=float, default=0.5)
+    t.add_argument("--input-dropout", type=float, default=0.0)
+    t.add_argument("--attn-dropout", type=float, default=0.0)
+    t.add_argument("--lr", type=float, default=0.003)
+    t.add_argument("--weight-decay", type=float, default=0.0)
+    t.add_argument("--epochs", type=int, default=5)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--sampler", default="fused", choices=("fused", "two_step"))
+    t.add_argument("--replace", action="store_true", help="sample neighbors with replacement")
+    t.add_argument("--metrics-out", default=None, help="write per-epoch metrics as JSON here")
+    t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
+    t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+
+    i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes")
+    add_dataset_args(i)
+    return parser
+
+
+def fanouts_for(args) -> tuple[int, ...]:
+    """``--layers`` with a single fanout repeats it; otherwise the two must agree."""
+    if args.layers is None or args.layers == len(args.fanouts):
+        return args.fanouts
+    if len(args.fanouts) == 1:
+        return args.fanouts * args.layers
+    raise ValueError(f"layers: {args.layers} layers but {len(args.fanouts)} fanouts ({args.fanouts})")
+
+
+def cmd_train(args) -> None:
+    dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
+    fanouts = fanouts_for(args)
+    train_cfg = TrainConfig(fanouts=fanouts, eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
+                            epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
+                            threads=args.threads, sampler=args.sampler, replace=args.replace)
+    model_cfg = ModelConfig(name=args.model, in_dim=dataset.feature_dim, hidden_dim=args.hidden,
+                            num_classes=dataset.num_classes, num_layers=len(fanouts), dropout=args.dropout,
+                            input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
+    report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
+                          checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet)
+    last = report.history[-1]
+    print(f"final: test accuracy {report.final_test_acc:.4f} (epoch {last['epoch']}); "
+          f"best validation {report.best_val_acc:.4f} at epoch {report.best_epoch} "
+          f"-> test accuracy {report.test_acc_at_best_val:.4f}")
+
+
+def cmd_info(args) -> None:
+    dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
+    print(json.dumps(dataset.summary(), indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        {"train": cmd_train, "info": cmd_info}[args.command](args)
+    except (ValueError, TypeError) as err:
+        # Bad input: one clear line, no traceback, non-zero exit.
+        print(f"gnnscale {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

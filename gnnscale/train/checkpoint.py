@@ -1,0 +1,83 @@
+"""Atomic checkpoints and resuming.
+
+Every random choice of training is a function of ``(seed, epoch, step)`` (sampling keys, batch
+order, and torch's RNG re-seeded at each epoch start), so a run resumed from the checkpoint of epoch
+``e`` continues exactly as the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """What a checkpoint holds.
+
+    Args:
+        epochs_done: number of completed epochs (training resumes at this epoch index).
+        model_state, optimizer_state: ``state_dict()`` of each.
+        run_signature: the settings that must match to resume (dataset, model, training config
+            except the epoch count), as a JSON-able dict.
+        history: per-epoch metrics dicts so far.
+    """
+
+    epochs_done: int
+    model_state: dict
+    optimizer_state: dict
+    run_signature: dict
+    history: list[dict]
+
+
+def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over ``path``: a run killed
+    mid-write leaves the previous checkpoint intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    payload = {
+        "version": CHECKPOINT_VERSION,
+        "epochs_done": ckpt.epochs_done,
+        "model_state": ckpt.model_state,
+        "optimizer_state": ckpt.optimizer_state,
+        "run_signature": ckpt.run_signature,
+        "history": ckpt.history,
+    }
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint` and check it belongs to this run.
+
+    Raises ValueError naming ``checkpoint`` for a missing, unreadable or mismatching file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint: no file at {path} to resume from")
+    try:
+        # weights_only: a checkpoint is data, never code to run.
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for truncated or foreign files
+        raise ValueError(f"checkpoint: {path} is not a readable gnnscale checkpoint ({err})") from err
+    if not isinstance(payload, dict) or payload.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"checkpoint: {path} has no gnnscale checkpoint version {CHECKPOINT_VERSION}")
+    saved = payload["run_signature"]
+    for name in sorted(set(saved) | set(run_signature)):
+        if saved.get(name) != run_signature.get(name):
+            raise ValueError(
+                f"checkpoint: {path} was written with {name}={saved.get(name)!r}, this run has "
+                f"{name}={run_signature.get(name)!r}; resume with the same settings"
+            )
+    return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],
+                      optimizer_state=payload["optimizer_state"], run_signature=saved,
+                      history=list(payload["history"]))

@@ -1,0 +1,63 @@
+"""Typed training configuration, validated where it is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gnnscale.sampling import METHODS, check_fanouts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainConfig:
+    """How to train (the model's shape lives in ``gnnscale.nn.ModelConfig``).
+
+    Args:
+        fanouts: neighbors per hop from the seeds outwards; one hop per GNN layer.
+        eval_fanouts: fanouts for validation/test inference; ``None`` uses ``fanouts``.
+        batch_size: seed nodes per training mini-batch.
+        eval_batch_size: seed nodes per inference mini-batch.
+        epochs: passes over the training nodes.
+        lr, weight_decay: Adam's step size and L2 penalty.
+        seed: the root of every random choice (batch order, sampling keys, dropout, initialisation).
+        threads: CPU threads for the sampling kernel and for torch.
+        sampler: ``"fused"`` or ``"two_step"`` (the reference, for comparisons).
+        replace: sample neighbors with replacement.
+    """
+
+    fanouts: tuple[int, ...] = (10, 5)
+    eval_fanouts: tuple[int, ...] | None = None
+    batch_size: int = 512
+    eval_batch_size: int = 4096
+    epochs: int = 5
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    seed: int = 0
+    threads: int = 2
+    sampler: str = "fused"
+    replace: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
+        if self.eval_fanouts is not None:
+            eval_fanouts = check_fanouts(self.eval_fanouts)
+            if len(eval_fanouts) != len(self.fanouts):
+                raise ValueError(f"eval_fanouts: expected {len(self.fanouts)} hops like fanouts, got {len(eval_fanouts)}")
+            object.__setattr__(self, "eval_fanouts", eval_fanouts)
+        for name in ("batch_size", "eval_batch_size", "epochs", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr: expected > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay: expected >= 0, got {self.weight_decay}")
+        if self.sampler not in METHODS:
+            raise ValueError(f"sampler: expected one of {METHODS}, got {self.sampler!r}")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    @property
+    def inference_fanouts(self) -> tuple[int, ...]:
+        return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts

@@ -1,0 +1,61 @@
+"""Per-epoch training metrics: the time split, loss, accuracies and sampling throughput."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(slots=True)
+class PhaseTimer:
+    """Wall-clock seconds accumulated per named phase of an epoch."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochMetrics:
+    """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks."""
+
+    epoch: int
+    sample_s: float
+    gather_s: float
+    forward_backward_s: float
+    epoch_s: float
+    loss: float
+    train_acc: float
+    val_acc: float
+    test_acc: float
+    num_batches: int
+    sampled_edges: int
+
+    @property
+    def sampled_edges_per_s(self) -> float:
+        return self.sampled_edges / self.sample_s if self.sample_s > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "sampled_edges_per_s": self.sampled_edges_per_s}
+
+
+def write_json_atomic(path: str | Path, payload: dict) -> None:
+    """Write JSON to ``path`` via a temporary file and a rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

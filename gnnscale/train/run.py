@@ -1,0 +1,112 @@
+"""Build everything one training run needs from a dataset and two configs, run it, report it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.nn import ModelConfig, build_model
+from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.loop import TrainData, fit
+from gnnscale.train.metrics import EpochMetrics, write_json_atomic
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainReport:
+    """The outcome of a run. ``best_*`` is the epoch with the highest validation accuracy (model
+    selection as in Kipf & Welling and Veličković et al.); ``history`` has every epoch, resumed ones too."""
+
+    history: list[dict]
+    best_epoch: int
+    best_val_acc: float
+    test_acc_at_best_val: float
+    final_test_acc: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def train_data_from(dataset: NodeDataset) -> TrainData:
+    features = dataset.features
+    if not isinstance(features, np.memmap):
+        # In memory already: torch's multi-threaded index_select beats numpy fancy indexing.
+        features = torch.from_numpy(features)
+    return TrainData(
+        features=features,
+        labels=torch.from_numpy(np.asarray(dataset.labels)),
+        train_idx=torch.from_numpy(np.asarray(dataset.train_idx)),
+        val_idx=torch.from_numpy(np.asarray(dataset.val_idx)),
+        test_idx=torch.from_numpy(np.asarray(dataset.test_idx)),
+    )
+
+
+def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict:
+    """Settings a checkpoint must share with the run that resumes it (all but the epoch count)."""
+    train = {k: v for k, v in asdict(train_cfg).items() if k != "epochs"}
+    return {"dataset": dataset.name, "num_nodes": dataset.graph.num_nodes, "model": asdict(model_cfg),
+            "train": train}
+
+
+def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig, *,
+                 metrics_out: str | Path | None = None, checkpoint: str | Path | None = None,
+                 resume: bool = False, progress: bool = True) -> TrainReport:
+    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume."""
+    if model_cfg.num_layers != train_cfg.num_layers:
+        raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
+    if resume and checkpoint is None:
+        raise ValueError("resume: needs a checkpoint path to resume from")
+    data = train_data_from(dataset)
+    torch.set_num_threads(train_cfg.threads)
+    set_sampler_threads(train_cfg.threads)
+    torch.manual_seed(derive_key(train_cfg.seed, 0, 0, 2))
+    model = build_model(model_cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    signature = run_signature(dataset, model_cfg, train_cfg)
+    history: list[dict] = []
+    start_epoch = 0
+    if resume:
+        ckpt = load_checkpoint(checkpoint, signature)
+        model.load_state_dict(ckpt.model_state)
+        optimizer.load_state_dict(ckpt.optimizer_state)
+        history, start_epoch = ckpt.history, ckpt.epochs_done
+
+    def on_epoch_end(epoch: int, metrics: EpochMetrics) -> None:
+        history.append(metrics.to_json())
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, Checkpoint(epochs_done=epoch + 1, model_state=model.state_dict(),
+                                                   optimizer_state=optimizer.state_dict(),
+                                                   run_signature=signature, history=history))
+        if progress:
+            print(f"epoch {epoch:3d}  loss {metrics.loss:.4f}  train {metrics.train_acc:.4f}  "
+                  f"val {metrics.val_acc:.4f}  test {metrics.test_acc:.4f}  "
+                  f"{metrics.epoch_s:.1f}s (sample {metrics.sample_s:.1f}, gather {metrics.gather_s:.1f}, "
+                  f"fwd+bwd {metrics.forward_backward_s:.1f})  {metrics.sampled_edges_per_s / 1e6:.1f}M edges/s",
+                  flush=True)
+
+    train_sampler = NeighborSampler(dataset.graph, train_cfg.fanouts, replace=train_cfg.replace,
+                                    method=train_cfg.sampler)
+    eval_sampler = NeighborSampler(dataset.graph, train_cfg.inference_fanouts, method=train_cfg.sampler)
+    fit(model, optimizer, train_sampler, eval_sampler, data, train_cfg, start_epoch=start_epoch,
+        on_epoch_end=on_epoch_end, progress=progress)
+    report = summarize(history)
+    if metrics_out is not None:
+        write_json_atomic(metrics_out, {"dataset": dataset.summary(), "model": asdict(model_cfg),
+                                        "train": asdict(train_cfg), **report.to_json()})
+    return report
+
+
+def summarize(history: list[dict]) -> TrainReport:
+    if not history:
+        raise ValueError("epochs: no epoch was trained (the checkpoint already has every epoch?)")
+    # NaN validation accuracy (no validation nodes) never wins: fall back to the last epoch.
+    scored = [h for h in history if not math.isnan(h["val_acc"])] or history[-1:]
+    best = max(scored, key=lambda h: (h["val_acc"], h["epoch"]))
+    return TrainReport(history=history, best_epoch=best["epoch"], best_val_acc=best["val_acc"],
+                       test_acc_at_best_val=best["test_acc"], final_test_acc=history[-1]["test_acc"])

@@ -1,0 +1,165 @@
+"""The training loop, checkpoints/resume, metrics JSON and the CLI, on a small synthetic graph."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from gnnscale.cli import main
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.nn import ModelConfig
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.loop import TrainData
+from gnnscale.train.run import run_training
+
+SMALL = dict(num_nodes=1500, avg_degree=8.0, num_classes=5, feature_dim=16, seed=3)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return make_synthetic(SyntheticConfig(**SMALL))
+
+
+def model_config(ds, name="sage", layers=2):
+    return ModelConfig(name=name, in_dim=ds.feature_dim, hidden_dim=32, num_classes=ds.num_classes,
+                       num_layers=layers, dropout=0.2, heads=2)
+
+
+def train_config(**overrides):
+    base = dict(fanouts=(5, 3), batch_size=128, epochs=2, lr=0.01, seed=7, threads=1)
+    return TrainConfig(**{**base, **overrides})
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
+def test_training_learns_far_above_chance(dataset, name):
+    report = run_training(dataset, model_config(dataset, name), train_config(epochs=4), progress=False)
+    chance = 1 / dataset.num_classes
+    assert report.final_test_acc > 2 * chance
+    losses = [h["loss"] for h in report.history]
+    assert losses[-1] < losses[0]
+
+
+def test_fused_and_two_step_train_identically(dataset):
+    """Fused sampling claims not to change training: same key, same blocks, same losses, bit for bit."""
+    fused = run_training(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
+    two_step = run_training(dataset, model_config(dataset), train_config(sampler="two_step"), progress=False)
+    for a, b in zip(fused.history, two_step.history, strict=True):
+        assert a["loss"] == b["loss"]
+        assert a["val_acc"] == b["val_acc"] and a["sampled_edges"] == b["sampled_edges"]
+
+
+def test_same_seed_same_run_other_seed_other_run(dataset):
+    a = run_training(dataset, model_config(dataset), train_config(), progress=False)
+    b = run_training(dataset, model_config(dataset), train_config(), progress=False)
+    c = run_training(dataset, model_config(dataset), train_config(seed=8), progress=False)
+    assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
+    assert [h["loss"] for h in a.history] != [h["loss"] for h in c.history]
+
+
+def test_resume_continues_exactly(dataset, tmp_path):
+    full = run_training(dataset, model_config(dataset), train_config(epochs=3), progress=False,
+                        checkpoint=tmp_path / "full.pt")
+    ckpt = tmp_path / "part.pt"
+    run_training(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
+    resumed = run_training(dataset, model_config(dataset), train_config(epochs=3), progress=False,
+                           checkpoint=ckpt, resume=True)
+    assert [h["epoch"] for h in resumed.history] == [0, 1, 2]
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in full.history]
+    a = torch.load(tmp_path / "full.pt", weights_only=True)["model_state"]
+    b = torch.load(ckpt, weights_only=True)["model_state"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_other_settings_and_bad_files(dataset, tmp_path):
+    ckpt = tmp_path / "c.pt"
+    run_training(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
+    with pytest.raises(ValueError, match="checkpoint.*train"):
+        run_training(dataset, model_config(dataset), train_config(epochs=2, lr=0.5), progress=False,
+                     checkpoint=ckpt, resume=True)
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # a partial file
+    with pytest.raises(ValueError, match="checkpoint"):
+        run_training(dataset, model_config(dataset), train_config(epochs=2), progress=False,
+                     checkpoint=ckpt, resume=True)
+    with pytest.raises(ValueError, match="checkpoint"):
+        run_training(dataset, model_config(dataset), train_config(), progress=False,
+                     checkpoint=tmp_path / "missing.pt", resume=True)
+    assert not list(tmp_path.glob(".*tmp*")), "no temporary checkpoint file may be left behind"
+
+
+def test_metrics_json_has_the_time_split_per_epoch(dataset, tmp_path):
+    out = tmp_path / "m.json"
+    run_training(dataset, model_config(dataset), train_config(), progress=False, metrics_out=out)
+    metrics = json.loads(out.read_text())
+    assert len(metrics["history"]) == 2
+    for epoch in metrics["history"]:
+        for field in ("sample_s", "gather_s", "forward_backward_s", "loss", "train_acc", "val_acc", "test_acc",
+                      "sampled_edges_per_s"):
+            assert field in epoch
+        assert epoch["sampled_edges"] > 0 and epoch["sampled_edges_per_s"] > 0
+        assert epoch["sample_s"] + epoch["gather_s"] + epoch["forward_backward_s"] <= epoch["epoch_s"] + 1e-6
+    assert metrics["dataset"]["num_nodes"] == SMALL["num_nodes"]
+
+
+def test_empty_training_set_is_an_error(dataset):
+    with pytest.raises(ValueError, match="train_idx"):
+        TrainData(features=dataset.features, labels=torch.from_numpy(dataset.labels),
+                  train_idx=torch.empty(0, dtype=torch.long), val_idx=torch.from_numpy(dataset.val_idx),
+                  test_idx=torch.from_numpy(dataset.test_idx))
+    empty = replace(dataset, train_idx=np.empty(0, dtype=np.int64))
+    with pytest.raises(ValueError, match="train_idx"):
+        run_training(empty, model_config(dataset), train_config(), progress=False)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(fanouts=(0, 5)), "fanouts"), (dict(fanouts=(5, -1)), "fanouts"), (dict(batch_size=0), "batch_size"),
+    (dict(lr=0.0), "lr"), (dict(sampler="magic"), "sampler"), (dict(eval_fanouts=(5,)), "eval_fanouts"),
+])
+def test_train_config_errors_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        train_config(**overrides)
+
+
+def test_layers_and_fanouts_must_agree(dataset):
+    with pytest.raises(ValueError, match="fanouts"):
+        run_training(dataset, model_config(dataset, layers=3), train_config(), progress=False)
+
+
+SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--dataset", "imagenet"], "dataset"),
+    (["train", *SYNTH, "--model", "transformer"], "model"),
+    (["train", *SYNTH, "--fanouts", "0,5"], "fanouts"),
+    (["train", *SYNTH, "--fanouts", "10,5", "--layers", "3"], "layers"),
+    (["train", "--dataset", "cora"], "root|data.dir"),
+    (["train", "--dataset", "cora", "--data-dir", "/nonexistent/folder"], "ind.cora|nonexistent"),
+    (["info", "--dataset", "synthetic", "-o", "num_nodes=-5"], "num_nodes"),
+])
+def test_cli_bad_input_is_one_clear_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gnnscale {argv[0]}: error:")
+    assert __import__("re").search(message, err), err
+
+
+def test_cli_train_writes_metrics_and_resumes(tmp_path, capsys):
+    argv = ["train", *SYNTH, "--fanouts", "4,3", "--epochs", "1", "--threads", "1", "--quiet",
+            "--metrics-out", str(tmp_path / "m.json"), "--checkpoint", str(tmp_path / "c.pt")]
+    assert main(argv) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    assert main([*argv[:-4], "--epochs", "2", "--checkpoint", str(tmp_path / "c.pt"), "--resume"]) == 0
+    assert len(torch.load(tmp_path / "c.pt", weights_only=True)["history"]) == 2
+
+
+def test_python_dash_m_gnnscale_info():
+    out = subprocess.run([sys.executable, "-m", "gnnscale", "info", *SYNTH], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    info = json.loads(out)
+    assert info["num_nodes"] == 800 and info["topology_bytes"] > 0 and info["feature_bytes"] == 800 * 8 * 4
