@@ -1,0 +1,23 @@
+# Two set-up commands that work on a fresh machine (see README):
+#   make run    create .venv, install, train GraphSAGE on the built-in synthetic dataset
+#   make test   create .venv, install, run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test bench-cora
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	# The CPU build of torch first, pinned: an unpinned torch would pull several GB of CUDA packages.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) -m gnnscale train --dataset synthetic --model sage --fanouts 10,5 --epochs 5
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench-cora: $(VENV)/.installed
+	$(PY) benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid
