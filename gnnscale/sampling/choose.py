@@ -23,15 +23,19 @@ def num_chosen(degree, fanout, replace):
 
 
 @numba.njit(inline="always")
-def choose_neighbors(indptr, indices, v, fanout, replace, key, hop, out, offset):
-    """Write the chosen in-neighbors of ``v`` (global ids) into ``out[offset:offset + num_chosen]``.
+def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, offset):
+    """Write the chosen in-neighbors of node ``v`` (global ids) into ``out[offset:offset + num_chosen]``.
+
+    ``row`` is where ``v``'s in-edges sit in ``indptr``: ``v`` itself for the whole graph, ``v`` minus
+    the part's first id for one part's rows (vanilla layout). The random stream depends on ``v``
+    only, so both give the same neighbors.
 
     Without replacement and ``fanout < degree``, Robert Floyd's algorithm picks a uniform random
     ``fanout``-subset of the positions in O(fanout^2) time and O(1) extra memory (the output slots
     double as the "already chosen" set), whatever the degree: no per-node shuffle buffer.
     """
-    start = indptr[v]
-    degree = indptr[v + 1] - start
+    start = indptr[row]
+    degree = indptr[row + 1] - start
     if degree == 0:
         return
     if replace:
@@ -76,5 +80,6 @@ def choose_all(indptr, indices, dst_nodes, offsets, fanout, replace, key, hop):
     """int64 [offsets[-1]]: chosen global source ids of every destination node, in CSC order."""
     out = np.empty(offsets[-1], dtype=np.int64)
     for i in numba.prange(dst_nodes.shape[0]):
-        choose_neighbors(indptr, indices, dst_nodes[i], fanout, replace, key, hop, out, offsets[i])
+        v = dst_nodes[i]
+        choose_neighbors(indptr, indices, v, v, fanout, replace, key, hop, out, offsets[i])
     return out

@@ -25,13 +25,20 @@ def mix64_py(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def derive_key(seed: int, epoch: int = 0, step: int = 0, rank: int = 0) -> int:
-    """The sampling key of one mini-batch: a 63-bit int derived from (seed, epoch, step, rank)."""
-    for name, value in (("seed", seed), ("epoch", epoch), ("step", step), ("rank", rank)):
+# Streams: independent uses of one (seed, epoch, step, rank), so that no two consumers share draws.
+STREAM_SAMPLE = 0  # neighbor sampling keys
+STREAM_ORDER = 1  # the permutation of training nodes in an epoch
+STREAM_DROPOUT = 2  # torch's RNG (dropout) during an epoch
+STREAM_INIT = 3  # model initialisation
+
+
+def derive_key(seed: int, epoch: int = 0, step: int = 0, rank: int = 0, stream: int = STREAM_SAMPLE) -> int:
+    """A 63-bit key derived from (seed, epoch, step, rank, stream); by default a mini-batch's sampling key."""
+    for name, value in (("seed", seed), ("epoch", epoch), ("step", step), ("rank", rank), ("stream", stream)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
             raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     z = GOLDEN
-    for value in (seed, epoch, step, rank):
+    for value in (seed, epoch, step, rank, stream):
         z = mix64_py(z ^ (int(value) & MASK64)) + GOLDEN
     # 63 bits so that the key is also a valid int64 (numba and torch both take it as such).
     return mix64_py(z) >> 1

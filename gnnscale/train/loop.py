@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnnscale.sampling import NeighborSampler, derive_key
+from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
 
@@ -48,11 +49,17 @@ class TrainData:
         return torch.from_numpy(np.ascontiguousarray(self.features[node_ids.numpy()]))
 
 
-def epoch_batches(train_idx: torch.Tensor, batch_size: int, seed: int, epoch: int) -> list[torch.Tensor]:
-    """The epoch's mini-batches: a permutation of the training nodes fixed by ``(seed, epoch)``."""
-    gen = torch.Generator().manual_seed(derive_key(seed, epoch, 0, 0))
+def num_batches_for(num_train: int, batch_size: int) -> int:
+    return max(1, -(-num_train // batch_size))
+
+
+def epoch_batches(train_idx: torch.Tensor, num_batches: int, seed: int, epoch: int, rank: int = 0) -> list[torch.Tensor]:
+    """The epoch's mini-batches: a permutation of the training nodes fixed by ``(seed, epoch, rank)``,
+    cut into ``num_batches`` near-equal parts. Distributed workers agree on ``num_batches`` so that
+    every worker runs the same number of iterations; one worker is exactly the single-machine run."""
+    gen = torch.Generator().manual_seed(derive_key(seed, epoch, 0, rank, STREAM_ORDER))
     order = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
-    return list(order.split(batch_size))
+    return list(order.tensor_split(num_batches))
 
 
 def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg: TrainConfig, epoch: int,
@@ -60,8 +67,8 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
     """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches)."""
     model.train()
     # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
-    torch.manual_seed(derive_key(cfg.seed, epoch, 0, 1))
-    batches = epoch_batches(data.train_idx, cfg.batch_size, cfg.seed, epoch)
+    torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
+    batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
     loss_sum = torch.zeros(())
     correct = torch.zeros((), dtype=torch.long)
     edges = 0

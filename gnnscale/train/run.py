@@ -12,6 +12,7 @@ import torch
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.loop import TrainData, fit
@@ -65,7 +66,7 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     data = train_data_from(dataset)
     torch.set_num_threads(train_cfg.threads)
     set_sampler_threads(train_cfg.threads)
-    torch.manual_seed(derive_key(train_cfg.seed, 0, 0, 2))
+    torch.manual_seed(derive_key(train_cfg.seed, stream=STREAM_INIT))
     model = build_model(model_cfg)
     optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     signature = run_signature(dataset, model_cfg, train_cfg)
