@@ -10,6 +10,13 @@ import numba
 import numpy as np
 
 from gnnscale.sampling.keys import node_stream, uniform_below
+from gnnscale.sampling.intrinsics import prefetch
+
+# Measured on the products-shaped graph (benchmarks/README.md): prefetching the first 4 cache lines
+# of the neighborhood 8 destinations ahead, and row pointers 16 ahead, halves the choose pass.
+PREFETCH_DISTANCE = 8
+PREFETCH_LINES = 4
+CACHE_LINE_BYTES = 64
 
 
 @numba.njit(inline="always")
@@ -68,6 +75,8 @@ def count_and_offsets(indptr, dst_nodes, fanout, replace):
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     for i in numba.prange(n):
+        if i + PREFETCH_DISTANCE < n:
+            prefetch(indptr, dst_nodes[i + PREFETCH_DISTANCE])
         v = dst_nodes[i]
         offsets[i + 1] = num_chosen(indptr[v + 1] - indptr[v], fanout, replace)
     for i in range(n):
@@ -75,11 +84,36 @@ def count_and_offsets(indptr, dst_nodes, fanout, replace):
     return offsets
 
 
+@numba.njit(inline="always")
+def choose_range(indptr, indices, dst_nodes, offsets, lo, hi, fanout, replace, key, hop, out):
+    """Choose neighbors for destinations ``lo .. hi - 1`` into their CSC slots of ``out``, prefetching
+    the row pointers and the first cache lines of the neighborhoods of destinations further ahead."""
+    ids_per_line = CACHE_LINE_BYTES // indices.itemsize
+    for i in range(lo, hi):
+        if i + 2 * PREFETCH_DISTANCE < hi:
+            prefetch(indptr, dst_nodes[i + 2 * PREFETCH_DISTANCE])
+        if i + PREFETCH_DISTANCE < hi:
+            ahead = dst_nodes[i + PREFETCH_DISTANCE]
+            start, end = indptr[ahead], indptr[ahead + 1]
+            for line in range(PREFETCH_LINES):
+                if start + line * ids_per_line < end:
+                    prefetch(indices, start + line * ids_per_line)
+        v = dst_nodes[i]
+        choose_neighbors(indptr, indices, v, v, fanout, replace, key, hop, out, offsets[i])
+
+
+# Destinations per unit of parallel work: large enough for prefetching to run ahead, small enough to
+# balance threads.
+PIECE_NODES = 256
+
+
 @numba.njit(parallel=True, cache=True)
 def choose_all(indptr, indices, dst_nodes, offsets, fanout, replace, key, hop):
     """int64 [offsets[-1]]: chosen global source ids of every destination node, in CSC order."""
     out = np.empty(offsets[-1], dtype=np.int64)
-    for i in numba.prange(dst_nodes.shape[0]):
-        v = dst_nodes[i]
-        choose_neighbors(indptr, indices, v, v, fanout, replace, key, hop, out, offsets[i])
+    n = dst_nodes.shape[0]
+    for piece in numba.prange((n + PIECE_NODES - 1) // PIECE_NODES):
+        lo = piece * PIECE_NODES
+        choose_range(indptr, indices, dst_nodes, offsets, lo, min(lo + PIECE_NODES, n), fanout, replace, key,
+                     hop, out)
     return out

@@ -2,8 +2,12 @@
 
 Per hop: (1) count min(fanout, degree) for every destination in parallel and prefix-sum the counts,
 which *is* the block's indptr; (2) choose neighbors in parallel straight into their CSC slots;
-(3) one serial pass relabels the chosen global ids to local ids through a mapping array. No COO
-intermediate, no unique/sort pass, no COO-to-CSC conversion.
+(3) relabel the chosen global ids to local ids through a mapping array, in edge order, so that new
+nodes get ids by first appearance whatever the thread count. No COO intermediate, no unique/sort
+pass, no COO-to-CSC conversion.
+
+(2) and (3) run as a pipeline over chunks of destinations: while thread 0 relabels chunk k (the
+one serial step), all threads choose chunk k + 1, claiming pieces of it from a shared counter.
 
 The mapping array (global id -> local id, -1 when unseen) lives in a :class:`SamplerWorkspace` that is
 reused across batches; only the entries a batch touched are reset, so a batch costs O(sampled edges),
@@ -16,14 +20,20 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from gnnscale.sampling.choose import choose_all, count_and_offsets
+from gnnscale.graph.csc import index_dtype
+from gnnscale.sampling.choose import PIECE_NODES, choose_range, count_and_offsets
+from gnnscale.sampling.intrinsics import atomic_fetch_add, prefetch
+
+RELABEL_PREFETCH = 16  # edges ahead: the mapping-array lookups of the relabel pass are random reads
+CHUNK_EDGES = 32768  # edges per pipeline stage: relabelling one overlaps choosing the next
 
 
 class SamplerWorkspace:
     """The reusable O(num_nodes) mapping array of the fused sampler. Not safe to share between threads."""
 
     def __init__(self, num_nodes: int) -> None:
-        self.node_map = np.full(num_nodes, -1, dtype=np.int64)
+        # int32 when ids fit: half the footprint keeps more of it in cache for the random lookups.
+        self.node_map = np.full(num_nodes, -1, dtype=index_dtype(num_nodes))
 
     @property
     def num_nodes(self) -> int:
@@ -44,11 +54,13 @@ def _claim_seeds(seeds, node_map):
 
 
 @numba.njit(cache=True)
-def _relabel(chosen, node_map, nodes, num_known):
-    """Turn ``chosen`` global ids into local ids in place; new nodes are appended to ``nodes`` in order
-    of first appearance. Returns the new number of known nodes."""
+def _relabel(chosen, lo, hi, node_map, nodes, num_known):
+    """Turn ``chosen[lo:hi]`` global ids into local ids in place; new nodes are appended to ``nodes``
+    in order of first appearance. Returns the new number of known nodes."""
     n = num_known
-    for e in range(chosen.shape[0]):
+    for e in range(lo, hi):
+        if e + RELABEL_PREFETCH < hi:
+            prefetch(node_map, chosen[e + RELABEL_PREFETCH])
         v = chosen[e]
         local = node_map[v]
         if local < 0:
@@ -61,9 +73,45 @@ def _relabel(chosen, node_map, nodes, num_known):
 
 
 @numba.njit(parallel=True, cache=True)
+def _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, chunk_starts, fanout, replace, key, hop,
+                        node_map, num_known, num_tasks):
+    """Choose every destination's neighbors and relabel them; returns (local ids [offsets[-1]], new
+    number of known nodes). ``nodes`` must have room for ``num_known + offsets[-1]`` entries.
+
+    Stage s relabels chunk s - 1 (thread 0, serial, in edge order) while all threads choose chunk s;
+    the end of each parallel stage is the barrier that makes chunk s ready for relabelling."""
+    chosen = np.empty(offsets[-1], dtype=np.int64)
+    dst_nodes = nodes[:num_dst]  # read-only here; relabel appends beyond num_known >= num_dst
+    num_chunks = chunk_starts.shape[0] - 1
+    claim = np.zeros(1, dtype=np.int64)
+    known = np.full(1, num_known, dtype=np.int64)
+    for stage in range(num_chunks + 1):
+        claim[0] = 0
+        for task in numba.prange(num_tasks):
+            if task == 0 and stage > 0:
+                known[0] = _relabel(chosen, offsets[chunk_starts[stage - 1]], offsets[chunk_starts[stage]],
+                                    node_map, nodes, known[0])
+            if stage < num_chunks:
+                lo, hi = chunk_starts[stage], chunk_starts[stage + 1]
+                while True:
+                    start = lo + atomic_fetch_add(claim, 0, PIECE_NODES)
+                    if start >= hi:
+                        break
+                    choose_range(indptr, indices, dst_nodes, offsets, start, min(start + PIECE_NODES, hi), fanout,
+                                 replace, key, hop, chosen)
+    return chosen, known[0]
+
+
+@numba.njit(parallel=True, cache=True)
 def _release(nodes, node_map):
     for i in numba.prange(nodes.shape[0]):
         node_map[nodes[i]] = -1
+
+
+def pipeline_chunks(offsets: np.ndarray) -> np.ndarray:
+    """int64 [num_chunks + 1]: destination indices cutting the hop into chunks of ~CHUNK_EDGES edges."""
+    cuts = np.searchsorted(offsets, np.arange(CHUNK_EDGES, offsets[-1], CHUNK_EDGES), side="left")
+    return np.unique(np.concatenate([[0], cuts, [offsets.shape[0] - 1]])).astype(np.int64)
 
 
 def fused_hops(
@@ -92,13 +140,14 @@ def fused_hops(
         for hop, fanout in enumerate(fanouts):
             num_dst = num_known
             offsets = count_and_offsets(indptr, nodes[:num_dst], fanout, replace)
-            chosen = choose_all(indptr, indices, nodes[:num_dst], offsets, fanout, replace, key, hop)
-            if nodes.shape[0] < num_known + chosen.shape[0]:
-                grown = np.empty(max(2 * nodes.shape[0], num_known + chosen.shape[0]), dtype=np.int64)
+            if nodes.shape[0] < num_known + offsets[-1]:
+                grown = np.empty(max(2 * nodes.shape[0], num_known + offsets[-1]), dtype=np.int64)
                 grown[:num_known] = nodes[:num_known]
                 nodes = grown
-            num_known = _relabel(chosen, node_map, nodes, num_known)
-            hops.append((offsets, chosen, num_dst, num_known))
+            chosen, num_known = _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, pipeline_chunks(offsets),
+                                                    fanout, replace, key, hop, node_map, num_known,
+                                                    numba.get_num_threads())
+            hops.append((offsets, chosen, num_dst, int(num_known)))
     finally:
         _release(nodes[:num_known], node_map)
     return nodes[:num_known], hops
