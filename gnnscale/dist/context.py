@@ -1,0 +1,145 @@
+"""The process group: from torchrun's environment in real runs, from a local port in tests.
+
+Backend gloo on CPU, NCCL when CUDA is available (one GPU per worker, ``cuda:LOCAL_RANK``). Every
+worker of a run calls :func:`init_from_env` once at start-up and :func:`shutdown` once at the end
+(in a ``finally``, so that a failing worker still releases its sockets).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+BACKENDS = ("gloo", "nccl")
+# torchrun sets these for every worker; LOCAL_RANK is needed only to pick the GPU.
+REQUIRED_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistContext:
+    """Where this worker stands in the run.
+
+    Args:
+        rank: this worker's id in [0, world_size).
+        world_size: number of workers (>= 1).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU).
+        device: where collectives exchange tensors: ``cpu`` for gloo, ``cuda:LOCAL_RANK`` for NCCL.
+    """
+
+    rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        for name in ("rank", "world_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if self.world_size < 1:
+            raise ValueError(f"world_size: expected >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank: expected a value in [0, {self.world_size}), got {self.rank}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {BACKENDS}, got {self.backend!r}")
+        if not isinstance(self.device, torch.device):
+            raise TypeError(f"device: expected a torch.device, got {type(self.device).__name__}")
+
+
+def init_from_env(
+    backend: str | None = None,
+    timeout_s: float = 120.0,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> DistContext:
+    """Join the run described by torchrun's environment variables and return this worker's context.
+
+    Args:
+        backend: ``"gloo"`` or ``"nccl"``; default NCCL when CUDA is available, else gloo.
+        timeout_s: how long a collective may wait for its peers before it fails (seconds).
+        environ: the environment to read (default ``os.environ``); tests pass a dict.
+
+    Raises:
+        ValueError: a variable is missing or malformed (launch with ``torchrun``), or the backend
+            cannot run here.
+    """
+    env = os.environ if environ is None else environ
+    missing = [name for name in REQUIRED_ENV if name not in env]
+    if missing:
+        raise ValueError(
+            f"environment: missing {', '.join(missing)}; launch the workers with torchrun "
+            f"(e.g. `torchrun --nproc-per-node 2 -m gnnscale train ...`), which sets {', '.join(REQUIRED_ENV)}"
+        )
+    rank = _env_int(env, "RANK")
+    world_size = _env_int(env, "WORLD_SIZE")
+    port = _env_int(env, "MASTER_PORT")
+    backend = _pick_backend(backend)
+    if backend == "nccl":
+        if "LOCAL_RANK" not in env:
+            raise ValueError("environment: missing LOCAL_RANK (needed to pick this worker's GPU); launch with torchrun")
+        device = torch.device("cuda", _env_int(env, "LOCAL_RANK"))
+    else:
+        device = torch.device("cpu")
+    return _init(rank, world_size, _tcp_address(env["MASTER_ADDR"], port), backend, device, timeout_s)
+
+
+def init_for_test(rank: int, world_size: int, port: int, *, timeout_s: float = 20.0,
+                  backend: str = "gloo") -> DistContext:
+    """Join a run rendezvousing on ``tcp://127.0.0.1:port`` (tests spawn the workers themselves)."""
+    if backend == "nccl":
+        raise ValueError("backend: init_for_test starts CPU workers; expected 'gloo', got 'nccl'")
+    return _init(rank, world_size, _tcp_address("127.0.0.1", port), _pick_backend(backend), torch.device("cpu"),
+                 timeout_s)
+
+
+def shutdown() -> None:
+    """Destroy the process group, if one is open (safe to call in every ``finally``)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _init(rank: int, world_size: int, init_method: str, backend: str, device: torch.device,
+          timeout_s: float) -> DistContext:
+    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
+        raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
+    ctx = DistContext(rank=rank, world_size=world_size, backend=backend, device=device)
+    if dist.is_initialized():
+        raise RuntimeError("process group: already initialised in this process; call shutdown() first")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    # Collective: blocks until all world_size workers have joined (or timeout_s passes).
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    return ctx
+
+
+def _pick_backend(backend: str | None) -> str:
+    if backend is None:
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS} or None, got {backend!r}")
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("backend: 'nccl' needs CUDA, which is not available here; use 'gloo'")
+    return backend
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    raw = env[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"environment: {name} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"environment: {name} must be >= 0, got {value}")
+    return value
+
+
+def _tcp_address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"tcp://{host}:{port}"

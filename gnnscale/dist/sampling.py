@@ -1,0 +1,274 @@
+"""Sampling in the two distributed layouts of FastSample (section 3.3).
+
+* Vanilla: every worker holds only the in-edges of the nodes it owns. Hop 0 (the seeds, owned here)
+  is sampled locally; every later hop costs 2 rounds: (a) each worker sends every owner its key and
+  the nodes whose neighbors it wants, (b) each owner samples them with the *requester's* key and
+  replies with the count and the chosen neighbors (global ids) of each. ``2(L - 1)`` rounds for L hops.
+* Hybrid: the topology is replicated, so sampling is local: 0 rounds.
+
+Neighbor choice depends only on ``(key, hop, node)`` (:mod:`gnnscale.sampling.keys`) and the relabel
+is the fused sampler's, so both return blocks identical to
+``sample_blocks(full_graph, seeds, fanouts, key=key)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numba
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnscale.dist.comm import Comm
+from gnnscale.graph.csc import CSCGraph, validate_csc
+from gnnscale.partition.book import PartitionBook
+from gnnscale.sampling import Block, NeighborSampler, check_fanouts, check_seeds
+from gnnscale.sampling.choose import choose_neighbors, num_chosen
+from gnnscale.sampling.fused import SamplerWorkspace, _claim_seeds, _relabel, _release
+from gnnscale.sampling.keys import mix64_py
+
+CATEGORY = "sample"
+
+
+@numba.njit(parallel=True, cache=True)
+def _sample_rows(indptr, indices, first_id, nodes, fanout, replace, key, hop):
+    """Sample owned ``nodes`` (global ids) from a part's rows (row = node - first_id).
+
+    Returns ``(offsets int64 [n + 1], chosen int64 [offsets[-1]])``: node ``i``'s neighbors (global
+    ids) are ``chosen[offsets[i]:offsets[i + 1]]``, exactly what the full-graph sampler draws.
+    """
+    n = nodes.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in numba.prange(n):
+        row = nodes[i] - first_id
+        offsets[i + 1] = num_chosen(indptr[row + 1] - indptr[row], fanout, replace)
+    for i in range(n):
+        offsets[i + 1] += offsets[i]
+    chosen = np.empty(offsets[n], dtype=np.int64)
+    for i in numba.prange(n):
+        choose_neighbors(indptr, indices, nodes[i] - first_id, nodes[i], fanout, replace, key, hop, chosen,
+                         offsets[i])
+    return offsets, chosen
+
+
+@numba.njit(cache=True)
+def _scatter_lists(positions, counts, values, num_dst):
+    """Lay out per-node lists in CSC order of the destinations.
+
+    ``positions[k]`` is the destination slot of list ``k``, which has ``counts[k]`` entries; the lists
+    lie back to back in ``values``. Returns ``(indptr int64 [num_dst + 1], indices int64 [len(values)])``.
+    """
+    indptr = np.zeros(num_dst + 1, dtype=np.int64)
+    for k in range(positions.shape[0]):
+        indptr[positions[k] + 1] = counts[k]
+    for i in range(num_dst):
+        indptr[i + 1] += indptr[i]
+    out = np.empty(values.shape[0], dtype=np.int64)
+    src = 0
+    for k in range(positions.shape[0]):
+        dst = indptr[positions[k]]
+        for q in range(counts[k]):
+            out[dst + q] = values[src + q]
+        src += counts[k]
+    return indptr, out
+
+
+class VanillaSampler:
+    """Distributed neighbor sampling when each worker holds only its own nodes' in-edges.
+
+    Args:
+        book: node ownership (``book.num_parts == comm.world_size``).
+        rank: this worker (``comm.rank``).
+        local_indptr: int64 [n_p + 1]; in-edges of owned node ``v`` are
+            ``local_indices[local_indptr[v - lo]:local_indptr[v - lo + 1]]`` with ``lo = book.node_range(rank)[0]``.
+        local_indices: int32 or int64 [num_local_edges], global source ids, in the full graph's order.
+        fanouts: neighbors per node per hop, from the seeds outwards; the same on every worker.
+        comm: the collectives; construction costs one "setup" round (checks fanouts agree).
+        replace: sample with replacement.
+
+    Keeps an O(num_nodes) mapping array, like :class:`gnnscale.sampling.NeighborSampler`.
+    """
+
+    def __init__(self, book: PartitionBook, rank: int, local_indptr: np.ndarray, local_indices: np.ndarray,
+                 fanouts: Sequence[int], comm: Comm, replace: bool = False) -> None:
+        if not isinstance(book, PartitionBook):
+            raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
+        if book.num_parts != comm.world_size:
+            raise ValueError(f"book: expected {comm.world_size} parts (one per worker), got {book.num_parts}")
+        if rank != comm.rank:
+            raise ValueError(f"rank: expected this worker's rank {comm.rank}, got {rank}")
+        lo, hi = book.node_range(rank)
+        # The part's rows form a CSC matrix with hi - lo rows whose ids are global.
+        validate_csc(local_indptr, local_indices, hi - lo, check_ids=False)
+        if local_indices.shape[0] and (int(local_indices.min()) < 0 or int(local_indices.max()) >= book.num_nodes):
+            raise ValueError(f"local_indices: expected global ids in [0, {book.num_nodes}), got range "
+                             f"[{int(local_indices.min())}, {int(local_indices.max())}]")
+        self.book = book
+        self.rank = rank
+        self.comm = comm
+        self.indptr = local_indptr
+        self.indices = local_indices
+        self.fanouts = check_fanouts(fanouts)
+        self.replace = bool(replace)
+        self.workspace = SamplerWorkspace(book.num_nodes)
+        self._lo, self._hi = lo, hi
+        self._check_same_fanouts()
+
+    def sample(self, seeds, key: int) -> list[Block]:
+        """Blocks in model order, identical to ``sample_blocks(full_graph, seeds, fanouts, key=key)``.
+
+        Collective: ``2 * (len(fanouts) - 1)`` "sample" rounds; every worker must call it the same
+        number of times (with its own seeds and key).
+
+        Args:
+            seeds: int tensor/array [batch], unique node ids owned by this worker.
+            key: this batch's random key (:func:`gnnscale.sampling.derive_key`), in [0, 2**63).
+        """
+        seeds = _check_owned(check_seeds(seeds, self.book.num_nodes), self._lo, self._hi, self.rank)
+        key = _check_key(key)
+        node_map = self.workspace.node_map
+        duplicate = _claim_seeds(seeds, node_map)
+        if duplicate >= 0:
+            raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
+        nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)
+        nodes[: seeds.shape[0]] = seeds
+        num_known = seeds.shape[0]
+        hops = []
+        try:
+            for hop, fanout in enumerate(self.fanouts):
+                num_dst = num_known
+                indptr, chosen = self._sample_hop(nodes[:num_dst], fanout, key, hop)
+                nodes = _ensure_capacity(nodes, num_known, num_known + chosen.shape[0])
+                num_known = _relabel_all(chosen, node_map, nodes, num_known)
+                hops.append((indptr, chosen, num_dst, num_known))
+        finally:
+            _release(nodes[:num_known], node_map)
+        all_nodes = torch.from_numpy(nodes[:num_known])
+        blocks = [Block(indptr=torch.from_numpy(p), indices=torch.from_numpy(c), src_ids=all_nodes[:num_src],
+                        num_dst=num_dst) for p, c, num_dst, num_src in hops]
+        return blocks[::-1]
+
+    def _sample_hop(self, dst: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+        """CSC ``(indptr, chosen global ids)`` of one hop; hops after the first cost 2 rounds."""
+        if hop == 0:  # the seeds are owned here, on every worker: no worker takes part in a round
+            return self._sample_owned(dst, fanout, key, hop)
+        world = self.comm.world_size
+        owners = self.book.owner(dst)
+        positions = [np.flatnonzero(owners == p) for p in range(world)]
+        # Round (a): to every other owner, our key and the nodes we need sampled (nothing if none).
+        requests = [_request(key, dst[positions[p]]) if p != self.rank else _EMPTY for p in range(world)]
+        asked = self.comm.all_to_allv(requests, CATEGORY)
+        replies = []
+        for p in range(world):
+            msg = asked[p].cpu().numpy()
+            if p == self.rank or msg.shape[0] == 0:
+                replies.append(_EMPTY)
+                continue
+            offsets, chosen = self._sample_owned(msg[1:], fanout, int(msg[0]), hop)  # msg[0]: requester's key
+            replies.append(torch.from_numpy(np.concatenate([np.diff(offsets), chosen])))
+        # Round (b): per requested node its count, then all chosen neighbors (global ids).
+        answered = self.comm.all_to_allv(replies, CATEGORY)
+        counts, values = [], []
+        for p in range(world):
+            if p == self.rank:
+                offsets, chosen = self._sample_owned(dst[positions[p]], fanout, key, hop)
+                counts.append(np.diff(offsets))
+                values.append(chosen)
+            else:
+                msg = answered[p].cpu().numpy()
+                n = positions[p].shape[0]
+                counts.append(msg[:n])
+                values.append(msg[n:])
+        return _scatter_lists(np.concatenate(positions), np.concatenate(counts), np.concatenate(values), dst.shape[0])
+
+    def _sample_owned(self, nodes: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, chosen)`` of owned ``nodes`` (int64 global ids) under ``key``; see :func:`_sample_rows`."""
+        return _sample_rows(self.indptr, self.indices, self._lo, nodes, fanout, self.replace, key, hop)
+
+    def _check_same_fanouts(self) -> None:
+        """One "setup" round: owners sample on behalf of requesters with their own fanouts, so all must agree."""
+        digest = len(self.fanouts)
+        for f in (*self.fanouts, int(self.replace)):
+            digest = mix64_py(digest ^ f) >> 1  # 63 bits: fits in int64
+        t = torch.tensor([digest, -digest], dtype=torch.int64, device=self.comm.device)
+        # Collective: max of the digest and of its negation differ unless every worker has the same value.
+        self.comm.all_reduce_(t, dist.ReduceOp.MAX, "setup")
+        if t[0].item() != -t[1].item():  # host sync: needed for the check
+            raise ValueError(f"fanouts: expected the same fanouts and replace on every worker; they differ "
+                             f"(this worker: fanouts={list(self.fanouts)}, replace={self.replace})")
+
+
+class HybridSampler:
+    """Sampling in the hybrid layout: the whole topology on every worker, so no communication (0 rounds).
+
+    The same contract as :class:`VanillaSampler` (seeds owned by this worker; same key, same blocks),
+    so the trainer switches layouts by switching samplers.
+
+    Args:
+        graph: the full topology.
+        book: node ownership (seeds must lie in ``book.node_range(rank)``).
+        rank: this worker.
+        fanouts, replace: as for :class:`gnnscale.sampling.NeighborSampler`.
+    """
+
+    def __init__(self, graph: CSCGraph, book: PartitionBook, rank: int, fanouts: Sequence[int],
+                 replace: bool = False) -> None:
+        if not isinstance(book, PartitionBook):
+            raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
+        if book.num_nodes != graph.num_nodes:
+            raise ValueError(f"book: expected it to cover the graph's {graph.num_nodes} nodes, got {book.num_nodes}")
+        if not 0 <= rank < book.num_parts:
+            raise ValueError(f"rank: expected a part in [0, {book.num_parts}), got {rank}")
+        self.book = book
+        self.rank = rank
+        self.sampler = NeighborSampler(graph, fanouts, replace=replace)
+        self._lo, self._hi = book.node_range(rank)
+
+    def sample(self, seeds, key: int) -> list[Block]:
+        """Blocks in model order; no collective."""
+        _check_owned(check_seeds(seeds, self.book.num_nodes), self._lo, self._hi, self.rank)
+        return self.sampler.sample(seeds, key)
+
+
+_EMPTY = torch.empty(0, dtype=torch.int64)
+
+
+def _request(key: int, nodes: np.ndarray) -> torch.Tensor:
+    """int64 [1 + len(nodes)]: the key, then the nodes; empty when there is nothing to ask."""
+    if nodes.shape[0] == 0:
+        return _EMPTY
+    return torch.from_numpy(np.concatenate([np.array([key], dtype=np.int64), nodes]))
+
+
+def _relabel_all(chosen: np.ndarray, node_map: np.ndarray, nodes: np.ndarray, num_known: int) -> int:
+    """The fused sampler's relabel over all of ``chosen`` (in place; new nodes appended to ``nodes`` in
+    order of first appearance), so that blocks number their sources exactly as the fused sampler does."""
+    return int(_relabel(chosen, 0, chosen.shape[0], node_map, nodes, num_known))
+
+
+def _ensure_capacity(nodes: np.ndarray, num_known: int, needed: int) -> np.ndarray:
+    """``nodes``, or a larger copy holding its first ``num_known`` entries, with room for ``needed``."""
+    if nodes.shape[0] >= needed:
+        return nodes
+    grown = np.empty(max(2 * nodes.shape[0], needed), dtype=np.int64)
+    grown[:num_known] = nodes[:num_known]
+    return grown
+
+
+def _check_owned(seeds: np.ndarray, lo: int, hi: int, rank: int) -> np.ndarray:
+    foreign = seeds[(seeds < lo) | (seeds >= hi)]
+    if foreign.shape[0]:
+        shown = foreign[:10].tolist()
+        more = f" (and {foreign.shape[0] - 10} more)" if foreign.shape[0] > 10 else ""
+        raise ValueError(f"seeds: expected nodes owned by rank {rank}, ids in [{lo}, {hi}); got {shown}{more}")
+    return seeds
+
+
+def _check_key(key) -> int:
+    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+        raise TypeError(f"key: expected an int, got {type(key).__name__}")
+    if not 0 <= key < 2**63:
+        raise ValueError(f"key: expected an int in [0, 2**63), got {key!r}")
+    return int(key)

@@ -1,0 +1,212 @@
+"""Worker functions for tests/test_dist.py, run in spawned processes (one process group per run).
+
+Every worker function takes ``(rank, world_size, port)``, asserts inside, always closes its process
+group in a ``finally``, and returns a small picklable result. :func:`entry` reports the result or the
+traceback to the parent through a pipe; a failing worker also exits with code 1.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+from gnnscale.dist import (AgreementFailure, Comm, HybridSampler, PartitionedFeatureStore, PeerFailure,
+                           VanillaSampler, init_for_test, init_from_env, shutdown)
+from gnnscale.graph.csc import CSCGraph, csc_from_coo
+from gnnscale.partition.book import PartitionBook
+from gnnscale.sampling import Block, derive_key, sample_blocks
+
+NUM_NODES = 500
+FEATURE_DIM = 8
+PG_TIMEOUT_S = 20.0  # a hung peer fails a collective after this long (the default 120 s is too slow for tests)
+DEAD_RANK = 1
+
+
+def entry(fn, rank: int, world_size: int, port: int, conn) -> None:
+    """Process target: run ``fn`` and send ``("ok", result)`` or ``("error", traceback)`` to the parent."""
+    numba.set_num_threads(1)  # several workers share 2 cores
+    torch.set_num_threads(1)
+    try:
+        result = fn(rank, world_size, port)
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        conn.close()
+        raise
+    conn.send(("ok", result))
+    conn.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# data: the same graph, features and partition in every worker
+# ---------------------------------------------------------------------------------------------------
+
+
+def make_graph() -> CSCGraph:
+    """500 nodes, in-degrees 0..30 (mean ~15), 25 nodes without in-edges spread over all parts."""
+    rng = np.random.default_rng(2024)
+    degrees = rng.integers(0, 31, size=NUM_NODES)
+    degrees[rng.choice(NUM_NODES, 25, replace=False)] = 0
+    dst = np.repeat(np.arange(NUM_NODES), degrees)
+    src = rng.integers(0, NUM_NODES, size=dst.shape[0])
+    return csc_from_coo(src, dst, NUM_NODES)
+
+
+def make_features() -> np.ndarray:
+    return np.random.default_rng(7).standard_normal((NUM_NODES, FEATURE_DIM)).astype(np.float32)
+
+
+def make_book(world_size: int) -> PartitionBook:
+    """Contiguous, slightly uneven ranges of ids."""
+    return PartitionBook(offsets=np.linspace(0, NUM_NODES, world_size + 1).astype(np.int64))
+
+
+def part_rows(graph: CSCGraph, book: PartitionBook, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """The in-edges of the part's nodes: (indptr int64 [n_p + 1], indices with global ids)."""
+    lo, hi = book.node_range(rank)
+    start, stop = graph.indptr[lo], graph.indptr[hi]
+    return graph.indptr[lo : hi + 1] - start, graph.indices[start:stop]
+
+
+def assert_blocks_equal(got: list[Block], expected: list[Block]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.num_dst == e.num_dst
+        assert torch.equal(g.indptr, e.indptr)
+        assert torch.equal(g.indices, e.indices)
+        assert torch.equal(g.src_ids, e.src_ids)
+
+
+def add_stats(total: dict, snap: dict) -> dict:
+    for cat, counts in snap.items():
+        for name, value in counts.items():
+            total.setdefault(cat, {}).setdefault(name, 0)
+            total[cat][name] += value
+    return snap
+
+
+def only(snap: dict, category: str) -> dict:
+    """The counts of ``category``, after checking every other category is zero."""
+    for cat, counts in snap.items():
+        if cat != category:
+            assert not any(counts.values()), f"unexpected {cat} traffic: {counts}"
+    return snap[category]
+
+
+# ---------------------------------------------------------------------------------------------------
+# workers
+# ---------------------------------------------------------------------------------------------------
+
+
+def check_everything(rank: int, world_size: int, port: int) -> dict:
+    """Samplers, feature store and agree on one process group (joined through init_from_env).
+
+    Returns the run's total comm counts per category, for the parent's sent == received check.
+    """
+    environ = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "LOCAL_RANK": str(rank)}
+    ctx = init_from_env("gloo", timeout_s=PG_TIMEOUT_S, environ=environ)
+    try:
+        assert (ctx.rank, ctx.world_size, ctx.backend, ctx.device.type) == (rank, world_size, "gloo", "cpu")
+        comm = Comm(ctx)
+        total: dict = {}
+        check_samplers(comm, total)
+        check_feature_store(comm, total)
+        check_agree(comm, total)
+        return total
+    finally:
+        shutdown()
+
+
+def check_samplers(comm: Comm, total: dict) -> None:
+    rank, world_size = comm.rank, comm.world_size
+    graph, book = make_graph(), make_book(world_size)
+    lo, hi = book.node_range(rank)
+    indptr, indices = part_rows(graph, book, rank)
+    rng = np.random.default_rng(100 + rank)
+    for fanouts, replace in (((5, 3), False), ((4, 3, 2), False), ((3, 2), True)):
+        vanilla = VanillaSampler(book, rank, indptr, indices, fanouts, comm, replace=replace)
+        hybrid = HybridSampler(graph, book, rank, fanouts, replace=replace)
+        add_stats(total, comm.stats.snapshot_and_reset())  # the samplers' setup rounds
+        for step in range(2):
+            seeds = torch.from_numpy(rng.choice(np.arange(lo, hi), 10 + 5 * rank + step, replace=False))
+            key = derive_key(11, 0, step, rank)
+            expected = sample_blocks(graph, seeds, fanouts, key=key, replace=replace)
+
+            assert_blocks_equal(vanilla.sample(seeds, key), expected)
+            counts = only(add_stats(total, comm.stats.snapshot_and_reset()), "sample")
+            assert counts["rounds"] == 2 * (len(fanouts) - 1), counts
+            assert counts["calls"] == 4 * (len(fanouts) - 1), counts
+
+            assert_blocks_equal(hybrid.sample(seeds, key), expected)
+            assert not any(any(c.values()) for c in comm.stats.snapshot_and_reset().values())
+    foreign = torch.tensor([lo, (hi % NUM_NODES)])  # hi is the next part's first node (or node 0)
+    for sampler in (vanilla, hybrid):
+        with pytest.raises(ValueError, match=rf"seeds: expected nodes owned by rank {rank}.*\[{hi % NUM_NODES}\]"):
+            sampler.sample(foreign, 1)
+
+
+def check_feature_store(comm: Comm, total: dict) -> None:
+    rank, world_size = comm.rank, comm.world_size
+    full, book = make_features(), make_book(world_size)
+    lo, hi = book.node_range(rank)
+    rng = np.random.default_rng(200 + rank)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "features.npy"
+        np.save(path, full[lo:hi])
+        for local in (np.load(path, mmap_mode="r"), torch.from_numpy(full[lo:hi].copy())):
+            store = PartitionedFeatureStore(book, rank, local, comm)
+            add_stats(total, comm.stats.snapshot_and_reset())
+            cases = {
+                "across owners": rng.choice(NUM_NODES, 60 + rank, replace=False),
+                "all local": rng.choice(np.arange(lo, hi), 20, replace=False),
+                "repeats, none on rank 0": rng.integers(0, NUM_NODES, size=0 if rank == 0 else 40),
+            }
+            for name, ids in cases.items():
+                got = store.gather(torch.from_numpy(ids))
+                torch.testing.assert_close(got, torch.from_numpy(full[ids]), rtol=0, atol=0, msg=name)
+                counts = only(add_stats(total, comm.stats.snapshot_and_reset()), "feature")
+                assert (counts["rounds"], counts["calls"]) == (2, 4), (name, counts)
+                size_bytes = 2 * 8 * (world_size - 1)  # two size exchanges, one int64 per peer
+                if name == "all local":  # every worker asks only itself: sizes travel, no payload
+                    assert counts["bytes_sent"] == counts["bytes_received"] == size_bytes, counts
+                if name == "across owners":
+                    assert counts["bytes_sent"] > size_bytes and counts["bytes_received"] > size_bytes, counts
+
+
+def check_agree(comm: Comm, total: dict) -> None:
+    comm.agree(True, "")
+    failing = comm.world_size - 1
+    ok = comm.rank != failing
+    message = "" if ok else f"part {failing}: features.npy sha256 mismatch (corrupt partition file)"
+    expected = rf"rank {failing} of {comm.world_size} failed \(setup\): rank {failing}: part {failing}: features.npy"
+    with pytest.raises(AgreementFailure, match=expected) as info:
+        comm.agree(ok, message)
+    assert list(info.value.failures) == [failing]
+    counts = only(add_stats(total, comm.stats.snapshot_and_reset()), "setup")
+    assert counts["rounds"] == 2
+
+
+def die_before_collective(rank: int, world_size: int, port: int) -> dict:
+    """Rank DEAD_RANK exits right before a feature fetch; the others must raise PeerFailure."""
+    ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
+    try:
+        comm = Comm(ctx)
+        book = make_book(world_size)
+        lo, hi = book.node_range(rank)
+        store = PartitionedFeatureStore(book, rank, make_features()[lo:hi], comm)  # a setup round: all are up
+        if rank == DEAD_RANK:
+            os._exit(1)
+        start = time.monotonic()
+        with pytest.raises(PeerFailure) as info:
+            store.gather(torch.arange(NUM_NODES))
+        return {"elapsed_s": time.monotonic() - start, "message": str(info.value)}
+    finally:
+        shutdown()
