@@ -1,4 +1,4 @@
-"""Command line: ``gnnscale train | info`` (also ``python -m gnnscale``)."""
+"""Command line: ``gnnscale train | partition | info`` (also ``python -m gnnscale``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
+from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.run import run_training
 
@@ -66,7 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes")
     add_dataset_args(i)
+
+    add_partition_parser(sub)
     return parser
+
+
+def add_partition_parser(sub) -> None:
+    p = sub.add_parser("partition", help="split a dataset into parts and write a partition directory")
+    add_dataset_args(p)
+    p.add_argument("--parts", type=int, required=True, help="number of parts (workers)")
+    p.add_argument("--method", default="metis", help=f"one of {', '.join(METHODS)} (default metis)")
+    p.add_argument("--out", required=True, help="the partition directory to write")
+    p.add_argument("--seed", type=int, default=0, help="seed of METIS / the random assignment")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
 
 
 def fanouts_for(args) -> tuple[int, ...]:
@@ -100,10 +113,17 @@ def cmd_info(args) -> None:
     print(json.dumps(dataset.summary(), indent=2))
 
 
+def cmd_partition(args) -> None:
+    dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
+    summary = write_partition_dir(dataset, args.parts, args.method, args.out, args.seed, overwrite=args.overwrite)
+    print(summary.describe())
+    print(f"wrote {args.out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"train": cmd_train, "info": cmd_info}[args.command](args)
+        {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
     except (ValueError, TypeError) as err:
         # Bad input: one clear line, no traceback, non-zero exit.
         print(f"gnnscale {args.command}: error: {err}", file=sys.stderr)

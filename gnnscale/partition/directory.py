@@ -1,0 +1,410 @@
+"""The partition directory: written once by ``gnnscale partition``, read by every worker.
+
+Layout (node ids are the relabelled ones: part ``p`` owns ``[offsets[p], offsets[p + 1])``)::
+
+    manifest.json             format_version, kind "partition", dataset, num_parts, method, seed,
+                              num_nodes, num_edges, feature_dim, num_classes, offsets, edge_cut,
+                              edge_cut_fraction, nodes/edges/train_nodes per part, balance,
+                              split_sizes {train_idx|val_idx|test_idx: count per part},
+                              files {relative path: sha256 hex} for every other file
+    new_to_old.npy            int64 [num_nodes], original id of each node
+    topology/indptr.npy       int64 [num_nodes + 1]     the whole relabelled graph (hybrid layout)
+    topology/indices.npy      int32|int64 [num_edges]
+    part<p>/features.npy      float32 [n_p, feature_dim], row i is node offsets[p] + i
+    part<p>/labels.npy        int64 [n_p]
+    part<p>/train_idx.npy     int64, global ids owned by p, sorted (also val_idx.npy, test_idx.npy)
+    part<p>/indptr.npy        int64 [n_p + 1]           in-edges of p's nodes (vanilla layout): the
+    part<p>/indices.npy       int32|int64 [e_p]         topology's rows offsets[p]..offsets[p+1], same order
+
+Writes are atomic (a hidden staging sibling, fsync, one rename, as in :mod:`gnnscale.graph.storage`);
+``manifest.json`` is the last file written, so a staging directory left by a killed run has none and
+is never loaded. Loads verify every file they read against its sha256 in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.storage import _flush_to_disk, _fsync_directory, _move_into_place, _staging_directory
+from gnnscale.partition.assign import assign_parts
+from gnnscale.partition.book import PartitionBook
+from gnnscale.partition.relabel import PartitionSummary, Relabeling, relabel, summarize
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+LAYOUTS: tuple[str, ...] = ("hybrid", "vanilla")
+SPLITS = ("train_idx", "val_idx", "test_idx")
+# Read and write in 8 MiB pieces: large enough for sha256 and the disk to run at full speed, small
+# enough that gathering one piece of a memory-mapped feature matrix stays cheap.
+CHUNK_BYTES = 8 << 20
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_dir: str | Path, seed: int = 0, *,
+                        overwrite: bool = False) -> PartitionSummary:
+    """Partition ``dataset`` and write the partition directory atomically.
+
+    Args:
+        dataset: the dataset; its features may be memory-mapped (they are gathered part by part, in
+            chunks, never copied whole).
+        num_parts: number of parts, in [1, num_nodes].
+        method: ``"metis"`` or ``"random"`` (:func:`assign_parts`).
+        out_dir: target directory; its parent must exist.
+        seed: seed of the assignment.
+        overwrite: replace an existing directory (else an existing one is a ValueError).
+
+    Returns the cut and balance of the partition (also stored in the manifest).
+    """
+    if not isinstance(dataset, NodeDataset):
+        raise TypeError(f"dataset: expected a NodeDataset, got {type(dataset).__name__}")
+    out_dir = Path(out_dir)
+    # Checked before partitioning: METIS on a large graph takes minutes.
+    if out_dir.exists() and not overwrite:
+        raise ValueError(f"out_dir: {out_dir} already exists; pass overwrite=True to replace it")
+    if not out_dir.parent.is_dir():
+        raise ValueError(f"out_dir: parent folder {out_dir.parent} does not exist")
+    part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed)
+    relabeling = relabel(dataset.graph, part, num_parts)
+    del part
+    splits = {name: relabeling.map_ids(getattr(dataset, name)) for name in SPLITS}
+    summary = summarize(relabeling, splits["train_idx"], method)
+    manifest = {
+        "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name, "num_parts": int(num_parts),
+        "method": method, "seed": int(seed), "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges,
+        "feature_dim": dataset.feature_dim, "num_classes": dataset.num_classes,
+        "offsets": relabeling.book.offsets.tolist(), **summary.to_dict(),
+        "split_sizes": {name: np.diff(np.searchsorted(ids, relabeling.book.offsets)).tolist()
+                        for name, ids in splits.items()},
+    }
+    with _staging_directory(out_dir) as tmp:
+        manifest["files"] = _write_files(tmp, dataset, relabeling, splits)
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            _flush_to_disk(f)
+        _fsync_directory(tmp)
+        _move_into_place(tmp, out_dir)
+    return summary
+
+
+def _write_files(root: Path, dataset: NodeDataset, relabeling: Relabeling,
+                 splits: dict[str, np.ndarray]) -> dict[str, str]:
+    """Write every array file under ``root``; returns {relative path: sha256 hex}."""
+    graph, new_to_old = relabeling.graph, relabeling.new_to_old
+    files = {
+        "new_to_old.npy": _write_npy(root / "new_to_old.npy", new_to_old),
+    }
+    (root / "topology").mkdir()
+    for name in ("indptr", "indices"):
+        files[f"topology/{name}.npy"] = _write_npy(root / "topology" / f"{name}.npy", getattr(graph, name))
+    _fsync_directory(root / "topology")
+    for p in range(relabeling.book.num_parts):
+        lo, hi = relabeling.book.node_range(p)
+        folder = root / f"part{p}"
+        folder.mkdir()
+        rows = new_to_old[lo:hi]
+        arrays = {
+            "features": _Gathered(dataset.features, rows),
+            "labels": np.asarray(dataset.labels)[rows],
+            **{name: ids[np.searchsorted(ids, lo):np.searchsorted(ids, hi)] for name, ids in splits.items()},
+            "indptr": graph.indptr[lo:hi + 1] - graph.indptr[lo],
+            "indices": graph.indices[graph.indptr[lo]:graph.indptr[hi]],
+        }
+        for name, arr in arrays.items():
+            files[f"part{p}/{name}.npy"] = _write_npy(folder / f"{name}.npy", arr)
+        _fsync_directory(folder)
+    return files
+
+
+@dataclass(frozen=True, slots=True)
+class _Gathered:
+    """``source[rows]`` without materialising it: rows are gathered chunk by chunk as they are written."""
+
+    source: np.ndarray  # [num_nodes, ...], may be memory-mapped
+    rows: np.ndarray  # int64 [n], rows of source, in output order
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.rows.shape[0], *self.source.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.source.dtype
+
+    def chunks(self, rows_per_chunk: int) -> Iterator[np.ndarray]:
+        for start in range(0, self.rows.shape[0], rows_per_chunk):
+            yield self.source[self.rows[start:start + rows_per_chunk]]
+
+
+def _write_npy(path: Path, array: np.ndarray | _Gathered) -> str:
+    """Write ``array`` as a .npy file (same bytes as ``np.save``), fsync it, return its sha256 hex.
+
+    Hashing the bytes as they are written spares reading the file back.
+    """
+    shape, dtype = tuple(array.shape), np.dtype(array.dtype)
+    row_bytes = max(int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize, 1)
+    rows_per_chunk = max(CHUNK_BYTES // row_bytes, 1)
+    if isinstance(array, _Gathered):
+        chunks: Iterable[np.ndarray] = array.chunks(rows_per_chunk)
+    else:
+        chunks = (array[s:s + rows_per_chunk] for s in range(0, shape[0], rows_per_chunk))
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for piece in (header.getbuffer(), *(memoryview(np.ascontiguousarray(c, dtype=dtype)) for c in chunks)):
+            digest.update(piece)
+            f.write(piece)
+        _flush_to_disk(f)
+    return digest.hexdigest()
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartRows:
+    """One part's rows of the relabelled CSC graph (vanilla layout).
+
+    Args:
+        local_indptr: int64 [n_p + 1], starts at 0; the in-edges of global node ``v`` are
+            ``local_indices[local_indptr[v - node_offset]:local_indptr[v - node_offset + 1]]``.
+        local_indices: int32 | int64 [e_p], GLOBAL source ids in [0, num_nodes), each row sorted.
+        node_offset: first global id of the part (``book.offsets[part]``).
+        num_nodes: nodes of the whole graph.
+    """
+
+    local_indptr: np.ndarray
+    local_indices: np.ndarray
+    node_offset: int
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        if self.local_indptr.ndim != 1 or self.local_indptr.dtype != np.int64 or self.local_indptr.shape[0] < 1:
+            raise TypeError(f"local_indptr: expected a non-empty 1-D int64 array, got {self.local_indptr.dtype} "
+                            f"{self.local_indptr.shape}")
+        if self.local_indices.ndim != 1 or self.local_indices.dtype not in (np.int32, np.int64):
+            raise TypeError(f"local_indices: expected a 1-D int32/int64 array, got {self.local_indices.dtype}")
+        if self.local_indptr[0] != 0 or self.local_indptr[-1] != self.local_indices.shape[0]:
+            raise ValueError(f"local_indptr: expected to run from 0 to len(local_indices) = "
+                             f"{self.local_indices.shape[0]}, got {self.local_indptr[0]}..{self.local_indptr[-1]}")
+
+    @property
+    def num_local_nodes(self) -> int:
+        return int(self.local_indptr.shape[0] - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalPartition:
+    """What one worker loads from a partition directory.
+
+    Args:
+        dataset_name: name of the partitioned dataset.
+        book: node ranges of all parts (global ids are the relabelled ones).
+        part: this worker's part, in [0, num_parts).
+        layout: ``"hybrid"`` (topology is the whole graph) or ``"vanilla"`` (only this part's rows).
+        topology: hybrid: the whole relabelled :class:`CSCGraph`; vanilla: :class:`PartRows`. Memory-mapped.
+        features: float32 [n_p, feature_dim], memory-mapped; row i is global node ``node_offset + i``.
+        labels: int64 [n_p], same rows.
+        train_idx, val_idx, test_idx: int64, GLOBAL ids owned by this part, sorted.
+        num_classes: number of classes.
+    """
+
+    dataset_name: str
+    book: PartitionBook
+    part: int
+    layout: str
+    topology: CSCGraph | PartRows
+    features: np.ndarray
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.part < self.book.num_parts:
+            raise ValueError(f"part: expected an int in [0, {self.book.num_parts}), got {self.part}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        expected = CSCGraph if self.layout == "hybrid" else PartRows
+        if not isinstance(self.topology, expected):
+            raise TypeError(f"topology: layout {self.layout!r} needs a {expected.__name__}, "
+                            f"got {type(self.topology).__name__}")
+        n_p = self.num_local_nodes
+        if self.features.ndim != 2 or self.features.shape[0] != n_p or self.labels.shape != (n_p,):
+            raise ValueError(f"features, labels: expected {n_p} rows (the part's node count), got "
+                             f"{self.features.shape} and {self.labels.shape}")
+
+    @property
+    def num_parts(self) -> int:
+        return self.book.num_parts
+
+    @property
+    def node_offset(self) -> int:
+        return int(self.book.offsets[self.part])
+
+    @property
+    def num_local_nodes(self) -> int:
+        lo, hi = self.book.node_range(self.part)
+        return hi - lo
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.features.shape[1])
+
+
+def load_partition(directory: str | Path, part: int, layout: str = "hybrid", *, verify: bool = True) -> LocalPartition:
+    """Load part ``part`` of a directory written by :func:`write_partition_dir`, memory-mapped.
+
+    Args:
+        directory: the partition directory.
+        part: which part, in [0, num_parts).
+        layout: ``"hybrid"`` (read the whole topology) or ``"vanilla"`` (read this part's rows only).
+        verify: check the sha256 of every file read against the manifest (default True; streams each
+            file once).
+
+    Raises ValueError naming the path when the manifest or a file is missing, a file is corrupt
+    (checksum mismatch) or disagrees with the manifest's counts; and for a wrong format_version,
+    ``part`` out of range or an unknown ``layout``.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    num_parts = manifest["num_parts"]
+    if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < num_parts:
+        raise ValueError(f"part: expected an int in [0, num_parts = {num_parts}), got {part!r}")
+    book = PartitionBook(offsets=np.asarray(manifest["offsets"], dtype=np.int64))
+    lo, hi = book.node_range(part)
+    n, n_p, d = manifest["num_nodes"], hi - lo, manifest["feature_dim"]
+    reader = _Reader(directory, manifest["files"], verify)
+    local = reader.array(f"part{part}/features.npy", np.float32, (n_p, d))
+    labels = reader.array(f"part{part}/labels.npy", np.int64, (n_p,))
+    splits = {name: reader.ids(f"part{part}/{name}.npy", lo, hi, manifest["split_sizes"][name][part])
+              for name in SPLITS}
+    if layout == "hybrid":
+        indptr = reader.array("topology/indptr.npy", np.int64, (n + 1,))
+        indices = reader.array("topology/indices.npy", None, (manifest["num_edges"],))
+        topology: CSCGraph | PartRows = _checked(directory, lambda: CSCGraph(indptr=indptr, indices=indices,
+                                                                               num_nodes=n))
+    else:
+        local_indptr = reader.array(f"part{part}/indptr.npy", np.int64, (n_p + 1,))
+        local_indices = reader.array(f"part{part}/indices.npy", None, (manifest["edges"][part],))
+        topology = _checked(directory, lambda: PartRows(local_indptr=local_indptr, local_indices=local_indices,
+                                                        node_offset=lo, num_nodes=n))
+    return LocalPartition(dataset_name=str(manifest["dataset"]), book=book, part=int(part), layout=layout,
+                          topology=topology, features=local, labels=labels, num_classes=manifest["num_classes"],
+                          **splits)
+
+
+def _checked(directory: Path, build):
+    try:
+        return build()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{directory}: the topology files do not form a valid graph: {exc}") from exc
+
+
+_REQUIRED_INTS = ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes")
+
+
+def read_manifest(directory: str | Path) -> dict:
+    """The parsed ``manifest.json`` of a partition directory, its structure checked (files not read)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"directory: expected a partition directory written by write_partition_dir, got {directory}")
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise ValueError(f"{path}: missing {MANIFEST} (not a partition directory, or an unfinished write)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: corrupt {MANIFEST}: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: expected format_version {FORMAT_VERSION}, got {manifest.get('format_version')!r}")
+    if manifest.get("kind") != "partition":
+        raise ValueError(f"{path}: expected kind 'partition', got {manifest.get('kind')!r}")
+    for key in _REQUIRED_INTS:
+        value = manifest.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{path}: {key} must be a non-negative int, got {value!r}")
+    k = manifest["num_parts"]
+    for key in ("offsets", "edges"):
+        value = manifest.get(key)
+        length = k + 1 if key == "offsets" else k
+        if not isinstance(value, list) or len(value) != length or not all(isinstance(x, int) for x in value):
+            raise ValueError(f"{path}: {key} must be a list of {length} ints, got {value!r}")
+    sizes = manifest.get("split_sizes")
+    if not isinstance(sizes, dict) or any(
+            not isinstance(sizes.get(name), list) or len(sizes[name]) != k
+            or not all(isinstance(x, int) and x >= 0 for x in sizes[name]) for name in SPLITS):
+        raise ValueError(f"{path}: split_sizes must map each of {', '.join(SPLITS)} to {k} counts, got {sizes!r}")
+    if manifest["offsets"][0] != 0 or manifest["offsets"][-1] != manifest["num_nodes"] \
+            or any(b < a for a, b in zip(manifest["offsets"], manifest["offsets"][1:])):
+        raise ValueError(f"{path}: offsets must rise from 0 to num_nodes, got {manifest['offsets']}")
+    if not isinstance(manifest.get("files"), dict):
+        raise ValueError(f"{path}: missing or malformed 'files' (expected {{relative path: sha256}})")
+    return manifest
+
+
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    """Opens the files of one partition directory: presence, checksum, dtype and shape checked."""
+
+    directory: Path
+    checksums: dict
+    verify: bool
+
+    def array(self, rel: str, dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """Memory-mapped array at ``rel``; ``dtype`` None accepts int32 or int64 (graph indices)."""
+        path = self.directory / rel
+        if not path.is_file():
+            raise ValueError(f"{path}: missing file (the partition directory is incomplete)")
+        expected = self.checksums.get(rel)
+        if not isinstance(expected, str):
+            raise ValueError(f"{self.directory / MANIFEST}: no sha256 recorded for {rel}")
+        if self.verify:
+            got = sha256_file(path)
+            if got != expected:
+                raise ValueError(f"{path}: file is corrupt (sha256 {got[:16]}... does not match the "
+                                 f"manifest's {expected[:16]}...)")
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ValueError(f"{path}: unreadable or truncated .npy file: {exc}") from exc
+        allowed = (np.dtype(np.int32), np.dtype(np.int64)) if dtype is None else (np.dtype(dtype),)
+        if arr.dtype not in allowed or arr.shape != shape:
+            raise ValueError(f"{path}: expected dtype {'/'.join(str(a) for a in allowed)} and shape {list(shape)} "
+                             f"from {MANIFEST}, got {arr.dtype} {list(arr.shape)}")
+        return arr
+
+    def ids(self, rel: str, lo: int, hi: int, size: int) -> np.ndarray:
+        """A split file: ``size`` int64 ids, sorted, inside the part's range [lo, hi)."""
+        arr = self.array(rel, np.int64, (size,))
+        if arr.size and (arr[0] < lo or arr[-1] >= hi or np.any(arr[1:] <= arr[:-1])):
+            raise ValueError(f"{self.directory / rel}: expected sorted unique ids in the part's range [{lo}, {hi})")
+        return arr
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 hex digest of a file, read in CHUNK_BYTES pieces into one reused buffer."""
+    digest = hashlib.sha256()
+    buffer = bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    with open(path, "rb") as f:
+        while (size := f.readinto(buffer)) > 0:
+            digest.update(view[:size])
+    return digest.hexdigest()

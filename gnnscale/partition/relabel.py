@@ -1,0 +1,168 @@
+"""New node ids that give every part one contiguous range, and the cut/balance numbers of a partition.
+
+After relabelling, ownership is a range check (:class:`PartitionBook`) and a part's local id is its
+global id minus the part's offset: no lookup tables on the workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from gnnscale.graph.csc import CSCGraph, index_dtype
+from gnnscale.partition.book import PartitionBook
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Relabeling:
+    """A graph with its nodes renumbered part by part.
+
+    Args:
+        graph: the relabelled topology. Node ``v`` (new id) is old node ``new_to_old[v]``; its in-edges
+            are the old node's in-edges, source ids mapped to new ids and sorted increasingly (see
+            :func:`relabel`).
+        new_to_old: int64 [num_nodes], old id of each new id.
+        old_to_new: int64 [num_nodes], the inverse permutation.
+        book: part ``p`` owns new ids ``[book.offsets[p], book.offsets[p + 1])``.
+    """
+
+    graph: CSCGraph
+    new_to_old: np.ndarray
+    old_to_new: np.ndarray
+    book: PartitionBook
+
+    def map_ids(self, old_ids: np.ndarray) -> np.ndarray:
+        """int64: new ids of ``old_ids``, sorted (split indices are sorted sets)."""
+        return np.sort(self.old_to_new[np.asarray(old_ids, dtype=np.int64)])
+
+
+def relabel(graph: CSCGraph, part: np.ndarray, num_parts: int) -> Relabeling:
+    """Renumber nodes by ``(part, old id)``: part 0's nodes first, each part in old-id order.
+
+    The in-edges of every node are re-sorted by new source id. Row order in the input therefore does
+    not matter: the result depends only on the edge multiset and ``part``, so every worker and every
+    layout built from it agree, and each row lists the sources of one part contiguously (local
+    neighbors of a part are adjacent in memory).
+
+    Args:
+        graph: the topology.
+        part: int [num_nodes], part of each node, in [0, num_parts).
+        num_parts: number of parts (parts may be empty).
+    """
+    n = graph.num_nodes
+    part = np.asarray(part)
+    if part.shape != (n,) or not np.issubdtype(part.dtype, np.integer):
+        raise ValueError(f"part: expected an integer array of shape [{n}], got {part.dtype} {part.shape}")
+    if n and (part.min() < 0 or part.max() >= num_parts):
+        raise ValueError(f"part: expected values in [0, num_parts = {num_parts}), got range "
+                         f"[{part.min()}, {part.max()}]")
+    new_to_old = np.argsort(part, kind="stable").astype(np.int64, copy=False)
+    old_to_new = np.empty(n, dtype=np.int64)
+    old_to_new[new_to_old] = np.arange(n, dtype=np.int64)
+    offsets = np.zeros(num_parts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(part, minlength=num_parts), out=offsets[1:])
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.diff(graph.indptr)[new_to_old], out=new_indptr[1:])
+    new_indices = np.empty(graph.num_edges, dtype=index_dtype(n))
+    _relabel_rows(graph.indptr, graph.indices, new_to_old, old_to_new, new_indptr, new_indices)
+    new_graph = CSCGraph(indptr=new_indptr, indices=new_indices, num_nodes=n)
+    return Relabeling(graph=new_graph, new_to_old=new_to_old, old_to_new=old_to_new,
+                      book=PartitionBook(offsets=offsets))
+
+
+@numba.njit(parallel=True, cache=True)
+def _relabel_rows(indptr, indices, new_to_old, old_to_new, new_indptr, out):
+    for v in numba.prange(new_to_old.shape[0]):
+        start = indptr[new_to_old[v]]
+        t = new_indptr[v]
+        d = new_indptr[v + 1] - t
+        for j in range(d):
+            out[t + j] = old_to_new[indices[start + j]]
+        out[t:t + d].sort()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionSummary:
+    """Edge cut and per-part sizes of a partition.
+
+    Args:
+        method: how the parts were assigned (``"metis"`` or ``"random"``).
+        num_edges: edges of the (directed) graph.
+        edge_cut: edges whose source and destination lie in different parts.
+        nodes: per part, the nodes it owns.
+        edges: per part, the in-edges of its nodes (what it stores in the vanilla layout).
+        train_nodes: per part, its training nodes.
+    """
+
+    method: str
+    num_edges: int
+    edge_cut: int
+    nodes: tuple[int, ...]
+    edges: tuple[int, ...]
+    train_nodes: tuple[int, ...]
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def edge_cut_fraction(self) -> float:
+        return self.edge_cut / self.num_edges if self.num_edges else 0.0
+
+    @property
+    def node_balance(self) -> float:
+        return _balance(self.nodes)
+
+    @property
+    def edge_balance(self) -> float:
+        return _balance(self.edges)
+
+    @property
+    def train_balance(self) -> float:
+        return _balance(self.train_nodes)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (the manifest's ``summary``)."""
+        return {
+            "method": self.method, "num_parts": self.num_parts, "num_edges": self.num_edges,
+            "edge_cut": self.edge_cut, "edge_cut_fraction": self.edge_cut_fraction,
+            "nodes": list(self.nodes), "edges": list(self.edges), "train_nodes": list(self.train_nodes),
+            "balance": {"nodes": self.node_balance, "edges": self.edge_balance, "train_nodes": self.train_balance},
+        }
+
+    def describe(self) -> str:
+        """Two human-readable lines: cut, then balance (max/mean; 1.0 is perfect)."""
+        return (f"{self.method}, {self.num_parts} parts: edge cut {self.edge_cut:,} of {self.num_edges:,} edges "
+                f"({self.edge_cut_fraction:.2%})\n"
+                f"balance (max/mean): nodes {self.node_balance:.4f}, in-edges {self.edge_balance:.4f}, "
+                f"training nodes {self.train_balance:.4f}")
+
+
+def _balance(counts: tuple[int, ...]) -> float:
+    """max / mean of the per-part counts (1.0 = perfectly even; 1.0 when all are zero)."""
+    total = sum(counts)
+    return max(counts) * len(counts) / total if total else 1.0
+
+
+def summarize(relabeling: Relabeling, train_idx: np.ndarray, method: str) -> PartitionSummary:
+    """Cut and sizes of a relabelled partition.
+
+    Args:
+        relabeling: from :func:`relabel`.
+        train_idx: int64, training nodes as NEW ids, sorted.
+        method: recorded as is.
+    """
+    graph, offsets = relabeling.graph, relabeling.book.offsets
+    cut = 0
+    for p in range(relabeling.book.num_parts):
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        # Sources of the in-edges of part p's nodes (one contiguous slice): cut when outside [lo, hi).
+        sources = graph.indices[graph.indptr[lo]:graph.indptr[hi]]
+        cut += int(np.count_nonzero((sources < lo) | (sources >= hi)))
+    edges = np.diff(graph.indptr[offsets])
+    train = np.diff(np.searchsorted(train_idx, offsets))
+    return PartitionSummary(method=method, num_edges=graph.num_edges, edge_cut=cut,
+                            nodes=tuple(int(x) for x in np.diff(offsets)), edges=tuple(int(x) for x in edges),
+                            train_nodes=tuple(int(x) for x in train))
