@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
+from gnnscale.dist.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.distributed import run_distributed_training
 from gnnscale.train.run import run_training
 
 
@@ -64,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    t.add_argument("--partitions", default=None,
+                   help="distributed: a directory from `gnnscale partition`; launch one worker per part with torchrun")
+    t.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"),
+                   help="distributed: hybrid (topology replicated, 2 rounds/iteration) or vanilla (2L rounds)")
+    t.add_argument("--timeout", type=float, default=120.0,
+                   help="distributed: seconds a worker waits for its peers before stopping with an error")
 
     i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes")
     add_dataset_args(i)
@@ -92,16 +101,26 @@ def fanouts_for(args) -> tuple[int, ...]:
 
 
 def cmd_train(args) -> None:
-    dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
     fanouts = fanouts_for(args)
     train_cfg = TrainConfig(fanouts=fanouts, eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
                             epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                             threads=args.threads, sampler=args.sampler, replace=args.replace)
-    model_cfg = ModelConfig(name=args.model, in_dim=dataset.feature_dim, hidden_dim=args.hidden,
-                            num_classes=dataset.num_classes, num_layers=len(fanouts), dropout=args.dropout,
-                            input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
-    report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
-                          checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet)
+    model_options = dict(name=args.model, hidden_dim=args.hidden, dropout=args.dropout,
+                         input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
+    if args.partitions is not None:
+        if args.checkpoint is not None:
+            raise ValueError("checkpoint: not supported with --partitions yet")
+        report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
+                                          metrics_out=args.metrics_out, progress=not args.quiet,
+                                          timeout_s=args.timeout)
+    else:
+        dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
+        model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=dataset.num_classes, num_layers=len(fanouts),
+                                **model_options)
+        report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
+                              checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet)
+    if args.partitions is not None and os.environ.get("RANK", "0") != "0":
+        return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]
     print(f"final: test accuracy {report.final_test_acc:.4f} (epoch {last['epoch']}); "
           f"best validation {report.best_val_acc:.4f} at epoch {report.best_epoch} "
@@ -126,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
     except (ValueError, TypeError) as err:
         # Bad input: one clear line, no traceback, non-zero exit.
-        print(f"gnnscale {args.command}: error: {err}", file=sys.stderr)
+        sys.stderr.write(f"gnnscale {args.command}: error: {err}\n")  # one write: workers share a terminal
         return 2
+    except (PeerFailure, AgreementFailure) as err:
+        # A distributed peer failed: say which and why, and stop this worker too.
+        sys.stderr.write(f"gnnscale {args.command}: stopped: {err}\n")
+        return 1
     return 0
 
 

@@ -69,7 +69,7 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
     # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
     torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
     batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
-    loss_sum = torch.zeros(())
+    loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
     edges = 0
     for step, seeds in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not progress)):
@@ -86,7 +86,7 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
             optimizer.step()
         edges += sum(b.num_edges for b in blocks)
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach() * seeds.numel()
+        loss_sum += loss.detach().double() * seeds.numel()
         correct += (logits.detach().argmax(1) == y).sum()
     n = data.train_idx.numel()
     return float(loss_sum) / n, float(correct) / n, edges, len(batches)
