@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    t.add_argument("--no-eval", action="store_true", help="skip validation/test accuracy (timing runs)")
     t.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition`; launch one worker per part with torchrun")
     t.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"),
@@ -104,7 +105,8 @@ def cmd_train(args) -> None:
     fanouts = fanouts_for(args)
     train_cfg = TrainConfig(fanouts=fanouts, eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
                             epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                            threads=args.threads, sampler=args.sampler, replace=args.replace)
+                            threads=args.threads, sampler=args.sampler, replace=args.replace,
+                            evaluate=not args.no_eval)
     model_options = dict(name=args.model, hidden_dim=args.hidden, dropout=args.dropout,
                          input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
     if args.partitions is not None:

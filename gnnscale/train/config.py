@@ -22,6 +22,8 @@ class TrainConfig:
         threads: CPU threads for the sampling kernel and for torch.
         sampler: ``"fused"`` or ``"two_step"`` (the reference, for comparisons).
         replace: sample neighbors with replacement.
+        evaluate: measure validation and test accuracy after every epoch (False: reported as NaN;
+            for timing runs on graphs whose test split is large).
     """
 
     fanouts: tuple[int, ...] = (10, 5)
@@ -35,6 +37,7 @@ class TrainConfig:
     threads: int = 2
     sampler: str = "fused"
     replace: bool = False
+    evaluate: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))

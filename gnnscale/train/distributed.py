@@ -227,8 +227,10 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
             timer = PhaseTimer()
             with timer.phase("epoch"):
                 sums = train_epoch(model, optimizer, worker, cfg, epoch, num_batches, timer, lead)
-            val_acc = evaluate(model, worker, part.val_idx, cfg.eval_batch_size, cfg.seed)
-            test_acc = evaluate(model, worker, part.test_idx, cfg.eval_batch_size, cfg.seed)
+            val_acc = test_acc = float("nan")
+            if cfg.evaluate:
+                val_acc = evaluate(model, worker, part.val_idx, cfg.eval_batch_size, cfg.seed)
+                test_acc = evaluate(model, worker, part.test_idx, cfg.eval_batch_size, cfg.seed)
             history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
             if lead:
                 print_epoch(history[-1])

@@ -117,8 +117,10 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
         with timer.phase("epoch"):
             loss, train_acc, edges, num_batches = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
                                                               timer, progress)
-        val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed)
-        test_acc = evaluate(model, eval_sampler, data, data.test_idx, cfg.eval_batch_size, cfg.seed)
+        val_acc = test_acc = float("nan")
+        if cfg.evaluate:
+            val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed)
+            test_acc = evaluate(model, eval_sampler, data, data.test_idx, cfg.eval_batch_size, cfg.seed)
         metrics = EpochMetrics(
             epoch=epoch, sample_s=timer.seconds.get("sample", 0.0), gather_s=timer.seconds.get("gather", 0.0),
             forward_backward_s=timer.seconds.get("forward_backward", 0.0), epoch_s=timer.seconds["epoch"],
