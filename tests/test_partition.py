@@ -303,15 +303,16 @@ def test_bad_load_arguments(written, tmp_path):
 def test_existing_directory_needs_overwrite(ds, written, tmp_path):
     with pytest.raises(ValueError, match="out_dir: .* already exists"):
         write_partition_dir(ds, 2, "random", written)
-    with pytest.raises(ValueError, match="out_dir: parent folder"):
-        write_partition_dir(ds, 2, "random", tmp_path / "a" / "b")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="out_dir: .* is a file, not a folder"):
+        write_partition_dir(ds, 2, "random", tmp_path / "file" / "b")
     with pytest.raises(ValueError, match="method"):
         write_partition_dir(ds, 2, "spectral", tmp_path / "c")
     assert not (tmp_path / "c").exists()
     copy = Path(shutil.copytree(written, tmp_path / "copy"))
     write_partition_dir(ds, 2, "random", copy, overwrite=True)
     assert read_manifest(copy)["num_parts"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"], "staging or old directories left behind"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "file"], "staging or old directories left behind"
 
 
 def test_killed_write_is_never_taken_for_a_partition(tmp_path):

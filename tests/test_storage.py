@@ -174,7 +174,10 @@ def test_graph_round_trip(tmp_path, ds, saved):
 def test_bad_arguments(tmp_path, ds):
     with pytest.raises(ValueError, match="directory"):
         load_dataset_dir(tmp_path / "absent")
-    with pytest.raises(ValueError, match="parent folder"):
-        save_dataset(ds, tmp_path / "a" / "b")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="directory: .* is a file, not a folder"):
+        save_dataset(ds, tmp_path / "file" / "b")
+    save_dataset(ds, tmp_path / "a" / "b")  # missing parent folders are created
+    assert load_dataset_dir(tmp_path / "a" / "b").graph.num_nodes == ds.graph.num_nodes
     with pytest.raises(TypeError, match="ds: expected a NodeDataset"):
         save_dataset(ds.graph, tmp_path / "c")

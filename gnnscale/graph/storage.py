@@ -112,8 +112,9 @@ def load_graph(directory: str | Path, mmap: bool = True) -> CSCGraph:
 def _write_directory(directory: Path, arrays: Mapping[str, np.ndarray], meta: dict, overwrite: bool) -> Path:
     if directory.exists() and not overwrite:
         raise ValueError(f"directory: {directory} already exists; pass overwrite=True to replace it")
-    if not directory.parent.is_dir():
-        raise ValueError(f"directory: parent folder {directory.parent} does not exist")
+    if directory.parent.exists() and not directory.parent.is_dir():
+        raise ValueError(f"directory: {directory.parent} is a file, not a folder")
+    directory.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(meta)
     meta["dtypes"] = {stem: np.dtype(arr.dtype).str for stem, arr in arrays.items()}
     meta["shapes"] = {stem: list(arr.shape) for stem, arr in arrays.items()}

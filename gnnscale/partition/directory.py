@@ -72,8 +72,9 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     # Checked before partitioning: METIS on a large graph takes minutes.
     if out_dir.exists() and not overwrite:
         raise ValueError(f"out_dir: {out_dir} already exists; pass overwrite=True to replace it")
-    if not out_dir.parent.is_dir():
-        raise ValueError(f"out_dir: parent folder {out_dir.parent} does not exist")
+    if out_dir.parent.exists() and not out_dir.parent.is_dir():
+        raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed)
     relabeling = relabel(dataset.graph, part, num_parts)
     del part
