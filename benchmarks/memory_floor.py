@@ -115,7 +115,7 @@ def main() -> None:
 
     cache = HERE / ".cache"
     graph, _ = cached_graph(a.scale, 0, cache)
-    batches, _ = seed_batches(graph.num_nodes, a.batch_size, 0, cache)
+    batches, _ = seed_batches(graph.num_nodes, a.batch_size, 0, cache)  # 8 batches
     fanouts = tuple(int(f) for f in a.fanouts.split(","))
     set_sampler_threads(1)
     sampler = NeighborSampler(graph, fanouts)

@@ -31,7 +31,6 @@ from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
 
 HERE = Path(__file__).resolve().parent
 DGL_SCRIPT = HERE.parent.parent / "shared" / "tools" / "anchors" / "dgl_sampling.py"
-NUM_BATCHES = 8
 
 
 def cached_graph(scale: float, seed: int, cache: Path) -> tuple[CSCGraph, Path]:
@@ -52,11 +51,12 @@ def cached_graph(scale: float, seed: int, cache: Path) -> tuple[CSCGraph, Path]:
     return graph, path
 
 
-def seed_batches(num_nodes: int, batch_size: int, seed: int, cache: Path) -> tuple[np.ndarray, Path]:
-    """int64 [NUM_BATCHES, batch_size]: unique seeds per batch, as DGL's script reads them."""
-    path = cache / f"seeds_n{num_nodes}_b{batch_size}_seed{seed}.npy"
+def seed_batches(num_nodes: int, batch_size: int, seed: int, cache: Path, num_batches: int = 8
+                 ) -> tuple[np.ndarray, Path]:
+    """int64 [num_batches, batch_size]: unique seeds per batch, as DGL's script reads them."""
+    path = cache / f"seeds_n{num_nodes}_b{batch_size}_k{num_batches}_seed{seed}.npy"
     rng = np.random.default_rng(seed)
-    batches = np.stack([rng.choice(num_nodes, batch_size, replace=False) for _ in range(NUM_BATCHES)])
+    batches = np.stack([rng.choice(num_nodes, batch_size, replace=False) for _ in range(num_batches)])
     np.save(path, batches.astype(np.int64))
     return batches, path
 
@@ -96,6 +96,7 @@ def main() -> None:
     p.add_argument("--fanouts", nargs="+", default=["15,10,5", "20,20,20"])
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--num-batches", type=int, default=8, help="fixed seed batches timed per repeat")
     p.add_argument("--samplers", default="fused,two_step")
     p.add_argument("--dgl-python", default=None, help="python of the anchor environment (shared/tools/anchors)")
     p.add_argument("--seed", type=int, default=0)
@@ -107,7 +108,7 @@ def main() -> None:
     rows = []
     print_header()
     for batch_size in (int(b) for b in a.batch_sizes.split(",")):
-        batches, seeds_path = seed_batches(graph.num_nodes, batch_size, a.seed, cache)
+        batches, seeds_path = seed_batches(graph.num_nodes, batch_size, a.seed, cache, a.num_batches)
         for fanouts in (tuple(int(f) for f in spec.split(",")) for spec in a.fanouts):
             for threads in (int(t) for t in a.threads.split(",")):
                 results = [time_gnnscale(graph, batches, fanouts, threads, m, a.repeat) for m in a.samplers.split(",")]
