@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from gnnscale.cli import main
-from gnnscale.graph.csc import CSCGraph, csc_from_coo
+from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.datasets import load_dataset
 from gnnscale.graph.storage import load_dataset_dir, save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic

@@ -23,9 +23,9 @@ import torch.distributed as dist
 from gnnscale.dist.comm import Comm
 from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.partition.book import PartitionBook
-from gnnscale.sampling import Block, NeighborSampler, check_fanouts, check_seeds
+from gnnscale.sampling import Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import choose_neighbors, num_chosen
-from gnnscale.sampling.fused import SamplerWorkspace, _claim_seeds, _relabel, _release
+from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.keys import mix64_py
 
 CATEGORY = "sample"
@@ -127,28 +127,14 @@ class VanillaSampler:
             key: this batch's random key (:func:`gnnscale.sampling.derive_key`), in [0, 2**63).
         """
         seeds = _check_owned(check_seeds(seeds, self.book.num_nodes), self._lo, self._hi, self.rank)
-        key = _check_key(key)
-        node_map = self.workspace.node_map
-        duplicate = _claim_seeds(seeds, node_map)
-        if duplicate >= 0:
-            raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
-        nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)
-        nodes[: seeds.shape[0]] = seeds
-        num_known = seeds.shape[0]
-        hops = []
-        try:
-            for hop, fanout in enumerate(self.fanouts):
-                num_dst = num_known
-                indptr, chosen = self._sample_hop(nodes[:num_dst], fanout, key, hop)
-                nodes = _ensure_capacity(nodes, num_known, num_known + chosen.shape[0])
-                num_known = _relabel_all(chosen, node_map, nodes, num_known)
-                hops.append((indptr, chosen, num_dst, num_known))
-        finally:
-            _release(nodes[:num_known], node_map)
-        all_nodes = torch.from_numpy(nodes[:num_known])
-        blocks = [Block(indptr=torch.from_numpy(p), indices=torch.from_numpy(c), src_ids=all_nodes[:num_src],
-                        num_dst=num_dst) for p, c, num_dst, num_src in hops]
-        return blocks[::-1]
+        key = check_key(key)
+
+        def sample_hop(nodes, num_dst, num_known, fanout, hop):
+            indptr, chosen = self._sample_hop(nodes[:num_dst], fanout, key, hop)
+            nodes = grow_nodes(nodes, num_known, num_known + chosen.shape[0])
+            return indptr, chosen, nodes, relabel_all(chosen, self.workspace.node_map, nodes, num_known)
+
+        return blocks_from_hops(*expand_hops(seeds, self.fanouts, self.workspace, sample_hop))
 
     def _sample_hop(self, dst: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
         """CSC ``(indptr, chosen global ids)`` of one hop; hops after the first cost 2 rounds."""
@@ -242,21 +228,6 @@ def _request(key: int, nodes: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.concatenate([np.array([key], dtype=np.int64), nodes]))
 
 
-def _relabel_all(chosen: np.ndarray, node_map: np.ndarray, nodes: np.ndarray, num_known: int) -> int:
-    """The fused sampler's relabel over all of ``chosen`` (in place; new nodes appended to ``nodes`` in
-    order of first appearance), so that blocks number their sources exactly as the fused sampler does."""
-    return int(_relabel(chosen, 0, chosen.shape[0], node_map, nodes, num_known))
-
-
-def _ensure_capacity(nodes: np.ndarray, num_known: int, needed: int) -> np.ndarray:
-    """``nodes``, or a larger copy holding its first ``num_known`` entries, with room for ``needed``."""
-    if nodes.shape[0] >= needed:
-        return nodes
-    grown = np.empty(max(2 * nodes.shape[0], needed), dtype=np.int64)
-    grown[:num_known] = nodes[:num_known]
-    return grown
-
-
 def _check_owned(seeds: np.ndarray, lo: int, hi: int, rank: int) -> np.ndarray:
     foreign = seeds[(seeds < lo) | (seeds >= hi)]
     if foreign.shape[0]:
@@ -264,11 +235,3 @@ def _check_owned(seeds: np.ndarray, lo: int, hi: int, rank: int) -> np.ndarray:
         more = f" (and {foreign.shape[0] - 10} more)" if foreign.shape[0] > 10 else ""
         raise ValueError(f"seeds: expected nodes owned by rank {rank}, ids in [{lo}, {hi}); got {shown}{more}")
     return seeds
-
-
-def _check_key(key) -> int:
-    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
-        raise TypeError(f"key: expected an int, got {type(key).__name__}")
-    if not 0 <= key < 2**63:
-        raise ValueError(f"key: expected an int in [0, 2**63), got {key!r}")
-    return int(key)

@@ -172,22 +172,31 @@ def _fsync_directory(path: Path) -> None:
 # --- reading -------------------------------------------------------------------------------------
 
 
+def read_versioned_json(path: Path, *, kind: str | None, version: int, hint: str) -> dict:
+    """Parse a gnnscale JSON header (a dataset's meta.json, a partition's manifest.json) and check
+    its ``format_version`` and ``kind``; every problem is a ValueError naming the file (``hint`` says
+    what the file should have come from)."""
+    if not path.is_file():
+        raise ValueError(f"{path}: missing {path.name} ({hint})")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: corrupt {path.name}: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    if meta.get("format_version") != version:
+        raise ValueError(f"{path}: expected format_version {version}, got {meta.get('format_version')!r}")
+    if kind is not None and meta.get("kind") != kind:
+        raise ValueError(f"{path}: expected kind {kind!r}, got {meta.get('kind')!r}")
+    return meta
+
+
 def _read_meta(directory: Path, kind: str | None, required: tuple[str, ...]) -> dict:
     if not directory.is_dir():
         raise ValueError(f"directory: expected a dataset directory written by save_dataset, got {directory}")
     path = directory / META_FILE
-    if not path.is_file():
-        raise ValueError(f"{path}: missing {META_FILE} (not a directory written by save_dataset/save_graph?)")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: corrupt {META_FILE}: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: expected format_version {FORMAT_VERSION}, got {meta.get('format_version')!r}")
-    if kind is not None and meta.get("kind") != kind:
-        raise ValueError(f"{path}: expected kind {kind!r}, got {meta.get('kind')!r}")
+    meta = read_versioned_json(path, kind=kind, version=FORMAT_VERSION,
+                               hint="not a directory written by save_dataset/save_graph?")
     for key in required:
         if key not in meta:
             raise ValueError(f"{path}: missing key {key!r}")

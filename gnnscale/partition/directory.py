@@ -34,7 +34,8 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.storage import _flush_to_disk, _fsync_directory, _move_into_place, _staging_directory
+from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _move_into_place, _staging_directory,
+                                    read_versioned_json)
 from gnnscale.partition.assign import assign_parts
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.relabel import PartitionSummary, Relabeling, relabel, summarize
@@ -326,18 +327,8 @@ def read_manifest(directory: str | Path) -> dict:
     if not directory.is_dir():
         raise ValueError(f"directory: expected a partition directory written by write_partition_dir, got {directory}")
     path = directory / MANIFEST
-    if not path.is_file():
-        raise ValueError(f"{path}: missing {MANIFEST} (not a partition directory, or an unfinished write)")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: corrupt {MANIFEST}: {exc}") from exc
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: expected format_version {FORMAT_VERSION}, got {manifest.get('format_version')!r}")
-    if manifest.get("kind") != "partition":
-        raise ValueError(f"{path}: expected kind 'partition', got {manifest.get('kind')!r}")
+    manifest = read_versioned_json(path, kind="partition", version=FORMAT_VERSION,
+                                   hint="not a partition directory, or an unfinished write")
     for key in _REQUIRED_INTS:
         value = manifest.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

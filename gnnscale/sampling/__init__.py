@@ -18,8 +18,8 @@ from gnnscale.sampling.reference import two_step_hops
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")
 
-__all__ = ["Block", "NeighborSampler", "SamplerWorkspace", "derive_key", "sample_blocks", "check_fanouts",
-           "set_sampler_threads"]
+__all__ = ["Block", "NeighborSampler", "SamplerWorkspace", "blocks_from_hops", "check_fanouts", "check_key",
+           "check_seeds", "derive_key", "sample_blocks", "set_sampler_threads"]
 
 
 def check_fanouts(fanouts: Sequence[int]) -> tuple[int, ...]:
@@ -81,26 +81,36 @@ def sample_blocks(
         raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
     fanouts = check_fanouts(fanouts)
     seeds = check_seeds(seeds, graph.num_nodes)
-    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
-        raise TypeError(f"key: expected an int, got {type(key).__name__}")
-    if not 0 <= key < 2**63:
-        raise ValueError(f"key: expected an int in [0, 2**63), got {key!r}")
+    key = check_key(key)
     if method == "fused":
         if workspace is None:
             workspace = SamplerWorkspace(graph.num_nodes)
         elif workspace.num_nodes != graph.num_nodes:
             raise ValueError(f"workspace: built for {workspace.num_nodes} nodes, graph has {graph.num_nodes}")
-        nodes, hops = fused_hops(graph.indptr, graph.indices, seeds, fanouts, int(key), bool(replace), workspace)
+        nodes, hops = fused_hops(graph.indptr, graph.indices, seeds, fanouts, key, bool(replace), workspace)
     elif method == "two_step":
-        nodes, hops = two_step_hops(graph.indptr, graph.indices, seeds, fanouts, int(key), bool(replace))
+        nodes, hops = two_step_hops(graph.indptr, graph.indices, seeds, fanouts, key, bool(replace))
     else:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    return blocks_from_hops(nodes, hops)
+
+
+def check_key(key) -> int:
+    """Validate a sampling key: an int in [0, 2**63) (see :func:`derive_key`)."""
+    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+        raise TypeError(f"key: expected an int, got {type(key).__name__}")
+    if not 0 <= key < 2**63:
+        raise ValueError(f"key: expected an int in [0, 2**63), got {key!r}")
+    return int(key)
+
+
+def blocks_from_hops(nodes: np.ndarray, hops: list[tuple[np.ndarray, np.ndarray, int, int]]) -> list[Block]:
+    """Blocks in model order (input layer first) from a node list and per-hop CSCs (seeds outwards);
+    every block's sources are a prefix of the one node list (no copies)."""
     all_nodes = torch.from_numpy(nodes)
-    blocks = [
-        Block(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
-              src_ids=all_nodes[:num_src], num_dst=num_dst)
-        for indptr, indices, num_dst, num_src in hops
-    ]
+    blocks = [Block(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
+                    src_ids=all_nodes[:num_src], num_dst=num_dst)
+              for indptr, indices, num_dst, num_src in hops]
     return blocks[::-1]
 
 

@@ -17,6 +17,8 @@ hop h in the same order, so local ids only ever grow and one node list holds eve
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numba
 import numpy as np
 
@@ -114,19 +116,33 @@ def pipeline_chunks(offsets: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([[0], cuts, [offsets.shape[0] - 1]])).astype(np.int64)
 
 
-def fused_hops(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    seeds: np.ndarray,
-    fanouts: tuple[int, ...],
-    key: int,
-    replace: bool,
-    workspace: SamplerWorkspace,
-) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, int, int]]]:
-    """Sample every hop. Returns the node list (int64, seeds first) and, per hop from the seeds
-    outwards, ``(indptr, local_indices, num_dst, num_src)``; hop h's sources are ``nodes[:num_src]``.
+def grow_nodes(nodes: np.ndarray, num_known: int, needed: int) -> np.ndarray:
+    """``nodes``, or a larger copy holding its first ``num_known`` entries, with room for ``needed``."""
+    if nodes.shape[0] >= needed:
+        return nodes
+    grown = np.empty(max(2 * nodes.shape[0], needed), dtype=np.int64)
+    grown[:num_known] = nodes[:num_known]
+    return grown
 
-    Inputs are assumed validated (see :func:`gnnscale.sampling.sample_blocks`).
+
+def relabel_all(chosen: np.ndarray, node_map: np.ndarray, nodes: np.ndarray, num_known: int) -> int:
+    """The relabel over all of ``chosen`` at once (in place; ``nodes`` must have room for the new ones)."""
+    return int(_relabel(chosen, 0, chosen.shape[0], node_map, nodes, num_known))
+
+
+# sample_hop(nodes, num_dst, num_known, fanout, hop) -> (indptr, local_indices, nodes, num_known):
+# samples the destinations nodes[:num_dst], appends new sources to nodes (grown if needed) and
+# returns the hop's CSC with local source ids.
+HopSampler = Callable[[np.ndarray, int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, int]]
+
+
+def expand_hops(seeds: np.ndarray, fanouts: tuple[int, ...], workspace: SamplerWorkspace,
+                sample_hop: HopSampler) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, int, int]]]:
+    """Run ``sample_hop`` for every hop from the seeds outwards, sharing one mapping array.
+
+    Returns the node list (int64, seeds first) and, per hop, ``(indptr, local_indices, num_dst,
+    num_src)``; hop h's sources are ``nodes[:num_src]``. The mapping entries the batch touched are
+    reset even when a hop raises, so the workspace stays reusable.
     """
     node_map = workspace.node_map
     duplicate = _claim_seeds(seeds, node_map)
@@ -139,15 +155,26 @@ def fused_hops(
     try:
         for hop, fanout in enumerate(fanouts):
             num_dst = num_known
-            offsets = count_and_offsets(indptr, nodes[:num_dst], fanout, replace)
-            if nodes.shape[0] < num_known + offsets[-1]:
-                grown = np.empty(max(2 * nodes.shape[0], num_known + offsets[-1]), dtype=np.int64)
-                grown[:num_known] = nodes[:num_known]
-                nodes = grown
-            chosen, num_known = _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, pipeline_chunks(offsets),
-                                                    fanout, replace, key, hop, node_map, num_known,
-                                                    numba.get_num_threads())
-            hops.append((offsets, chosen, num_dst, int(num_known)))
+            indptr, local, nodes, num_known = sample_hop(nodes, num_dst, num_known, fanout, hop)
+            hops.append((indptr, local, num_dst, num_known))
     finally:
         _release(nodes[:num_known], node_map)
     return nodes[:num_known], hops
+
+
+def fused_hops(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, fanouts: tuple[int, ...], key: int,
+               replace: bool, workspace: SamplerWorkspace):
+    """Sample every hop with the fused kernel; same result as :func:`expand_hops`.
+
+    Inputs are assumed validated (see :func:`gnnscale.sampling.sample_blocks`).
+    """
+
+    def sample_hop(nodes, num_dst, num_known, fanout, hop):
+        offsets = count_and_offsets(indptr, nodes[:num_dst], fanout, replace)
+        nodes = grow_nodes(nodes, num_known, num_known + offsets[-1])
+        local, num_known = _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, pipeline_chunks(offsets),
+                                               fanout, replace, key, hop, workspace.node_map, num_known,
+                                               numba.get_num_threads())
+        return offsets, local, nodes, int(num_known)
+
+    return expand_hops(seeds, fanouts, workspace, sample_hop)
