@@ -124,6 +124,9 @@ def cmd_train(args) -> None:
     if args.partitions is not None and os.environ.get("RANK", "0") != "0":
         return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]
+    if not train_cfg.evaluate:
+        print(f"final: {len(report.history)} epochs trained, no evaluation (--no-eval)")
+        return
     print(f"final: test accuracy {report.final_test_acc:.4f} (epoch {last['epoch']}); "
           f"best validation {report.best_val_acc:.4f} at epoch {report.best_epoch} "
           f"-> test accuracy {report.test_acc_at_best_val:.4f}")

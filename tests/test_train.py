@@ -141,6 +141,8 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8",
     (["train", "--dataset", "cora"], "root|data.dir"),
     (["train", "--dataset", "cora", "--data-dir", "/nonexistent/folder"], "ind.cora|nonexistent"),
     (["info", "--dataset", "synthetic", "-o", "num_nodes=-5"], "num_nodes"),
+    (["train", "--partitions", "/nonexistent", "--layout", "vanilla", "--sampler", "two_step"], "sampler"),
+    (["train", "--partitions", "/nonexistent"], "torchrun"),  # not launched by torchrun: no RANK etc.
 ])
 def test_cli_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

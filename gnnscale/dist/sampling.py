@@ -196,11 +196,12 @@ class HybridSampler:
         graph: the full topology.
         book: node ownership (seeds must lie in ``book.node_range(rank)``).
         rank: this worker.
-        fanouts, replace: as for :class:`gnnscale.sampling.NeighborSampler`.
+        fanouts, replace, method: as for :class:`gnnscale.sampling.NeighborSampler` (``"two_step"``
+            is the reference sampler, for comparisons).
     """
 
     def __init__(self, graph: CSCGraph, book: PartitionBook, rank: int, fanouts: Sequence[int],
-                 replace: bool = False) -> None:
+                 replace: bool = False, method: str = "fused") -> None:
         if not isinstance(book, PartitionBook):
             raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
         if book.num_nodes != graph.num_nodes:
@@ -209,7 +210,7 @@ class HybridSampler:
             raise ValueError(f"rank: expected a part in [0, {book.num_parts}), got {rank}")
         self.book = book
         self.rank = rank
-        self.sampler = NeighborSampler(graph, fanouts, replace=replace)
+        self.sampler = NeighborSampler(graph, fanouts, replace=replace, method=method)
         self._lo, self._hi = book.node_range(rank)
 
     def sample(self, seeds, key: int) -> list[Block]:

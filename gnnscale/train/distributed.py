@@ -83,7 +83,7 @@ def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> 
 def build_worker(part: LocalPartition, layout: str, cfg: TrainConfig, comm: Comm) -> Worker:
     def sampler(fanouts):
         if layout == "hybrid":
-            return HybridSampler(part.topology, part.book, comm.rank, fanouts, replace=cfg.replace)
+            return HybridSampler(part.topology, part.book, comm.rank, fanouts, replace=cfg.replace, method=cfg.sampler)
         rows = part.topology
         return VanillaSampler(part.book, comm.rank, rows.local_indptr, rows.local_indices, fanouts, comm,
                              replace=cfg.replace)
@@ -208,6 +208,9 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if layout == "vanilla" and cfg.sampler != "fused":
+        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the vanilla "
+                         "layout samples remote hops through their owners)")
     ctx = init_from_env(timeout_s=timeout_s)
     try:
         torch.set_num_threads(cfg.threads)
