@@ -10,8 +10,10 @@ Variants (each in its own process with an empty numba cache, so the patched cons
   no_pipeline    one chunk per hop: all threads choose, then thread 0 relabels (serial after parallel)
   none           all three removed: the first version of the kernel
 
-Prints ms per batch (median of --repeat passes over 8 batches) and each variant's slowdown against
-``full`` with the same thread count.
+The machine drifts between processes by more than some of these effects, so the variants run
+round-robin for ``--rounds`` rounds; the table shows, per variant and thread count, the median over
+rounds of each child's ms per batch (itself the median of ``--repeat`` passes over 8 batches), and
+the slowdown against ``full`` with the same thread count.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,27 +64,38 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--threads", default="1,2")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         child(a.child, a.scale, a.batch_size, a.fanouts, a.threads, a.repeat)
         return
-    rows = []
-    for variant in VARIANTS:
-        with tempfile.TemporaryDirectory() as cache_dir:
-            out = subprocess.run([sys.executable, __file__, "--child", variant, "--scale", str(a.scale),
-                                  "--batch-size", str(a.batch_size), "--fanouts", a.fanouts, "--threads", a.threads,
-                                  "--repeat", str(a.repeat)],
-                                 check=True, capture_output=True, text=True,
-                                 env={**os.environ, "NUMBA_CACHE_DIR": cache_dir}).stdout
-        rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    full = {r["threads"]: r["ms_per_batch"] for r in rows if r["variant"] == "full"}
-    print(f"batch {a.batch_size}, fanouts {a.fanouts}, scale {a.scale}")
-    print(f"{'variant':12} {'thr':>3} {'ms/batch':>9} {'Medges/s':>9} {'x full':>7}")
-    for r in rows:
-        print(f"{r['variant']:12} {r['threads']:3d} {r['ms_per_batch']:9.2f} {r['medges_per_s']:9.2f} "
-              f"{r['ms_per_batch'] / full[r['threads']]:7.2f}")
+    samples: dict[tuple[str, int], list[dict]] = {}
+    for r in range(a.rounds):
+        # Rotate the order: a child's position in the round shifted its time by ~9% (same code measured
+        # 33.6 vs 30.5 ms), so every variant takes every position once in len(VARIANTS) rounds.
+        for variant in VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]:
+            for row in run_child(variant, a):
+                samples.setdefault((variant, row["threads"]), []).append(row)
+    ms = {k: statistics.median(r["ms_per_batch"] for r in rows) for k, rows in samples.items()}
+    print(f"batch {a.batch_size}, fanouts {a.fanouts}, scale {a.scale}, median of {a.rounds} rounds")
+    print(f"{'variant':12} {'thr':>3} {'ms/batch':>9} {'Medges/s':>9} {'x full':>7}   per round")
+    for (variant, threads), value in ms.items():
+        edges = samples[(variant, threads)][0]["edges_per_batch"]
+        rounds = " ".join(f"{r['ms_per_batch']:.1f}" for r in samples[(variant, threads)])
+        print(f"{variant:12} {threads:3d} {value:9.2f} {edges / value / 1e3:9.2f} {value / ms[('full', threads)]:7.2f}"
+              f"   {rounds}")
+
+
+def run_child(variant: str, a) -> list[dict]:
+    with tempfile.TemporaryDirectory() as cache_dir:
+        out = subprocess.run([sys.executable, __file__, "--child", variant, "--scale", str(a.scale),
+                              "--batch-size", str(a.batch_size), "--fanouts", a.fanouts, "--threads", a.threads,
+                              "--repeat", str(a.repeat)],
+                             check=True, capture_output=True, text=True,
+                             env={**os.environ, "NUMBA_CACHE_DIR": cache_dir}).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 if __name__ == "__main__":

@@ -110,8 +110,13 @@ def _release(nodes, node_map):
         node_map[nodes[i]] = -1
 
 
-def pipeline_chunks(offsets: np.ndarray) -> np.ndarray:
-    """int64 [num_chunks + 1]: destination indices cutting the hop into chunks of ~CHUNK_EDGES edges."""
+def pipeline_chunks(offsets: np.ndarray, num_threads: int) -> np.ndarray:
+    """int64 [num_chunks + 1]: destination indices cutting the hop into chunks of ~CHUNK_EDGES edges.
+
+    One thread has nothing to overlap, and interleaving the two passes cost it 10% (the ablation in
+    benchmarks/README.md): then the hop is one chunk, i.e. choose everything, then relabel."""
+    if num_threads == 1:
+        return np.array([0, offsets.shape[0] - 1], dtype=np.int64)
     cuts = np.searchsorted(offsets, np.arange(CHUNK_EDGES, offsets[-1], CHUNK_EDGES), side="left")
     return np.unique(np.concatenate([[0], cuts, [offsets.shape[0] - 1]])).astype(np.int64)
 
@@ -172,9 +177,10 @@ def fused_hops(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, fanou
     def sample_hop(nodes, num_dst, num_known, fanout, hop):
         offsets = count_and_offsets(indptr, nodes[:num_dst], fanout, replace)
         nodes = grow_nodes(nodes, num_known, num_known + offsets[-1])
-        local, num_known = _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, pipeline_chunks(offsets),
-                                               fanout, replace, key, hop, workspace.node_map, num_known,
-                                               numba.get_num_threads())
+        threads = numba.get_num_threads()
+        local, num_known = _choose_and_relabel(indptr, indices, nodes, num_dst, offsets,
+                                               pipeline_chunks(offsets, threads), fanout, replace, key, hop,
+                                               workspace.node_map, num_known, threads)
         return offsets, local, nodes, int(num_known)
 
     return expand_hops(seeds, fanouts, workspace, sample_hop)
