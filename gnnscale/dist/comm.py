@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnnscale.dist.context import DistContext
+from gnnscale.partition.book import PartitionBook
 
 CATEGORIES = ("sample", "feature", "grad", "setup", "eval")
 AGREE_BYTES = 1024  # fixed size of one worker's encoded agree() message (status byte + utf-8 text)
@@ -231,3 +232,13 @@ class Comm:
                 raise ValueError(f"send[{j}]: expected dtype {first.dtype} and row shape {tuple(first.shape[1:])} "
                                  f"like send[0], got {t.dtype} and {tuple(t.shape[1:])}")
         return tuple(first.shape[1:]), first.dtype
+
+
+def check_placement(book: PartitionBook, rank: int, comm: Comm) -> None:
+    """Raise unless ``book`` has one part per worker of ``comm`` and ``rank`` is this worker's."""
+    if not isinstance(book, PartitionBook):
+        raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
+    if book.num_parts != comm.world_size:
+        raise ValueError(f"book: expected {comm.world_size} parts (one per worker), got {book.num_parts}")
+    if rank != comm.rank:
+        raise ValueError(f"rank: expected this worker's rank {comm.rank}, got {rank}")

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnscale.dist.comm import Comm
+from gnnscale.dist.comm import Comm, check_placement
 from gnnscale.partition.book import PartitionBook
 
 CATEGORY = "feature"
@@ -31,12 +31,7 @@ class PartitionedFeatureStore:
     """
 
     def __init__(self, book: PartitionBook, rank: int, local_features: np.ndarray | Tensor, comm: Comm) -> None:
-        if not isinstance(book, PartitionBook):
-            raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
-        if book.num_parts != comm.world_size:
-            raise ValueError(f"book: expected {comm.world_size} parts (one per worker), got {book.num_parts}")
-        if rank != comm.rank:
-            raise ValueError(f"rank: expected this worker's rank {comm.rank}, got {rank}")
+        check_placement(book, rank, comm)
         if not isinstance(local_features, (np.ndarray, Tensor)):
             raise TypeError(f"local_features: expected a numpy array or torch.Tensor, got "
                             f"{type(local_features).__name__}")

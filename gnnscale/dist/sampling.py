@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnscale.dist.comm import Comm
+from gnnscale.dist.comm import Comm, check_placement
 from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
@@ -93,12 +93,7 @@ class VanillaSampler:
 
     def __init__(self, book: PartitionBook, rank: int, local_indptr: np.ndarray, local_indices: np.ndarray,
                  fanouts: Sequence[int], comm: Comm, replace: bool = False) -> None:
-        if not isinstance(book, PartitionBook):
-            raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
-        if book.num_parts != comm.world_size:
-            raise ValueError(f"book: expected {comm.world_size} parts (one per worker), got {book.num_parts}")
-        if rank != comm.rank:
-            raise ValueError(f"rank: expected this worker's rank {comm.rank}, got {rank}")
+        check_placement(book, rank, comm)
         lo, hi = book.node_range(rank)
         # The part's rows form a CSC matrix with hi - lo rows whose ids are global.
         validate_csc(local_indptr, local_indices, hi - lo, check_ids=False)

@@ -250,7 +250,9 @@ def _move_to_targets(part: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, mov
         part[chosen] = b
         counts[a] -= amount
         counts[b] += amount
-    assert np.array_equal(counts, target), "balancing did not converge"
+    if not np.array_equal(counts, target):  # an internal invariant, kept under python -O
+        raise RuntimeError("partition balancing did not converge (internal error): part sizes "
+                           f"{counts.tolist()} != target {target.tolist()}")
 
 
 @numba.njit(parallel=True, cache=True)
