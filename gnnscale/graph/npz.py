@@ -93,7 +93,8 @@ def save_npz(ds: NodeDataset, path: str | Path, *, topology: Topology = "csc") -
     return path
 
 
-def _read_archive(path: Path) -> dict[str, np.ndarray]:
+def open_npz(path: Path) -> np.lib.npyio.NpzFile:
+    """Open an .npz archive of named arrays without pickles; a ValueError naming ``path`` otherwise."""
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
@@ -101,6 +102,11 @@ def _read_archive(path: Path) -> dict[str, np.ndarray]:
     if not isinstance(archive, np.lib.npyio.NpzFile):
         # np.load also accepts a single .npy file; this format is an archive of named arrays.
         raise ValueError(f"path: {path} is a single .npy array, expected an .npz archive of named arrays")
+    return archive
+
+
+def _read_archive(path: Path) -> dict[str, np.ndarray]:
+    archive = open_npz(path)
     with archive:
         return {key: _read_key(archive, key, path) for key in archive.files}
 

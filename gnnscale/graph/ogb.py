@@ -39,6 +39,7 @@ import numpy as np
 
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.npz import open_npz
 from gnnscale.graph.planetoid import UnsafePickleError, restricted_loads
 
 Layout = Literal["auto", "raw", "processed"]
@@ -184,12 +185,7 @@ def _read_raw_binary(raw: Path, name: str, root: Path) -> _Arrays:
 
 
 def _read_npz(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, EOFError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable .npz archive ({exc})") from exc
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path}: expected an .npz archive of named arrays, got a single .npy array")
+    archive = open_npz(path)
     with archive:
         missing = [k for k in keys if k not in archive.files]
         if missing:

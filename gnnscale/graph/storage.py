@@ -123,11 +123,7 @@ def _write_directory(directory: Path, arrays: Mapping[str, np.ndarray], meta: di
             with open(tmp / f"{stem}.npy", "wb") as f:
                 np.save(f, np.asarray(arr), allow_pickle=False)
                 _flush_to_disk(f)
-        with open(tmp / META_FILE, "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2)
-            _flush_to_disk(f)
-        _fsync_directory(tmp)
-        _move_into_place(tmp, directory)
+        finish_directory(tmp, directory, META_FILE, meta)
     return directory
 
 
@@ -153,6 +149,16 @@ def _move_into_place(tmp: Path, directory: Path) -> None:
     _fsync_directory(directory.parent)
     if old is not None:
         shutil.rmtree(old)
+
+
+def finish_directory(tmp: Path, target: Path, header_name: str, header: dict) -> None:
+    """Write the JSON header last, make the staging directory durable, and move it to ``target``:
+    a reader that finds the header finds every file it lists."""
+    with open(tmp / header_name, "w", encoding="utf-8") as f:
+        json.dump(header, f, indent=2)
+        _flush_to_disk(f)
+    _fsync_directory(tmp)
+    _move_into_place(tmp, target)
 
 
 def _flush_to_disk(f) -> None:

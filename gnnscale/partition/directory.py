@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _move_into_place, _staging_directory,
+from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
 from gnnscale.partition.assign import assign_parts
 from gnnscale.partition.book import PartitionBook
@@ -91,11 +90,7 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     }
     with _staging_directory(out_dir) as tmp:
         manifest["files"] = _write_files(tmp, dataset, relabeling, splits)
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
-            _flush_to_disk(f)
-        _fsync_directory(tmp)
-        _move_into_place(tmp, out_dir)
+        finish_directory(tmp, out_dir, MANIFEST, manifest)
     return summary
 
 
