@@ -9,7 +9,7 @@ import sys
 
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
-from gnnscale.dist.comm import AgreementFailure, PeerFailure
+from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import run_distributed_training

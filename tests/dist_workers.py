@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_dist.py, run in spawned processes (one process group per run).
+"""Worker functions for tests/test_distributed.py, run in spawned processes (one process group per run).
 
 Every worker function takes ``(rank, world_size, port)``, asserts inside, always closes its process
 group in a ``finally``, and returns a small picklable result. :func:`entry` reports the result or the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnscale.dist import (AgreementFailure, Comm, HybridSampler, PartitionedFeatureStore, PeerFailure,
+from gnnscale.distributed import (AgreementFailure, Comm, HybridSampler, PartitionedFeatureStore, PeerFailure,
                            VanillaSampler, init_for_test, init_from_env, shutdown)
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.partition.book import PartitionBook

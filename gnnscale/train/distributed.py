@@ -24,10 +24,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnnscale.dist.comm import Comm
-from gnnscale.dist.context import init_from_env, shutdown
-from gnnscale.dist.features import PartitionedFeatureStore
-from gnnscale.dist.sampling import HybridSampler, VanillaSampler
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.context import init_from_env, shutdown
+from gnnscale.distributed.features import PartitionedFeatureStore
+from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnscale.dist.context import DistContext
+from gnnscale.distributed.context import DistContext
 from gnnscale.partition.book import PartitionBook
 
 CATEGORIES = ("sample", "feature", "grad", "setup", "eval")
@@ -88,7 +88,7 @@ class Comm:
     the group must call the same methods in the same order.
 
     Args:
-        ctx: this worker's context (:func:`gnnscale.dist.init_from_env`); the process group must be open.
+        ctx: this worker's context (:func:`gnnscale.distributed.init_from_env`); the process group must be open.
     """
 
     def __init__(self, ctx: DistContext) -> None:

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnscale.dist.comm import Comm, check_placement
+from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.partition.book import PartitionBook
 
 CATEGORY = "feature"

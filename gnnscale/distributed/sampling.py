@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gnnscale.dist.comm import Comm, check_placement
+from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds

@@ -1,4 +1,4 @@
-"""gnnscale/dist with real processes: gloo on 127.0.0.1, workers spawned per run.
+"""gnnscale/distributed with real processes: gloo on 127.0.0.1, workers spawned per run.
 
 Each run shares one process group across many checks (spawning costs seconds); the checks
 themselves live in tests/dist_workers.py and assert inside the workers. A worker that fails, dies
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import dist_workers
-from gnnscale.dist import DistContext, init_from_env
+from gnnscale.distributed import DistContext, init_from_env
 
 RUN_TIMEOUT_S = 120.0  # bound on one whole spawned run (start-up included) on a busy 2-core machine
 
