@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     t.add_argument("--no-eval", action="store_true", help="skip validation/test accuracy (timing runs)")
+    t.add_argument("--prefetch", type=int, default=1,
+                   help="batches sampled and gathered ahead in a background thread while one trains (0: none)")
     t.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition`; launch one worker per part with torchrun")
     t.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"),
@@ -106,7 +108,7 @@ def cmd_train(args) -> None:
     train_cfg = TrainConfig(fanouts=fanouts, eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
                             epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                             threads=args.threads, sampler=args.sampler, replace=args.replace,
-                            evaluate=not args.no_eval)
+                            evaluate=not args.no_eval, prefetch=args.prefetch)
     model_options = dict(name=args.model, hidden_dim=args.hidden, dropout=args.dropout,
                          input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
     if args.partitions is not None:

@@ -115,7 +115,13 @@ def blocks_from_hops(nodes: np.ndarray, hops: list[tuple[np.ndarray, np.ndarray,
 
 
 class NeighborSampler:
-    """Samples blocks for a fixed graph and fanouts, reusing one mapping array across batches."""
+    """Samples blocks for a fixed graph and fanouts, reusing one mapping array across batches.
+
+    The training loop asks every sampler for ``sample_many`` over groups of ``bulk`` consecutive
+    batches (bulk samplers draw a group in one call); neighbor sampling draws them one by one.
+    """
+
+    bulk = 1
 
     def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False,
                  method: Method = "fused") -> None:
@@ -130,6 +136,12 @@ class NeighborSampler:
     def sample(self, seeds, key: int) -> list[Block]:
         return sample_blocks(self.graph, seeds, self.fanouts, key=key, replace=self.replace,
                              method=self.method, workspace=self.workspace)
+
+    def sample_many(self, seeds_list: Sequence, keys: Sequence[int]) -> list[list[Block]]:
+        """The blocks of several batches, each with its own key (same as ``sample`` one by one)."""
+        if len(seeds_list) != len(keys):
+            raise ValueError(f"keys: expected one key per batch ({len(seeds_list)}), got {len(keys)}")
+        return [self.sample(seeds, key) for seeds, key in zip(seeds_list, keys)]
 
 
 def set_sampler_threads(threads: int) -> None:

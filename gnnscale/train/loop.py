@@ -1,11 +1,14 @@
 """The training loop: sample, gather features, forward+backward, step; evaluate every epoch.
 
+Sampling and gathering run in a bounded background stage (:func:`batch_stream`) while the current
+batch trains, so an epoch costs about max(sample + gather, forward+backward) instead of their sum.
+
 It receives built objects (model, optimizer, samplers, data) and reads top to bottom.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,10 +16,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnnscale.sampling import NeighborSampler, derive_key
+from gnnscale.sampling import Block, NeighborSampler, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
+from gnnscale.train.prefetch import Prefetcher
 
 # Keys of inference batches live in their own "epoch" so they never collide with training keys.
 EVAL_EPOCH = 2**31 - 1
@@ -62,6 +66,52 @@ def epoch_batches(train_idx: torch.Tensor, num_batches: int, seed: int, epoch: i
     return list(order.tensor_split(num_batches))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """One prepared mini-batch: everything the training (or inference) step reads.
+
+    Args:
+        seeds: int64 [b], the batch's seed nodes.
+        blocks: the sampled blocks in model order (input layer first).
+        x: float32 [blocks[0].num_src, feature_dim], input features of the first block's sources.
+        y: int64 [b], labels of the seeds.
+    """
+
+    seeds: torch.Tensor
+    blocks: list[Block]
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: list[int], *, prefetch: int,
+                 timer: PhaseTimer) -> Iterator[Batch]:
+    """Sample and gather ``batches`` (seeds, with their keys) in order, ``prefetch`` groups ahead.
+
+    A sampler draws ``sampler.bulk`` consecutive batches in one ``sample_many`` call (1 for neighbor
+    sampling); with ``prefetch >= 1`` whole groups are prepared by a background thread while the
+    caller trains (:class:`Prefetcher`). Sampling is keyed by ``keys`` and gathering is a lookup, so
+    the batches are the same with or without the background stage. ``timer`` receives ``sample`` and
+    ``gather`` (busy time of the stage, overlapped or not) and ``wait`` (time the caller waited).
+    """
+    bulk = sampler.bulk
+    starts = range(0, len(batches), bulk)
+    loader = PhaseTimer()  # written by the stage's thread only; merged when the stream ends
+
+    def produce(group: int) -> list[Batch]:
+        lo = starts[group]
+        seeds = batches[lo:lo + bulk]
+        with loader.phase("sample"):
+            sampled = sampler.sample_many(seeds, keys[lo:lo + bulk])
+        with loader.phase("gather"):
+            return [Batch(seeds=s, blocks=blocks, x=data.gather(blocks[0].src_ids), y=data.labels[s])
+                    for s, blocks in zip(seeds, sampled)]
+
+    with Prefetcher(produce, len(starts), prefetch, wait_seconds=lambda s: timer.add("wait", s)) as groups:
+        for group in groups:
+            yield from group
+    timer.merge(loader)
+
+
 def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg: TrainConfig, epoch: int,
                 timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int]:
     """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches)."""
@@ -69,41 +119,38 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
     # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
     torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
     batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
+    keys = [derive_key(cfg.seed, epoch, step, 0) for step in range(len(batches))]
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
     edges = 0
-    for step, seeds in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not progress)):
-        with timer.phase("sample"):
-            blocks = sampler.sample(seeds, derive_key(cfg.seed, epoch, step, 0))
-        with timer.phase("gather"):
-            x = data.gather(blocks[0].src_ids)
-            y = data.labels[seeds]
+    stream = batch_stream(sampler, data, batches, keys, prefetch=cfg.prefetch, timer=timer)
+    for batch in tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False, disable=not progress):
         with timer.phase("forward_backward"):
-            logits = model(blocks, x)
-            loss = F.cross_entropy(logits, y)
+            logits = model(batch.blocks, batch.x)
+            loss = F.cross_entropy(logits, batch.y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        edges += sum(b.num_edges for b in blocks)
+        edges += sum(b.num_edges for b in batch.blocks)
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach().double() * seeds.numel()
-        correct += (logits.detach().argmax(1) == y).sum()
+        loss_sum += loss.detach().double() * batch.seeds.numel()
+        correct += (logits.detach().argmax(1) == batch.y).sum()
     n = data.train_idx.numel()
     return float(loss_sum) / n, float(correct) / n, edges, len(batches)
 
 
 @torch.no_grad()
 def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
-             seed: int) -> float:
+             seed: int, prefetch: int = 1) -> float:
     """Accuracy on ``node_ids`` with sampled inference; a fixed key makes it repeatable. NaN when empty."""
     if node_ids.numel() == 0:
         return float("nan")
     model.eval()
+    batches = list(node_ids.split(batch_size))
+    keys = [derive_key(seed, EVAL_EPOCH, step, 0) for step in range(len(batches))]
     correct = 0
-    for step, seeds in enumerate(node_ids.split(batch_size)):
-        blocks = sampler.sample(seeds, derive_key(seed, EVAL_EPOCH, step, 0))
-        logits = model(blocks, data.gather(blocks[0].src_ids))
-        correct += int((logits.argmax(1) == data.labels[seeds]).sum())
+    for batch in batch_stream(sampler, data, batches, keys, prefetch=prefetch, timer=PhaseTimer()):
+        correct += int((model(batch.blocks, batch.x).argmax(1) == batch.y).sum())
     return correct / node_ids.numel()
 
 
@@ -119,11 +166,12 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
                                                               timer, progress)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
-            val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed)
-            test_acc = evaluate(model, eval_sampler, data, data.test_idx, cfg.eval_batch_size, cfg.seed)
+            val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
+            test_acc = evaluate(model, eval_sampler, data, data.test_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
         metrics = EpochMetrics(
             epoch=epoch, sample_s=timer.seconds.get("sample", 0.0), gather_s=timer.seconds.get("gather", 0.0),
-            forward_backward_s=timer.seconds.get("forward_backward", 0.0), epoch_s=timer.seconds["epoch"],
+            forward_backward_s=timer.seconds.get("forward_backward", 0.0), wait_s=timer.seconds.get("wait", 0.0),
+            epoch_s=timer.seconds["epoch"],
             loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=num_batches,
             sampled_edges=edges,
         )

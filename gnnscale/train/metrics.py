@@ -22,17 +22,31 @@ class PhaseTimer:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    def merge(self, other: "PhaseTimer") -> None:
+        """Add ``other``'s phases to this timer's (e.g. a background stage's own timer)."""
+        for name, seconds in other.seconds.items():
+            self.add(name, seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochMetrics:
-    """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks."""
+    """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks.
+
+    ``sample_s`` and ``gather_s`` are the busy time of the data-loading stage, which overlaps the
+    training step when it runs in the background; ``wait_s`` is the time the training step waited for
+    its next batch (what the overlap did not hide), so ``epoch_s`` ~ ``forward_backward_s + wait_s``.
+    """
 
     epoch: int
     sample_s: float
     gather_s: float
     forward_backward_s: float
+    wait_s: float
     epoch_s: float
     loss: float
     train_acc: float

@@ -19,6 +19,10 @@ from gnnscale.train.loop import TrainData, fit
 from gnnscale.train.metrics import EpochMetrics, write_json_atomic
 
 
+# Settings a resumed run may change: they do not change what is computed.
+RESUMABLE_CHANGES = ("epochs", "threads", "prefetch")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainReport:
     """The outcome of a run. ``best_*`` is the epoch with the highest validation accuracy (model
@@ -49,8 +53,9 @@ def train_data_from(dataset: NodeDataset) -> TrainData:
 
 
 def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict:
-    """Settings a checkpoint must share with the run that resumes it (all but the epoch count)."""
-    train = {k: v for k, v in asdict(train_cfg).items() if k != "epochs"}
+    """Settings a checkpoint must share with the run that resumes it: all but those that cannot change
+    the result (the epoch count, thread count and prefetch depth)."""
+    train = {k: v for k, v in asdict(train_cfg).items() if k not in RESUMABLE_CHANGES}
     return {"dataset": dataset.name, "num_nodes": dataset.graph.num_nodes, "model": asdict(model_cfg),
             "train": train}
 
@@ -88,7 +93,7 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
             print(f"epoch {epoch:3d}  loss {metrics.loss:.4f}  train {metrics.train_acc:.4f}  "
                   f"val {metrics.val_acc:.4f}  test {metrics.test_acc:.4f}  "
                   f"{metrics.epoch_s:.1f}s (sample {metrics.sample_s:.1f}, gather {metrics.gather_s:.1f}, "
-                  f"fwd+bwd {metrics.forward_backward_s:.1f})  {metrics.sampled_edges_per_s / 1e6:.1f}M edges/s",
+                  f"fwd+bwd {metrics.forward_backward_s:.1f}, wait {metrics.wait_s:.1f})  {metrics.sampled_edges_per_s / 1e6:.1f}M edges/s",
                   flush=True)
 
     train_sampler = NeighborSampler(dataset.graph, train_cfg.fanouts, replace=train_cfg.replace,
