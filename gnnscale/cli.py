@@ -13,6 +13,7 @@ from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import run_distributed_training
+from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
 
 
@@ -114,6 +115,7 @@ def cmd_train(args) -> None:
     if args.partitions is not None:
         if args.checkpoint is not None:
             raise ValueError("checkpoint: not supported with --partitions yet")
+        keep_freed_memory()  # the single-process trainer does this itself (run_training)
         report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
                                           metrics_out=args.metrics_out, progress=not args.quiet,
                                           timeout_s=args.timeout)

@@ -3,11 +3,17 @@
 Every layer maps ``(block, x_src [num_src, in]) -> [num_dst, out]``. The destination features are the
 first ``num_dst`` rows of ``x_src`` (the Block convention), so no layer takes a separate ``x_dst``.
 
-Neighbor sums go through :func:`aggregate_sum`. On CPU a ``torch.sparse`` CSR matrix built straight
-from the block's ``(indptr, indices)`` beat gathering messages and ``index_add_``: on a block of 100k
-edges, 60k sources, 10k destinations and 100-256 dims, 3-13x in the forward pass and 3.5-6x forward
-plus backward. The index_add path stays as the reference and as the fallback for dtypes the CPU CSR
-kernel lacks (half, bfloat16).
+Backends. ``"numba"`` (the default for float32/float64 on CPU) aggregates with the one-pass kernels of
+:mod:`gnnscale.nn.functional`: GraphSAGE and GCN scale, sum and attach the destination's own row in
+one pass, and their backward writes each source's gradient once (no zero-filled slice gradient, no
+separate add). ``"csr"`` (a ``torch.sparse`` CSR matrix straight from the block's ``(indptr,
+indices)``) and ``"index_add"`` (gather + ``index_add_``) are the reference paths, and index_add is the
+fallback for dtypes the kernels lack (half, bfloat16).
+
+Order. GraphSAGE and GCN are linear before their nonlinearity, so ``W (A x)`` = ``A (W x)``: they
+aggregate first (sums over ``in`` columns, product over the destinations) or transform first (product
+over every source, sums over ``out`` columns), whichever costs fewer multiply-adds for the block's
+shape (:func:`~gnnscale.nn.functional.transform_first_is_cheaper`); ``order=`` forces one.
 """
 
 from __future__ import annotations
@@ -20,11 +26,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnnscale.nn.functional import (KERNEL_DTYPES, aggregate, check_dropout_key, keyed_dropout, site_key,
+                                    transform_first_is_cheaper)
 from gnnscale.sampling.block import Block
 
-Backend = Literal["auto", "csr", "index_add"]
-BACKENDS = ("auto", "csr", "index_add")
+Backend = Literal["auto", "numba", "csr", "index_add"]
+BACKENDS = ("auto", "numba", "csr", "index_add")
+Order = Literal["auto", "aggregate_first", "transform_first"]
+ORDERS = ("auto", "aggregate_first", "transform_first")
 _CSR_DTYPES = (torch.float32, torch.float64)
+
+
+def resolve_backend(backend: Backend, x: Tensor) -> str:
+    """The backend ``"auto"`` stands for: numba for float32/float64 CPU tensors, else index_add."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    return "numba" if x.dtype in KERNEL_DTYPES and x.device.type == "cpu" else "index_add"
+
+
+def _check_order(order: str) -> str:
+    if order not in ORDERS:
+        raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
+    return order
 
 
 def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> Tensor:
@@ -33,14 +58,16 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
     Args:
         block: the message-flow graph.
         x_src: float [num_src, d] source features.
-        backend: ``"csr"`` (sparse CSR times dense), ``"index_add"`` (gather + ``index_add_``), or
-            ``"auto"`` (CSR for float32/float64, else index_add). Both give the same result.
+        backend: ``"numba"`` (one pass per destination row), ``"csr"`` (sparse CSR times dense),
+            ``"index_add"`` (gather + ``index_add_``), or ``"auto"`` (numba for float32/float64 on CPU,
+            else index_add). All give the same result.
 
     Shapes:
         x_src [num_src, d] -> [num_dst, d]; destinations without in-edges get zeros.
     """
-    if backend == "auto":
-        backend = "csr" if x_src.dtype in _CSR_DTYPES else "index_add"
+    backend = resolve_backend(backend, x_src)
+    if backend == "numba":
+        return aggregate(block, x_src, norm="sum")
     if backend == "csr":
         values = torch.ones(block.num_edges, dtype=x_src.dtype, device=x_src.device)
         with warnings.catch_warnings():
@@ -49,10 +76,8 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
             adj = torch.sparse_csr_tensor(block.indptr, block.indices, values, (block.num_dst, block.num_src),
                                           check_invariants=False)
         return adj @ x_src
-    if backend == "index_add":
-        out = x_src.new_zeros(block.num_dst, x_src.shape[1])
-        return out.index_add_(0, block.dst_index(), x_src[block.indices])
-    raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    out = x_src.new_zeros(block.num_dst, x_src.shape[1])
+    return out.index_add_(0, block.dst_index(), x_src[block.indices])
 
 
 def check_input(block: Block, x_src: Tensor, in_dim: int) -> None:
@@ -74,33 +99,51 @@ class SAGEConv(nn.Module):
 
     Same parameters as PyG's ``SAGEConv(aggr="mean")``: ``lin_l`` (with bias) on the neighbor mean,
     ``lin_r`` (no bias) on the node itself. A destination with no sampled neighbor aggregates to zero.
-    The mean is taken before ``lin_l``: a block has many more sources than destinations, so the
-    matrix product runs on ``num_dst`` rows instead of ``num_src``.
+    With the numba backend both weights act in one product: aggregate first computes
+    ``[mean_i | x_i] @ [W_l | W_r]^T`` over the destinations (a block has many more sources than
+    destinations, so this is the usual choice); transform first computes ``x @ [W_l; W_r]^T`` over
+    every source and then ``mean(first half) + own second half``.
 
     Args:
         in_dim: input feature size.
         out_dim: output feature size.
         bias: add a learnable bias (in ``lin_l``). Default True.
         backend: aggregation backend, see :func:`aggregate_sum`. Default ``"auto"``.
+        order: ``"auto"`` (the cheaper for each block's shape), ``"aggregate_first"`` or
+            ``"transform_first"`` (numba backend only). Default ``"auto"``.
 
     Shapes:
         x_src float [num_src, in_dim] -> float [num_dst, out_dim].
     """
 
-    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, *, backend: Backend = "auto") -> None:
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, *, backend: Backend = "auto",
+                 order: Order = "auto") -> None:
         super().__init__()
-        self.in_dim, self.out_dim, self.backend = in_dim, out_dim, backend
+        self.in_dim, self.out_dim, self.backend, self.order = in_dim, out_dim, backend, _check_order(order)
         self.lin_l = nn.Linear(in_dim, out_dim, bias=bias)
         self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
 
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
-        neigh_sum = aggregate_sum(block, x_src, backend=self.backend)
-        neigh_mean = neigh_sum / _in_degrees(block, neigh_sum).clamp(min=1)
-        return self.lin_l(neigh_mean) + self.lin_r(x_src[: block.num_dst])
+        if resolve_backend(self.backend, x_src) != "numba":
+            neigh_sum = aggregate_sum(block, x_src, backend=self.backend)
+            neigh_mean = neigh_sum / _in_degrees(block, neigh_sum).clamp(min=1)
+            return self.lin_l(neigh_mean) + self.lin_r(x_src[: block.num_dst])
+        if _transform_first(self.order, block, self.in_dim, self.out_dim, self_width=2):
+            z = F.linear(x_src, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=0))  # [num_src, 2 out]
+            out = aggregate(block, z, norm="mean", self_mode="add")
+            return out if self.lin_l.bias is None else out + self.lin_l.bias
+        h = aggregate(block, x_src, norm="mean", self_mode="concat")  # [num_dst, 2 in] = [mean | x_dst]
+        return F.linear(h, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1), self.lin_l.bias)
 
     def extra_repr(self) -> str:
-        return f"{self.in_dim}, {self.out_dim}, backend={self.backend!r}"
+        return f"{self.in_dim}, {self.out_dim}, backend={self.backend!r}, order={self.order!r}"
+
+
+def _transform_first(order: str, block: Block, in_dim: int, out_dim: int, *, self_width: int = 1) -> bool:
+    if order == "auto":
+        return transform_first_is_cheaper(block, in_dim, out_dim, self_width=self_width)
+    return order == "transform_first"
 
 
 class GCNConv(nn.Module):
@@ -119,26 +162,33 @@ class GCNConv(nn.Module):
         out_dim: output feature size.
         bias: add a learnable bias. Default True.
         backend: aggregation backend, see :func:`aggregate_sum`. Default ``"auto"``.
+        order: ``"auto"``, ``"aggregate_first"`` or ``"transform_first"``, as :class:`SAGEConv`.
 
     Shapes:
         x_src float [num_src, in_dim] -> float [num_dst, out_dim].
     """
 
-    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, *, backend: Backend = "auto") -> None:
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, *, backend: Backend = "auto",
+                 order: Order = "auto") -> None:
         super().__init__()
-        self.in_dim, self.out_dim, self.backend = in_dim, out_dim, backend
+        self.in_dim, self.out_dim, self.backend, self.order = in_dim, out_dim, backend, _check_order(order)
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
 
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
-        # The self term is x_src[:num_dst] (x_dst); the "+1" in the degree counts it.
-        total = aggregate_sum(block, x_src, backend=self.backend) + x_src[: block.num_dst]
-        out = self.lin(total / (_in_degrees(block, total) + 1))
-        return out if self.bias is None else out + self.bias
+        if resolve_backend(self.backend, x_src) != "numba":
+            # The self term is x_src[:num_dst] (x_dst); the "+1" in the degree counts it.
+            total = aggregate_sum(block, x_src, backend=self.backend) + x_src[: block.num_dst]
+            out = self.lin(total / (_in_degrees(block, total) + 1))
+            return out if self.bias is None else out + self.bias
+        if _transform_first(self.order, block, self.in_dim, self.out_dim):
+            out = aggregate(block, self.lin(x_src), norm="gcn")
+            return out if self.bias is None else out + self.bias
+        return F.linear(aggregate(block, x_src, norm="gcn"), self.lin.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"{self.in_dim}, {self.out_dim}, backend={self.backend!r}"
+        return f"{self.in_dim}, {self.out_dim}, backend={self.backend!r}, order={self.order!r}"
 
 
 class GATConv(nn.Module):
@@ -148,6 +198,9 @@ class GATConv(nn.Module):
     ``e_ij = LeakyReLU(a_src . z_j + a_dst . z_i)``, ``alpha_ij = softmax_j(e_ij)`` over the incoming
     edges of ``i`` plus a self edge ``i -> i`` (``x_i`` is ``x_src[i]`` by the Block convention), and
     ``out_i = sum_j alpha_ij z_j``; heads are concatenated or averaged, then the bias is added.
+
+    Attention dropout draws its masks from a key (:func:`~gnnscale.nn.functional.keyed_dropout`):
+    ``forward(..., dropout_key=k)``; without one, a key is drawn from torch's global generator.
 
     Attention weights are per edge and per head and need gradients, so messages are gathered and
     summed with ``index_add_``: the CSR kernel has one value per edge, and its gradient for the values
@@ -188,7 +241,7 @@ class GATConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, block: Block, x_src: Tensor) -> Tensor:
+    def forward(self, block: Block, x_src: Tensor, *, dropout_key: int | None = None) -> Tensor:
         check_input(block, x_src, self.in_dim)
         nd, H, C = block.num_dst, self.heads, self.out_dim
         z = self.lin(x_src).view(-1, H, C)                      # [num_src, H, C]
@@ -199,8 +252,9 @@ class GATConv(nn.Module):
         logit_self = F.leaky_relu(score_src[:nd] + score_dst, self.negative_slope)      # [num_dst, H]
         alpha_edge, alpha_self = _softmax_with_self(logit_edge, logit_self, dst)
         if self.training and self.attn_dropout > 0:
-            alpha_edge = F.dropout(alpha_edge, self.attn_dropout, training=True)
-            alpha_self = F.dropout(alpha_self, self.attn_dropout, training=True)
+            key = check_dropout_key(dropout_key)
+            alpha_edge = keyed_dropout(alpha_edge, self.attn_dropout, site_key(key, 0))
+            alpha_self = keyed_dropout(alpha_self, self.attn_dropout, site_key(key, 1))
         messages = (alpha_edge.unsqueeze(-1) * z[src]).view(-1, H * C)
         out = (alpha_self.unsqueeze(-1) * z[:nd]).view(nd, H * C).index_add(0, dst, messages)
         out = out.view(nd, H * C) if self.concat else out.view(nd, H, C).mean(dim=1)

@@ -3,33 +3,42 @@
 A model with ``num_layers`` layers consumes exactly ``num_layers`` blocks: block ``l`` carries layer
 ``l``'s messages, and its destination nodes are block ``l + 1``'s sources, so the hidden features flow
 from ``blocks[0].num_src`` rows down to the ``blocks[-1].num_dst`` seed nodes.
+
+Dropout masks come from a key (``model(blocks, x, dropout_key=k)``; the training loop passes one per
+step, derived from ``(seed, epoch, step)``), so they do not depend on torch's global generator or on
+the thread count, and a resumed run draws the same masks. ReLU and dropout are one pass.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnnscale.nn.functional import check_dropout_key, keyed_dropout, site_key
 from gnnscale.nn.layers import GATConv, GCNConv, SAGEConv
 from gnnscale.sampling.block import Block
 
 ModelName = Literal["sage", "gcn", "gat"]
 MODELS = ("sage", "gcn", "gat")
+ACTIVATIONS = ("relu", "elu")
+# Dropout sites under a step's key: 0 the input, 1 + l after layer l, ATTENTION_SITE + l inside layer l.
+ATTENTION_SITE = 1 << 16
 
 
 class _BlockModel(nn.Module):
     """Stack of layers applied block by block: input dropout, then layer, activation, dropout."""
 
-    def __init__(self, layers: list[nn.Module], activation: Callable[[Tensor], Tensor], *, dropout: float,
-                 input_dropout: float) -> None:
+    def __init__(self, layers: list[nn.Module], activation: str, *, dropout: float, input_dropout: float) -> None:
         super().__init__()
         _check_prob("dropout", dropout)
         _check_prob("input_dropout", input_dropout)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
         self.layers = nn.ModuleList(layers)
         self.activation = activation
         self.dropout, self.input_dropout = dropout, input_dropout
@@ -38,21 +47,29 @@ class _BlockModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def forward(self, blocks: Sequence[Block], x: Tensor) -> Tensor:
+    def forward(self, blocks: Sequence[Block], x: Tensor, *, dropout_key: int | None = None) -> Tensor:
         """Args:
             blocks: ``num_layers`` blocks in model order (input layer first), as from ``sample_blocks``.
             x: float [blocks[0].num_src, in_dim], features of the first block's source nodes.
+            dropout_key: int in [0, 2**63), the step's dropout key (training mode); ``None`` draws one
+                from torch's global generator.
 
         Shapes:
             x [blocks[0].num_src, in_dim] -> [blocks[-1].num_dst, num_classes] (logits).
         """
         if len(blocks) != self.num_layers:
             raise ValueError(f"blocks: expected {self.num_layers} blocks (one per layer), got {len(blocks)}")
-        x = F.dropout(x, self.input_dropout, self.training)
+        key = check_dropout_key(dropout_key) if self.training else 0
+        x = keyed_dropout(x, self.input_dropout, site_key(key, 0), training=self.training)
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            x = layer(block, x)
+            if isinstance(layer, GATConv):
+                x = layer(block, x, dropout_key=site_key(key, ATTENTION_SITE + i))
+            else:
+                x = layer(block, x)
             if i < self.num_layers - 1:
-                x = F.dropout(self.activation(x), self.dropout, self.training)
+                relu = self.activation == "relu"
+                x = x if relu else F.elu(x)
+                x = keyed_dropout(x, self.dropout, site_key(key, 1 + i), relu=relu, training=self.training)
         return x
 
 
@@ -76,7 +93,7 @@ class GraphSAGE(_BlockModel):
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, input_dropout: float = 0.0) -> None:
         layers = [SAGEConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
-        super().__init__(layers, F.relu, dropout=dropout, input_dropout=input_dropout)
+        super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout)
 
 
 class GCN(_BlockModel):
@@ -88,7 +105,7 @@ class GCN(_BlockModel):
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, input_dropout: float = 0.0) -> None:
         layers = [GCNConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
-        super().__init__(layers, F.relu, dropout=dropout, input_dropout=input_dropout)
+        super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout)
 
 
 class GAT(_BlockModel):
@@ -114,7 +131,7 @@ class GAT(_BlockModel):
         layers: list[nn.Module] = [GATConv(i, hidden_dim, heads, concat=True, attn_dropout=attn_dropout)
                                    for i, _ in widths[:-1]]
         layers.append(GATConv(widths[-1][0], num_classes, out_heads, concat=False, attn_dropout=attn_dropout))
-        super().__init__(layers, F.elu, dropout=dropout, input_dropout=input_dropout)
+        super().__init__(layers, "elu", dropout=dropout, input_dropout=input_dropout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,13 +13,15 @@ from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.fused import SamplerWorkspace, fused_hops
 from gnnscale.sampling.keys import derive_key
+from gnnscale.sampling.parallel import check_threadsafe_layer, choose_threading_layer
 from gnnscale.sampling.reference import two_step_hops
 
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")
 
 __all__ = ["Block", "NeighborSampler", "SamplerWorkspace", "blocks_from_hops", "check_fanouts", "check_key",
-           "check_seeds", "derive_key", "sample_blocks", "set_sampler_threads"]
+           "check_seeds", "check_threadsafe_layer", "choose_threading_layer", "derive_key", "sample_blocks",
+           "set_sampler_threads"]
 
 
 def check_fanouts(fanouts: Sequence[int]) -> tuple[int, ...]:
@@ -145,7 +147,9 @@ class NeighborSampler:
 
 
 def set_sampler_threads(threads: int) -> None:
-    """Threads used by the numba kernels (at most numba's configured maximum)."""
+    """Threads used by the numba kernels (at most numba's configured maximum). The first call launches
+    numba's threading layer, a thread-safe one where available (:func:`choose_threading_layer`)."""
     if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
+    choose_threading_layer()
     numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))

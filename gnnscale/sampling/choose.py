@@ -68,7 +68,7 @@ def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, of
         out[offset + q] = indices[start + out[offset + q]]
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def count_and_offsets(indptr, dst_nodes, fanout, replace):
     """int64 [len(dst_nodes) + 1]: exclusive prefix sum of the per-node sample counts (a block's indptr)."""
     n = dst_nodes.shape[0]
@@ -107,7 +107,7 @@ def choose_range(indptr, indices, dst_nodes, offsets, lo, hi, fanout, replace, k
 PIECE_NODES = 256
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def choose_all(indptr, indices, dst_nodes, offsets, fanout, replace, key, hop):
     """int64 [offsets[-1]]: chosen global source ids of every destination node, in CSC order."""
     out = np.empty(offsets[-1], dtype=np.int64)

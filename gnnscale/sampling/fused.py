@@ -42,7 +42,7 @@ class SamplerWorkspace:
         return int(self.node_map.shape[0])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _claim_seeds(seeds, node_map):
     """Give seeds local ids 0..len-1. Returns -1, or the position of the first duplicated seed."""
     for i in range(seeds.shape[0]):
@@ -55,7 +55,7 @@ def _claim_seeds(seeds, node_map):
     return -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _relabel(chosen, lo, hi, node_map, nodes, num_known):
     """Turn ``chosen[lo:hi]`` global ids into local ids in place; new nodes are appended to ``nodes``
     in order of first appearance. Returns the new number of known nodes."""
@@ -74,7 +74,7 @@ def _relabel(chosen, lo, hi, node_map, nodes, num_known):
     return n
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, chunk_starts, fanout, replace, key, hop,
                         node_map, num_known, num_tasks):
     """Choose every destination's neighbors and relabel them; returns (local ids [offsets[-1]], new
@@ -104,7 +104,7 @@ def _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, chunk_starts, 
     return chosen, known[0]
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _release(nodes, node_map):
     for i in numba.prange(nodes.shape[0]):
         node_map[nodes[i]] = -1

@@ -28,7 +28,7 @@ def mix64_py(z: int) -> int:
 # Streams: independent uses of one (seed, epoch, step, rank), so that no two consumers share draws.
 STREAM_SAMPLE = 0  # neighbor sampling keys
 STREAM_ORDER = 1  # the permutation of training nodes in an epoch
-STREAM_DROPOUT = 2  # torch's RNG (dropout) during an epoch
+STREAM_DROPOUT = 2  # dropout masks of a training step
 STREAM_INIT = 3  # model initialisation
 
 

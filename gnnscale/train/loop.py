@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnnscale.sampling import Block, NeighborSampler, derive_key
+from gnnscale.sampling import Block, NeighborSampler, check_threadsafe_layer, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
@@ -93,6 +93,9 @@ def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: li
     the batches are the same with or without the background stage. ``timer`` receives ``sample`` and
     ``gather`` (busy time of the stage, overlapped or not) and ``wait`` (time the caller waited).
     """
+    if prefetch > 0:
+        # The stage's kernels run while the training thread runs its own: numba must allow that.
+        check_threadsafe_layer("prefetch")
     bulk = sampler.bulk
     starts = range(0, len(batches), bulk)
     loader = PhaseTimer()  # written by the stage's thread only; merged when the stream ends
@@ -116,17 +119,18 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
                 timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int]:
     """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches)."""
     model.train()
-    # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
-    torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
     batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
     keys = [derive_key(cfg.seed, epoch, step, 0) for step in range(len(batches))]
+    # Dropout masks are a function of (seed, epoch, step), like the blocks: a resumed run is exact.
+    dropout_keys = [derive_key(cfg.seed, epoch, step, 0, STREAM_DROPOUT) for step in range(len(batches))]
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
     edges = 0
     stream = batch_stream(sampler, data, batches, keys, prefetch=cfg.prefetch, timer=timer)
-    for batch in tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False, disable=not progress):
+    for step, batch in enumerate(tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False,
+                                      disable=not progress)):
         with timer.phase("forward_backward"):
-            logits = model(batch.blocks, batch.x)
+            logits = model(batch.blocks, batch.x, dropout_key=dropout_keys[step])
             loss = F.cross_entropy(logits, batch.y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

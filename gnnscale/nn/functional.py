@@ -1,0 +1,168 @@
+"""Autograd functions over the numba kernels of :mod:`gnnscale.nn.kernels`: keyed dropout and aggregation.
+
+Both write every output element exactly once into ``torch.empty`` buffers and keep for the backward
+pass only what it reads (a one-byte mask; the block's structure), so the step does no zero-fills and
+no copies beyond the products themselves.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnscale.nn import kernels
+from gnnscale.sampling.block import Block
+from gnnscale.sampling.keys import GOLDEN, MASK64, mix64_py
+
+NORMS = {"sum": kernels.NORM_SUM, "mean": kernels.NORM_MEAN, "gcn": kernels.NORM_GCN}
+SELF_MODES = {None: kernels.SELF_NONE, "concat": kernels.SELF_CONCAT, "add": kernels.SELF_ADD}
+KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def site_key(key: int, site: int) -> int:
+    """The key of one dropout site (a layer's output, the input, a layer's attention weights) under a
+    step's dropout key: independent streams per site, a pure function of ``(key, site)``. 63 bits, like
+    every key here, so that it is also a valid int64."""
+    return mix64_py((int(key) + (int(site) + 1) * GOLDEN) & MASK64) >> 1
+
+
+def check_dropout_key(key) -> int:
+    """Validate a step's dropout key; ``None`` draws one from torch's global generator (so code that
+    seeds torch with ``torch.manual_seed`` and calls ``model(blocks, x)`` stays reproducible)."""
+    if key is None:
+        return int(torch.randint(2**63 - 1, ()))
+    if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+        raise TypeError(f"dropout_key: expected an int, got {type(key).__name__}")
+    if not 0 <= key < 2**63:
+        raise ValueError(f"dropout_key: expected an int in [0, 2**63), got {key!r}")
+    return int(key)
+
+
+def _threshold(p: float) -> np.uint32:
+    """An element is dropped when its 32-bit uniform is below this: P(drop) = p to within 2**-32
+    (p < 1, so the threshold fits 32 bits)."""
+    return np.uint32(min(int(round(p * 2**32)), 2**32 - 1))
+
+
+def _as_dtype(value: float, dtype: torch.dtype):
+    """``value`` as a numpy scalar of ``dtype``, so that the kernels scale in the features' precision."""
+    return np.float32(value) if dtype == torch.float32 else np.float64(value)
+
+
+class _KeyedDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float, key: int, relu: bool) -> Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        mask = torch.empty(x.shape, dtype=torch.uint8)
+        scale = _as_dtype(1.0 / (1.0 - p), x.dtype)
+        kernels.dropout_forward(x.detach().view(-1).numpy(), out.view(-1).numpy(), mask.view(-1).numpy(),
+                                np.uint64(key), _threshold(p), scale, relu)
+        ctx.save_for_backward(mask)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mask,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        kernels.dropout_backward(grad.view(-1).numpy(), mask.view(-1).numpy(), ctx.scale, out.view(-1).numpy())
+        return out, None, None, None
+
+
+def keyed_dropout(x: Tensor, p: float, key: int, *, relu: bool = False, training: bool = True) -> Tensor:
+    """Dropout (optionally after ReLU) whose mask is a pure function of ``key`` and the element index.
+
+    Equals ``F.dropout(F.relu(x) if relu else x, p)`` in distribution; the mask does not depend on
+    the thread count. Eval mode or ``p == 0``: no mask, ``relu(x)`` or ``x`` itself.
+
+    Args:
+        x: float32/float64 CPU tensor (other dtypes and devices fall back to torch's dropout seeded
+            from ``key``).
+        p: drop probability in [0, 1).
+        key: int in [0, 2**63): one per step and dropout site (see :func:`site_key`).
+        relu: apply max(x, 0) first (one pass instead of two).
+        training: False turns dropout off.
+    """
+    if not training or p == 0.0:
+        return torch.relu(x) if relu else x
+    if x.dtype not in KERNEL_DTYPES or x.device.type != "cpu":
+        gen = torch.Generator(device=x.device).manual_seed(key & (2**63 - 1))
+        x = torch.relu(x) if relu else x
+        return x * torch.empty_like(x).bernoulli_(1.0 - p, generator=gen) / (1.0 - p)
+    return _KeyedDropout.apply(x, float(p), int(key), bool(relu))
+
+
+class _Aggregate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, indptr: Tensor, indices: Tensor, num_dst: int, norm: int, self_mode: int) -> Tensor:
+        x = x.contiguous()
+        width = x.shape[1]
+        out_width = 2 * width if self_mode == kernels.SELF_CONCAT else width
+        if self_mode == kernels.SELF_ADD:
+            out_width = width // 2
+        out = x.new_empty(num_dst, out_width)
+        bad = kernels.aggregate_forward(indptr.numpy(), indices.numpy(), x.detach().numpy(), out.numpy(), norm,
+                                        self_mode)
+        if bad:
+            raise ValueError(f"block: {bad} edges have a source id outside [0, num_src={x.shape[0]})")
+        ctx.save_for_backward(indptr, indices)
+        ctx.meta = (x.shape, norm, self_mode)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None, None
+        indptr, indices = ctx.saved_tensors
+        x_shape, norm, self_mode = ctx.meta
+        t_indptr, t_dst = kernels.transpose_block(indptr.numpy(), indices.numpy(), x_shape[0])
+        grad_x = grad.new_empty(x_shape)
+        kernels.aggregate_backward(indptr.numpy(), t_indptr, t_dst, grad.contiguous().numpy(), grad_x.numpy(),
+                                   norm, self_mode)
+        return grad_x, None, None, None, None, None
+
+
+def aggregate(block: Block, x_src: Tensor, *, norm: str = "sum", self_mode: str | None = None) -> Tensor:
+    """Scaled neighbor sums with the destination's own row, in one pass (numba, float32/float64, CPU).
+
+    ``h_i = w_i * (sum_{e in in-edges(i)} x_src[src(e)] (+ x_src[i] when norm="gcn"))`` with
+    ``w_i`` = 1 (``"sum"``), 1 / max(deg_i, 1) (``"mean"``) or 1 / (deg_i + 1) (``"gcn"``); then
+    ``self_mode`` None: ``h``; ``"concat"``: ``[h_i | x_src[i]]``; ``"add"``: ``x_src`` holds two
+    halves ``[a | b]``, the sum runs over ``a`` and ``b[i]`` is added.
+
+    Shapes:
+        x_src [num_src, C] -> [num_dst, C] (None), [num_dst, 2C] ("concat"); [num_src, 2C] -> [num_dst, C] ("add").
+    """
+    if norm not in NORMS:
+        raise ValueError(f"norm: expected one of {tuple(NORMS)}, got {norm!r}")
+    if self_mode not in SELF_MODES:
+        raise ValueError(f"self_mode: expected one of {tuple(SELF_MODES)}, got {self_mode!r}")
+    if x_src.dtype not in KERNEL_DTYPES or x_src.device.type != "cpu":
+        raise TypeError(f"x_src: the numba aggregation takes float32/float64 CPU tensors, got {x_src.dtype} "
+                        f"on {x_src.device}")
+    if self_mode == "add" and x_src.shape[1] % 2:
+        raise ValueError(f"x_src: self_mode='add' needs an even number of columns, got {x_src.shape[1]}")
+    return _Aggregate.apply(x_src, block.indptr, block.indices, block.num_dst, NORMS[norm], SELF_MODES[self_mode])
+
+
+def transform_first_is_cheaper(block: Block, in_dim: int, out_dim: int, *, self_width: int = 1) -> bool:
+    """Whether transforming every source before aggregating costs fewer multiply-adds than aggregating
+    first and transforming the destinations.
+
+    Aggregate first: ``E * in`` (sums) + ``D * (self_width * in) * out`` (product).
+    Transform first: ``S * in * (self_width * out)`` (product over all sources) + ``E * out`` (sums).
+    ``self_width`` is 2 for GraphSAGE (its root weight rides along in the same product), else 1.
+    Sampled blocks have many more sources than destinations, so aggregate-first wins there; transform-first
+    wins when sources and destinations nearly coincide and edges are many (full neighborhoods, ``out < in``).
+    """
+    if not isinstance(self_width, numbers.Integral) or self_width < 1:
+        raise ValueError(f"self_width: expected an int >= 1, got {self_width!r}")
+    e, s, d = block.num_edges, block.num_src, block.num_dst
+    aggregate_first = e * in_dim + d * self_width * in_dim * out_dim
+    transform_first = s * in_dim * self_width * out_dim + e * out_dim
+    return transform_first < aggregate_first
