@@ -71,14 +71,15 @@ def test_aggregate_sum_backends_agree(blocks, dtype):
         x = _features(b.num_src, dtype=dtype).requires_grad_()
         grads = []
         outs = []
-        for backend in ("csr", "index_add"):
+        for backend in ("numba", "csr", "index_add"):
             out = aggregate_sum(b, x, backend=backend)
             (out * torch.arange(out.numel(), dtype=dtype).view_as(out)).sum().backward()
             outs.append(out.detach())
             grads.append(x.grad.clone())
             x.grad = None
-        torch.testing.assert_close(outs[0], outs[1], **_tol(dtype))
-        torch.testing.assert_close(grads[0], grads[1], **_tol(dtype))
+        for out, grad in zip(outs[1:], grads[1:]):
+            torch.testing.assert_close(outs[0], out, **_tol(dtype))
+            torch.testing.assert_close(grads[0], grad, **_tol(dtype))
 
 
 def test_aggregate_sum_bfloat16_falls_back_to_index_add(blocks):
@@ -91,27 +92,45 @@ def test_aggregate_sum_bfloat16_falls_back_to_index_add(blocks):
         aggregate_sum(b, x, backend="dense")
 
 
-@pytest.mark.parametrize("backend", ["csr", "index_add"])
+# (backend, order): the numba kernels in both orders, and the two reference backends.
+BACKEND_ORDERS = [("numba", "aggregate_first"), ("numba", "transform_first"), ("csr", "auto"), ("index_add", "auto")]
+
+
+@pytest.mark.parametrize("backend, order", BACKEND_ORDERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_sage_matches_pyg(blocks, backend, dtype):
+def test_sage_matches_pyg(blocks, backend, order, dtype):
     torch.manual_seed(0)
-    ours = SAGEConv(IN_DIM, 5, backend=backend).to(dtype)
+    ours = SAGEConv(IN_DIM, 5, backend=backend, order=order).to(dtype)
     ref = pyg_nn.SAGEConv(IN_DIM, 5, aggr="mean").to(dtype)
     with torch.no_grad():
         ref.lin_l.weight.copy_(ours.lin_l.weight)
         ref.lin_l.bias.copy_(ours.lin_l.bias)
         ref.lin_r.weight.copy_(ours.lin_r.weight)
     for b in blocks:
-        x = _features(b.num_src, dtype=dtype)
+        x = _features(b.num_src, dtype=dtype).requires_grad_()
         edge_index, size = b.to_pyg()
-        torch.testing.assert_close(ours(b, x), ref((x, x[: b.num_dst]), edge_index, size), **_tol(dtype))
+        out, expected = ours(b, x), ref((x, x[: b.num_dst]), edge_index, size)
+        torch.testing.assert_close(out, expected, **_tol(dtype))
+        params = ("lin_l.weight", "lin_l.bias", "lin_r.weight")
+        _assert_same_gradients(out, expected, [x, *(ours.get_parameter(p) for p in params)],
+                               [x, *(ref.get_parameter(p) for p in params)], dtype)
 
 
-@pytest.mark.parametrize("backend", ["csr", "index_add"])
+def _assert_same_gradients(out, expected, ours: list, theirs: list, dtype) -> None:
+    """Gradients of a weighted sum of the outputs w.r.t. the input and every parameter (in the same
+    order on both sides)."""
+    weight = torch.arange(out.numel(), dtype=dtype).view_as(out) / out.numel()
+    ours_grads = torch.autograd.grad((out * weight).sum(), ours)
+    theirs_grads = torch.autograd.grad((expected * weight).sum(), theirs)
+    for a, b in zip(ours_grads, theirs_grads, strict=True):
+        torch.testing.assert_close(a, b, **_tol(dtype))
+
+
+@pytest.mark.parametrize("backend, order", BACKEND_ORDERS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_gcn_matches_pyg_with_explicit_self_edges(blocks, backend, dtype):
+def test_gcn_matches_pyg_with_explicit_self_edges(blocks, backend, order, dtype):
     torch.manual_seed(0)
-    ours = GCNConv(IN_DIM, 5, backend=backend).to(dtype)
+    ours = GCNConv(IN_DIM, 5, backend=backend, order=order).to(dtype)
     with torch.no_grad():
         ours.bias.normal_()  # a zero bias would not test that it is copied and added
     ref = pyg_nn.GCNConv(IN_DIM, 5, normalize=False, add_self_loops=False).to(dtype)
@@ -119,14 +138,15 @@ def test_gcn_matches_pyg_with_explicit_self_edges(blocks, backend, dtype):
         ref.lin.weight.copy_(ours.lin.weight)
         ref.bias.copy_(ours.bias)
     for b in blocks:
-        x = _features(b.num_src, dtype=dtype)
+        x = _features(b.num_src, dtype=dtype).requires_grad_()
         edge_index, _ = b.to_pyg()
         self_edges = torch.arange(b.num_dst).repeat(2, 1)
         edge_index = torch.cat([edge_index, self_edges], dim=1)
         edge_weight = 1.0 / (b.in_degrees().to(dtype) + 1)[edge_index[1]]
         # PyG's GCNConv is not bipartite: run it on all sources and keep the destination rows.
-        expected = ref(x, edge_index, edge_weight)[: b.num_dst]
-        torch.testing.assert_close(ours(b, x), expected, **_tol(dtype))
+        out, expected = ours(b, x), ref(x, edge_index, edge_weight)[: b.num_dst]
+        torch.testing.assert_close(out, expected, **_tol(dtype))
+        _assert_same_gradients(out, expected, [x, ours.lin.weight, ours.bias], [x, ref.lin.weight, ref.bias], dtype)
 
 
 @pytest.mark.parametrize("concat", [True, False])
@@ -169,6 +189,15 @@ def test_gat_attention_dropout_only_in_training(blocks):
     conv.train()
     torch.manual_seed(1)
     assert not torch.allclose(conv(b, x), conv.eval()(b, x))
+
+
+def test_layer_order_and_backend_are_checked():
+    with pytest.raises(ValueError, match="order: expected one of"):
+        SAGEConv(IN_DIM, 5, order="sideways")
+    with pytest.raises(ValueError, match="order: expected one of"):
+        GCNConv(IN_DIM, 5, order="")
+    with pytest.raises(ValueError, match="backend: expected one of"):
+        SAGEConv(IN_DIM, 5, backend="gpu")(_empty_block(3, 2), _features(3))
 
 
 LAYERS = {

@@ -13,14 +13,14 @@ from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.fused import SamplerWorkspace, fused_hops
 from gnnscale.sampling.keys import derive_key
-from gnnscale.sampling.parallel import check_threadsafe_layer, choose_threading_layer
+from gnnscale.sampling.parallel import THREADSAFE_LAYERS, check_threadsafe_layer, choose_threading_layer
 from gnnscale.sampling.reference import two_step_hops
 
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")
 
 __all__ = ["Block", "NeighborSampler", "SamplerWorkspace", "blocks_from_hops", "check_fanouts", "check_key",
-           "check_seeds", "check_threadsafe_layer", "choose_threading_layer", "derive_key", "sample_blocks",
+           "THREADSAFE_LAYERS", "check_seeds", "check_threadsafe_layer", "choose_threading_layer", "derive_key", "sample_blocks",
            "set_sampler_threads"]
 
 
