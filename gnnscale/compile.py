@@ -1,0 +1,151 @@
+"""Compile every numba kernel into numba's on-disk cache: ``python -m gnnscale.compile``.
+
+The two set-up commands (``make run``, ``make test``) run this as part of the install, so that no
+training run pays for compilation (several seconds per kernel) and a kernel that fails to compile
+fails the install. It compiles by running the real code paths on tiny data, with every argument type
+they meet in use: int32 and int64 graph indices; graphs in memory (writable arrays) and memory-mapped
+from a dataset or partition directory (read-only arrays, a different numba type); sampling with and
+without replacement, fused and two-step; the three models in training (dropout, attention dropout)
+and inference, aggregating first and transforming first; partitioning (METIS and random); and
+distributed training in both layouts (one worker, gloo on 127.0.0.1). A path added to gnnscale that
+calls a new kernel belongs in :data:`WARMUPS`.
+
+Prints one line per step with its seconds and the kernels numba compiled; exits non-zero on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from numba.core import event
+
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.storage import load_dataset_dir, save_dataset
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.nn import MODELS, GCNConv, ModelConfig, SAGEConv
+from gnnscale.sampling import derive_key, sample_blocks, set_sampler_threads
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.run import run_training
+
+TINY = SyntheticConfig(num_nodes=600, avg_degree=6.0, num_classes=4, feature_dim=8, seed=0)
+
+
+def _train(dataset: NodeDataset, **train_overrides) -> None:
+    """One epoch of every model, with dropout everywhere, then inference (evaluation)."""
+    for name in MODELS:
+        model_cfg = ModelConfig(name=name, in_dim=dataset.feature_dim, hidden_dim=8, num_classes=dataset.num_classes,
+                                num_layers=2, heads=2, dropout=0.5, input_dropout=0.1, attn_dropout=0.1)
+        cfg = TrainConfig(**{**dict(fanouts=(4, 3), batch_size=64, epochs=1, threads=2), **train_overrides})
+        run_training(dataset, model_cfg, cfg, progress=False)
+
+
+def _with_int64_indices(dataset: NodeDataset) -> NodeDataset:
+    """The same dataset with int64 graph indices (what graphs of more than 2**31 nodes use)."""
+    graph = dataset.graph
+    wide = CSCGraph(indptr=graph.indptr, indices=graph.indices.astype(np.int64), num_nodes=graph.num_nodes)
+    return dataclasses.replace(dataset, graph=wide)
+
+
+def warm_training_in_memory(work: Path) -> None:
+    dataset = make_synthetic(TINY)
+    _train(dataset)  # what `make run` does (fused sampler, background loading)
+    _train(dataset, sampler="two_step", replace=True, prefetch=0)
+    _train(_with_int64_indices(dataset))
+
+
+def warm_training_memory_mapped(work: Path) -> None:
+    directory = save_dataset(make_synthetic(TINY), work / "dataset")
+    _train(load_dataset_dir(directory, mmap=True))
+    _train(load_dataset_dir(directory, mmap=True), replace=True)
+
+
+def warm_layer_orders(work: Path) -> None:
+    """Both orders of GraphSAGE and GCN, float32 and float64, forward and backward."""
+    graph = make_synthetic(TINY).graph
+    for indices in (graph.indices, graph.indices.astype(np.int64)):
+        blocks = sample_blocks(CSCGraph(indptr=graph.indptr, indices=indices, num_nodes=graph.num_nodes),
+                               np.arange(0, 600, 9), [3, 3], key=derive_key(0))
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(blocks[0].num_src, 8, dtype=dtype, requires_grad=True)
+            for layer in (SAGEConv, GCNConv):
+                for order in ("aggregate_first", "transform_first"):
+                    layer(8, 8, order=order).to(dtype)(blocks[0], x).sum().backward()
+
+
+def warm_partition_and_distributed(work: Path) -> None:
+    """``gnnscale partition`` (both methods) and one-worker distributed training in both layouts."""
+    from gnnscale.partition import write_partition_dir
+    from gnnscale.train.distributed import run_distributed_training
+
+    dataset = make_synthetic(TINY)
+    write_partition_dir(dataset, 2, "random", work / "random")
+    write_partition_dir(dataset, 1, "metis", work / "metis")
+    with socket.socket() as s:  # a free port for the one-worker process group
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    options = dict(name="sage", hidden_dim=8, dropout=0.5)
+    for layout in ("hybrid", "vanilla"):
+        for replace in (False, True):
+            cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace)
+            run_distributed_training(work / "metis", layout, options, cfg, progress=False, timeout_s=60)
+
+
+WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
+    ("training, graph in memory", warm_training_in_memory),
+    ("training, memory-mapped dataset", warm_training_memory_mapped),
+    ("layers in both orders", warm_layer_orders),
+    ("partitioning and distributed training", warm_partition_and_distributed),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gnnscale.compile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
+    set_sampler_threads(2)
+    compiled: list[str] = []
+    event.register("numba:compile", _CompileNames(compiled))
+    start_all = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gnnscale-compile-") as tmp:
+        for i, (what, warm) in enumerate(WARMUPS):
+            before, start = len(compiled), time.perf_counter()
+            work = Path(tmp) / str(i)
+            work.mkdir()
+            warm(work)
+            new = sorted(set(compiled[before:]))
+            print(f"{what}: {time.perf_counter() - start:.1f}s, compiled {len(new)} kernels"
+                  + (f" ({', '.join(new)})" if new else ""), flush=True)
+    print(f"numba cache ready in {time.perf_counter() - start_all:.0f}s", flush=True)
+    return 0
+
+
+class _CompileNames(event.Listener):
+    """Appends the name of every gnnscale function numba starts compiling (a cache miss) to ``names``
+    (numba's own helpers, compiled inside them, are left out)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def on_start(self, ev) -> None:
+        func = ev.data["dispatcher"].py_func
+        if func.__module__.startswith("gnnscale."):
+            self.names.append(f"{func.__module__}.{func.__qualname__}")
+
+    def on_end(self, ev) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
