@@ -196,3 +196,15 @@ def test_fused_relu_dropout_equals_torch_ops_with_the_same_mask():
     x = torch.randn(64, 32)
     mask = keyed_dropout(torch.ones_like(x), 0.5, 9) != 0
     torch.testing.assert_close(keyed_dropout(x, 0.5, 9, relu=True), F.relu(x) * mask / 0.5)
+
+
+def test_attention_gradcheck_with_dropout(block):
+    from gnnscale.nn.functional import attention
+
+    gen = torch.Generator().manual_seed(4)
+    z = torch.randn(block.num_src, 2, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    score_src = torch.randn(block.num_src, 2, dtype=torch.float64, generator=gen, requires_grad=True)
+    score_dst = torch.randn(block.num_dst, 2, dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *t: attention(block, *t, dropout=0.3, key=8), (z, score_src, score_dst))
+    with pytest.raises(ValueError, match="score_src, score_dst"):
+        attention(block, z, score_src[1:], score_dst)

@@ -149,12 +149,13 @@ def test_gcn_matches_pyg_with_explicit_self_edges(blocks, backend, order, dtype)
         _assert_same_gradients(out, expected, [x, ours.lin.weight, ours.bias], [x, ref.lin.weight, ref.bias], dtype)
 
 
+@pytest.mark.parametrize("backend", ["numba", "index_add"])
 @pytest.mark.parametrize("concat", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_gat_matches_pyg(blocks, concat, dtype):
+def test_gat_matches_pyg(blocks, backend, concat, dtype):
     torch.manual_seed(0)
     heads, out_dim = 3, 4
-    ours = GATConv(IN_DIM, out_dim, heads, concat=concat).to(dtype)
+    ours = GATConv(IN_DIM, out_dim, heads, concat=concat, backend=backend).to(dtype)
     with torch.no_grad():
         ours.bias.normal_()
     ref = pyg_nn.GATConv(IN_DIM, out_dim, heads, concat=concat, add_self_loops=True).to(dtype)
@@ -164,10 +165,34 @@ def test_gat_matches_pyg(blocks, concat, dtype):
         ref.att_dst.copy_(ours.att_dst.view(1, heads, out_dim))
         ref.bias.copy_(ours.bias)
     for b in blocks:
-        x = _features(b.num_src, dtype=dtype)
+        x = _features(b.num_src, dtype=dtype).requires_grad_()
         edge_index, size = b.to_pyg()
-        expected = ref((x, x[: b.num_dst]), edge_index, size=size)
-        torch.testing.assert_close(ours(b, x), expected, **_tol(dtype))
+        out, expected = ours(b, x), ref((x, x[: b.num_dst]), edge_index, size=size)
+        torch.testing.assert_close(out, expected, **_tol(dtype))
+        weight = torch.arange(out.numel(), dtype=dtype).view_as(out) / out.numel()
+        ours_grads = torch.autograd.grad((out * weight).sum(), [x, ours.lin.weight, ours.att_src, ours.att_dst])
+        ref_grads = torch.autograd.grad((expected * weight).sum(), [x, ref.lin.weight, ref.att_src, ref.att_dst])
+        for a, r in zip(ours_grads, ref_grads, strict=True):
+            torch.testing.assert_close(a, r.view_as(a), **_tol(dtype))
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_gat_kernel_equals_reference_with_attention_dropout(graph, replace):
+    """The numba attention and the torch reference drop the same weights for the same key."""
+    block = sample_blocks(graph, np.arange(0, 60, 3), [4, 3], key=5, replace=replace)[0]
+    torch.manual_seed(0)
+    fast = GATConv(IN_DIM, 4, heads=3, attn_dropout=0.3).double()
+    reference = GATConv(IN_DIM, 4, heads=3, attn_dropout=0.3, backend="index_add").double()
+    reference.load_state_dict(fast.state_dict())
+    x = _features(block.num_src, dtype=torch.float64).requires_grad_()
+    out, expected = fast(block, x, dropout_key=3), reference(block, x, dropout_key=3)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(out, fast.eval()(block, x))  # dropout did drop something
+    weight = torch.randn(out.shape, dtype=torch.float64)
+    grads = torch.autograd.grad((out * weight).sum(), [x, *fast.parameters()])
+    expected_grads = torch.autograd.grad((expected * weight).sum(), [x, *reference.parameters()])
+    for a, r in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
 
 
 def test_gat_softmax_is_stable_for_large_logits(blocks):

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnscale.nn import kernels
+from gnnscale.nn import attention_kernels, kernels
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.keys import GOLDEN, MASK64, mix64_py
 
@@ -120,7 +120,7 @@ class _Aggregate(torch.autograd.Function):
             return None, None, None, None, None, None
         indptr, indices = ctx.saved_tensors
         x_shape, norm, self_mode = ctx.meta
-        t_indptr, t_dst = kernels.transpose_block(indptr.numpy(), indices.numpy(), x_shape[0])
+        t_indptr, t_dst, _ = kernels.transpose_block(indptr.numpy(), indices.numpy(), x_shape[0])
         grad_x = grad.new_empty(x_shape)
         kernels.aggregate_backward(indptr.numpy(), t_indptr, t_dst, grad.contiguous().numpy(), grad_x.numpy(),
                                    norm, self_mode)
@@ -148,6 +148,68 @@ def aggregate(block: Block, x_src: Tensor, *, norm: str = "sum", self_mode: str 
     if self_mode == "add" and x_src.shape[1] % 2:
         raise ValueError(f"x_src: self_mode='add' needs an even number of columns, got {x_src.shape[1]}")
     return _Aggregate.apply(x_src, block.indptr, block.indices, block.num_dst, NORMS[norm], SELF_MODES[self_mode])
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z: Tensor, score_src: Tensor, score_dst: Tensor, indptr: Tensor, indices: Tensor,
+                slope: float, p: float, key: int) -> Tensor:
+        z, score_src, score_dst = z.contiguous(), score_src.contiguous(), score_dst.contiguous()
+        (num_src, heads, width), num_dst, num_edges = z.shape, score_dst.shape[0], indices.shape[0]
+        out = z.new_empty(num_dst, heads, width)
+        alpha, alpha_self = z.new_empty(num_edges, heads), z.new_empty(num_dst, heads)
+        mask = torch.empty(num_edges, heads, dtype=torch.uint8)
+        mask_self = torch.empty(num_dst, heads, dtype=torch.uint8)
+        scale = _as_dtype(1.0 / (1.0 - p), z.dtype)
+        threshold = _threshold(p) if p > 0 else np.uint32(0)
+        attention_kernels.attention_forward(
+            indptr.numpy(), indices.numpy(), z.detach().numpy(), score_src.detach().numpy(),
+            score_dst.detach().numpy(), _as_dtype(slope, z.dtype), np.uint64(key), threshold, scale, out.numpy(),
+            alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy())
+        ctx.save_for_backward(z, score_src, score_dst, indptr, indices, alpha, alpha_self, mask, mask_self)
+        ctx.constants = (slope, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        z, score_src, score_dst, indptr, indices, alpha, alpha_self, mask, mask_self = ctx.saved_tensors
+        slope, scale = ctx.constants
+        grad = grad.contiguous()
+        grad_logit, grad_logit_self = torch.empty_like(alpha), torch.empty_like(alpha_self)
+        grad_score_dst = torch.empty_like(score_dst)
+        attention_kernels.attention_backward_dst(
+            indptr.numpy(), indices.numpy(), z.numpy(), score_src.numpy(), score_dst.numpy(),
+            _as_dtype(slope, z.dtype), scale, alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy(),
+            grad.numpy(), grad_logit.numpy(), grad_logit_self.numpy(), grad_score_dst.numpy())
+        t_indptr, t_dst, t_edge = kernels.transpose_block(indptr.numpy(), indices.numpy(), z.shape[0])
+        grad_z, grad_score_src = torch.empty_like(z), torch.empty_like(score_src)
+        attention_kernels.attention_backward_src(
+            t_indptr, t_dst, t_edge, scale, alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy(),
+            grad.numpy(), grad_logit.numpy(), grad_logit_self.numpy(), grad_z.numpy(), grad_score_src.numpy())
+        return grad_z, grad_score_src, grad_score_dst, None, None, None, None, None
+
+
+def attention(block: Block, z: Tensor, score_src: Tensor, score_dst: Tensor, *, negative_slope: float = 0.2,
+              dropout: float = 0.0, key: int = 0) -> Tensor:
+    """GAT's attention-weighted sum over each destination's in-edges and self edge, in one pass (numba).
+
+    ``alpha_ij = softmax_j(LeakyReLU(score_src[j] + score_dst[i]))`` per head over ``N(i) ∪ {i}``,
+    dropped out with probability ``dropout`` (keyed by ``key``, see :func:`keyed_dropout`), and
+    ``out_i = sum_j alpha_ij z_j``. No tensor of size edges x features is materialised.
+
+    Shapes:
+        z float [num_src, H, C]; score_src [num_src, H]; score_dst [num_dst, H] -> [num_dst, H, C].
+    """
+    if z.dtype not in KERNEL_DTYPES or z.device.type != "cpu":
+        raise TypeError(f"z: the numba attention takes float32/float64 CPU tensors, got {z.dtype} on {z.device}")
+    num_src, heads = z.shape[0], z.shape[1]
+    if score_src.shape != (num_src, heads) or score_dst.shape != (block.num_dst, heads):
+        raise ValueError(f"score_src, score_dst: expected [{num_src}, {heads}] and [{block.num_dst}, {heads}], "
+                         f"got {list(score_src.shape)} and {list(score_dst.shape)}")
+    if block.num_edges and (int(block.indices.min()) < 0 or int(block.indices.max()) >= num_src):
+        raise ValueError(f"block: edges have a source id outside [0, num_src={num_src})")
+    return _Attention.apply(z, score_src, score_dst, block.indptr, block.indices, float(negative_slope),
+                            float(dropout), int(key))
 
 
 def transform_first_is_cheaper(block: Block, in_dim: int, out_dim: int, *, self_width: int = 1) -> bool:

@@ -164,9 +164,9 @@ def aggregate_forward(indptr, indices, x, out, norm, self_mode):
 
 @numba.njit(cache=True, nogil=True)
 def transpose_block(indptr, indices, num_src):
-    """The block's edges grouped by source: ``(t_indptr int64 [num_src + 1], t_dst int64 [num_edges])``;
-    the destinations of source ``j`` are ``t_dst[t_indptr[j]:t_indptr[j + 1]]``, in edge order.
-    Sources must lie in [0, num_src) (checked by :func:`aggregate_forward`)."""
+    """The block's edges grouped by source: ``(t_indptr int64 [num_src + 1], t_dst int64 [num_edges],
+    t_edge int64 [num_edges])``; the out-edges of source ``j`` are ``t_edge[t_indptr[j]:t_indptr[j + 1]]``
+    (edge ids, in edge order) towards destinations ``t_dst[...]``. Sources must lie in [0, num_src)."""
     t_indptr = np.zeros(num_src + 1, dtype=np.int64)
     for e in range(indices.shape[0]):
         t_indptr[indices[e] + 1] += 1
@@ -174,12 +174,14 @@ def transpose_block(indptr, indices, num_src):
         t_indptr[j + 1] += t_indptr[j]
     fill = t_indptr[:-1].copy()
     t_dst = np.empty(indices.shape[0], dtype=np.int64)
+    t_edge = np.empty(indices.shape[0], dtype=np.int64)
     for i in range(indptr.shape[0] - 1):
         for e in range(indptr[i], indptr[i + 1]):
             j = indices[e]
             t_dst[fill[j]] = i
+            t_edge[fill[j]] = e
             fill[j] += 1
-    return t_indptr, t_dst
+    return t_indptr, t_dst, t_edge
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnnscale.nn.functional import (KERNEL_DTYPES, aggregate, check_dropout_key, keyed_dropout, site_key,
-                                    transform_first_is_cheaper)
+from gnnscale.nn.functional import (KERNEL_DTYPES, aggregate, attention, check_dropout_key, keyed_dropout,
+                                    site_key, transform_first_is_cheaper)
 from gnnscale.sampling.block import Block
 
 Backend = Literal["auto", "numba", "csr", "index_add"]
@@ -202,9 +202,11 @@ class GATConv(nn.Module):
     Attention dropout draws its masks from a key (:func:`~gnnscale.nn.functional.keyed_dropout`):
     ``forward(..., dropout_key=k)``; without one, a key is drawn from torch's global generator.
 
-    Attention weights are per edge and per head and need gradients, so messages are gathered and
-    summed with ``index_add_``: the CSR kernel has one value per edge, and its gradient for the values
-    came back with the wrong length when a row repeats a source (sampling with replacement).
+    With the numba backend (float32/float64 on CPU) the edge softmax and the weighted sum are one
+    kernel per pass (:func:`~gnnscale.nn.functional.attention`): nothing of size edges x features is
+    materialised. The reference path (``backend="index_add"``, and other dtypes) gathers messages per
+    edge and sums them with ``index_add_``; torch's CSR kernel cannot serve here: it has one value per
+    edge, and its gradient for the values came back with the wrong length when a row repeats a source.
 
     Args:
         in_dim: input feature size.
@@ -214,16 +216,21 @@ class GATConv(nn.Module):
         negative_slope: LeakyReLU slope. Default 0.2.
         attn_dropout: dropout on the normalised attention weights during training. Default 0.0.
         bias: add a learnable bias. Default True.
+        backend: ``"auto"`` (numba for float32/float64 on CPU), ``"numba"`` or ``"index_add"``.
 
     Shapes:
         x_src float [num_src, in_dim] -> float [num_dst, heads * out_dim] (concat) or [num_dst, out_dim].
     """
 
     def __init__(self, in_dim: int, out_dim: int, heads: int = 1, concat: bool = True,
-                 negative_slope: float = 0.2, attn_dropout: float = 0.0, bias: bool = True) -> None:
+                 negative_slope: float = 0.2, attn_dropout: float = 0.0, bias: bool = True, *,
+                 backend: Backend = "auto") -> None:
         super().__init__()
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout: expected a probability in [0, 1), got {attn_dropout}")
+        if backend not in ("auto", "numba", "index_add"):
+            raise ValueError(f"backend: expected one of ('auto', 'numba', 'index_add'), got {backend!r}")
+        self.backend = backend
         self.in_dim, self.out_dim, self.heads, self.concat = in_dim, out_dim, heads, concat
         self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
         self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
@@ -244,6 +251,22 @@ class GATConv(nn.Module):
     def forward(self, block: Block, x_src: Tensor, *, dropout_key: int | None = None) -> Tensor:
         check_input(block, x_src, self.in_dim)
         nd, H, C = block.num_dst, self.heads, self.out_dim
+        p = self.attn_dropout if self.training else 0.0
+        key = check_dropout_key(dropout_key) if p > 0 else 0
+        if resolve_backend(self.backend, x_src) == "numba":
+            z = self.lin(x_src)                                                  # [num_src, H * C]
+            # Both scores in one product with block-diagonal [H * C, H] attention vectors: no [S, H, C] temporary.
+            scores = z @ torch.cat([_block_diagonal(self.att_src), _block_diagonal(self.att_dst)], dim=1)
+            out = attention(block, z.view(-1, H, C), scores[:, :H], scores[:nd, H:],
+                            negative_slope=self.negative_slope, dropout=p, key=site_key(key, 0))
+        else:
+            out = self._reference(block, x_src, p, key)
+        out = out.reshape(nd, H * C) if self.concat else out.mean(dim=1)
+        return out if self.bias is None else out + self.bias
+
+    def _reference(self, block: Block, x_src: Tensor, p: float, key: int) -> Tensor:
+        """The same with torch ops: messages gathered per edge and summed with ``index_add``."""
+        nd, H, C = block.num_dst, self.heads, self.out_dim
         z = self.lin(x_src).view(-1, H, C)                      # [num_src, H, C]
         score_src = (z * self.att_src).sum(-1)                   # [num_src, H]
         score_dst = (z[:nd] * self.att_dst).sum(-1)              # [num_dst, H]
@@ -251,17 +274,21 @@ class GATConv(nn.Module):
         logit_edge = F.leaky_relu(score_src[src] + score_dst[dst], self.negative_slope)  # [E, H]
         logit_self = F.leaky_relu(score_src[:nd] + score_dst, self.negative_slope)      # [num_dst, H]
         alpha_edge, alpha_self = _softmax_with_self(logit_edge, logit_self, dst)
-        if self.training and self.attn_dropout > 0:
-            key = check_dropout_key(dropout_key)
-            alpha_edge = keyed_dropout(alpha_edge, self.attn_dropout, site_key(key, 0))
-            alpha_self = keyed_dropout(alpha_self, self.attn_dropout, site_key(key, 1))
+        if p > 0:
+            # Edges, then self edges, as one [E + num_dst, H] tensor: the element ids the kernel drops.
+            dropped = keyed_dropout(torch.cat([alpha_edge, alpha_self]), p, site_key(key, 0))
+            alpha_edge, alpha_self = dropped[: block.num_edges], dropped[block.num_edges:]
         messages = (alpha_edge.unsqueeze(-1) * z[src]).view(-1, H * C)
-        out = (alpha_self.unsqueeze(-1) * z[:nd]).view(nd, H * C).index_add(0, dst, messages)
-        out = out.view(nd, H * C) if self.concat else out.view(nd, H, C).mean(dim=1)
-        return out if self.bias is None else out + self.bias
+        return (alpha_self.unsqueeze(-1) * z[:nd]).view(nd, H * C).index_add(0, dst, messages).view(nd, H, C)
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, heads={self.heads}, concat={self.concat}"
+
+
+def _block_diagonal(att: Tensor) -> Tensor:
+    """[H, C] attention vectors as the block-diagonal [H * C, H] matrix whose column h holds ``att[h]``
+    in rows h * C .. h * C + C - 1, so that ``z.view(S, H * C) @ it`` is the per-head score ``(z * att).sum(-1)``."""
+    return torch.block_diag(*att.unsqueeze(-1).unbind(0))
 
 
 def _softmax_with_self(logit_edge: Tensor, logit_self: Tensor, dst: Tensor) -> tuple[Tensor, Tensor]:
