@@ -33,7 +33,7 @@ from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.storage import load_dataset_dir, save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
-from gnnscale.nn import MODELS, GCNConv, ModelConfig, SAGEConv
+from gnnscale.nn import MODELS, GATConv, GCNConv, ModelConfig, SAGEConv
 from gnnscale.sampling import derive_key, sample_blocks, set_sampler_threads
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.run import run_training
@@ -71,7 +71,8 @@ def warm_training_memory_mapped(work: Path) -> None:
 
 
 def warm_layer_orders(work: Path) -> None:
-    """Both orders of GraphSAGE and GCN, float32 and float64, forward and backward."""
+    """Both orders of GraphSAGE and GCN, and GAT with attention dropout, float32 and float64, forward and
+    backward (float64: what the tests compare against PyG with)."""
     graph = make_synthetic(TINY).graph
     for indices in (graph.indices, graph.indices.astype(np.int64)):
         blocks = sample_blocks(CSCGraph(indptr=graph.indptr, indices=indices, num_nodes=graph.num_nodes),
@@ -81,6 +82,7 @@ def warm_layer_orders(work: Path) -> None:
             for layer in (SAGEConv, GCNConv):
                 for order in ("aggregate_first", "transform_first"):
                     layer(8, 8, order=order).to(dtype)(blocks[0], x).sum().backward()
+            GATConv(8, 4, heads=2, attn_dropout=0.5).to(dtype)(blocks[0], x, dropout_key=1).sum().backward()
 
 
 def warm_partition_and_distributed(work: Path) -> None:
