@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from gnnscale.graph.features import gather_rows
 from gnnscale.sampling import Block, NeighborSampler, check_threadsafe_layer, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
@@ -47,10 +49,10 @@ class TrainData:
             raise ValueError("train_idx: the training set is empty; nothing to train on")
 
     def gather(self, node_ids: torch.Tensor) -> torch.Tensor:
-        """float32 [len(node_ids), feature_dim]: input features of the given nodes."""
-        if isinstance(self.features, torch.Tensor):
-            return self.features.index_select(0, node_ids)
-        return torch.from_numpy(np.ascontiguousarray(self.features[node_ids.numpy()]))
+        """float32 [len(node_ids), feature_dim]: input features of the given nodes (a numba kernel on the
+        calling thread's numba threads, without the GIL)."""
+        features = self.features.numpy() if isinstance(self.features, torch.Tensor) else self.features
+        return torch.from_numpy(gather_rows(features, node_ids.numpy()))
 
 
 def num_batches_for(num_train: int, batch_size: int) -> int:
@@ -92,15 +94,19 @@ def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: li
     caller trains (:class:`Prefetcher`). Sampling is keyed by ``keys`` and gathering is a lookup, so
     the batches are the same with or without the background stage. ``timer`` receives ``sample`` and
     ``gather`` (busy time of the stage, overlapped or not) and ``wait`` (time the caller waited).
+    The stage's kernels run on as many threads as the caller's (numba's thread count is per thread:
+    a new thread would otherwise use every core, whatever ``--threads`` says).
     """
     if prefetch > 0:
         # The stage's kernels run while the training thread runs its own: numba must allow that.
         check_threadsafe_layer("prefetch")
+    threads = numba.get_num_threads()
     bulk = sampler.bulk
     starts = range(0, len(batches), bulk)
     loader = PhaseTimer()  # written by the stage's thread only; merged when the stream ends
 
     def produce(group: int) -> list[Batch]:
+        numba.set_num_threads(threads)  # this thread's own setting (a no-op on the caller's thread)
         lo = starts[group]
         seeds = batches[lo:lo + bulk]
         with loader.phase("sample"):

@@ -40,12 +40,8 @@ class TrainReport:
 
 
 def train_data_from(dataset: NodeDataset) -> TrainData:
-    features = dataset.features
-    if not isinstance(features, np.memmap):
-        # In memory already: torch's multi-threaded index_select beats numpy fancy indexing.
-        features = torch.from_numpy(features)
     return TrainData(
-        features=features,
+        features=dataset.features,  # numpy, in memory or memory-mapped: gathered by a numba kernel
         labels=torch.from_numpy(np.asarray(dataset.labels)),
         train_idx=torch.from_numpy(np.asarray(dataset.train_idx)),
         val_idx=torch.from_numpy(np.asarray(dataset.val_idx)),

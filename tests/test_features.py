@@ -1,0 +1,69 @@
+"""Gathering feature rows: the numba kernel against numpy's fancy indexing."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+from gnnscale.graph.features import gather_rows
+from gnnscale.train.loop import TrainData, batch_stream
+from gnnscale.train.metrics import PhaseTimer
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gather_rows_equals_fancy_indexing(dtype, tmp_path):
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal((3000, 13)).astype(dtype)
+    ids = rng.integers(0, 3000, 5000)  # repeats, any order, more rows than a piece
+    np.testing.assert_array_equal(gather_rows(features, ids), features[ids])
+    np.save(tmp_path / "f.npy", features)
+    mapped = np.load(tmp_path / "f.npy", mmap_mode="r")  # read-only memory map
+    np.testing.assert_array_equal(gather_rows(mapped, ids), features[ids])
+    np.testing.assert_array_equal(gather_rows(features[:, ::2], ids), features[ids][:, ::2])  # not contiguous
+    assert gather_rows(features, np.empty(0, dtype=np.int64)).shape == (0, 13)
+
+
+def test_gather_rows_rejects_bad_ids():
+    features = np.zeros((10, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"ids: row ids must lie in \[0, 10\)"):
+        gather_rows(features, np.array([3, 10]))
+    with pytest.raises(ValueError, match=r"ids: row ids must lie in \[0, 10\)"):
+        gather_rows(features, np.array([-1]))
+    with pytest.raises(ValueError, match="ids: expected a 1-D array"):
+        gather_rows(features, np.zeros((2, 2), dtype=np.int64))
+
+
+class _RecordingSampler:
+    """Returns no blocks' worth of work; records the numba thread count it ran with."""
+
+    bulk = 1
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+
+    def sample_many(self, seeds_list, keys):
+        self.threads.append(numba.get_num_threads())
+        return [[_Blocks()] for _ in seeds_list]
+
+
+class _Blocks:
+    src_ids = torch.arange(3)
+
+
+def test_background_stage_uses_the_callers_thread_count():
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has a single thread")
+    data = TrainData(features=np.ones((5, 2), dtype=np.float32), labels=torch.zeros(5, dtype=torch.long),
+                     train_idx=torch.arange(5), val_idx=torch.arange(0), test_idx=torch.arange(0))
+    sampler = _RecordingSampler()
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        batches = [torch.tensor([0, 1]), torch.tensor([2, 3])]
+        list(batch_stream(sampler, data, batches, [1, 2], prefetch=1, timer=PhaseTimer()))
+    finally:
+        numba.set_num_threads(before)
+    # A new thread would start at numba's maximum; the stage must follow the caller's setting.
+    assert sampler.threads == [1, 1]
