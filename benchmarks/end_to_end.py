@@ -44,7 +44,7 @@ from distributed import cached_dataset  # noqa: E402  (the shared products-shape
 DGL_SCRIPT = HERE / "anchors" / "dgl_train.py"
 PHASES = ("sample_s", "gather_s", "forward_backward_s", "epoch_s")
 # What gnnscale's trainer sets with mallopt (gnnscale/train/memory.py), as glibc's environment variables.
-GLIBC_KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
+GLIBC_KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 62),
                      "MALLOC_ARENA_MAX": "1"}
 GAT_HEADS = 8
 

@@ -51,6 +51,10 @@ def _kept(key, element, threshold):
     return u >= threshold
 
 
+# Loops run edge-major inside a destination (for each edge, all heads): the source's row z[j] (H * C
+# contiguous values) is read once per edge instead of once per edge and head.
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def attention_forward(indptr, indices, z, score_src, score_dst, slope, key, threshold, scale,
                       out, alpha, alpha_self, mask, mask_self):
@@ -61,7 +65,8 @@ def attention_forward(indptr, indices, z, score_src, score_dst, slope, key, thre
     num_edges = indices.shape[0]
     for i in numba.prange(num_dst):
         start, end = indptr[i], indptr[i + 1]
-        for h in range(heads):
+        totals = np.empty(heads, dtype=alpha.dtype)
+        for h in range(heads):  # softmax denominators: scores only, [S, H], small
             sd = score_dst[i, h]
             self_logit = _leaky(score_src[i, h] + sd, slope)
             peak = self_logit
@@ -73,20 +78,23 @@ def attention_forward(indptr, indices, z, score_src, score_dst, slope, key, thre
                 w = math.exp(_leaky(score_src[indices[e], h] + sd, slope) - peak)
                 alpha[e, h] = w
                 total += w
-            row = out[i, h]
+            totals[h] = total
             a = self_exp / total
             alpha_self[i, h] = a
             keep = threshold == 0 or _kept(key, (num_edges + i) * heads + h, threshold)
             mask_self[i, h] = keep
+            row = out[i, h]
             for f in range(row.shape[0]):
                 row[f] = a * scale * z[i, h, f] if keep else 0
-            for e in range(start, end):
-                a = alpha[e, h] / total
+        for e in range(start, end):
+            zj = z[indices[e]]
+            for h in range(heads):
+                a = alpha[e, h] / totals[h]
                 alpha[e, h] = a
                 keep = threshold == 0 or _kept(key, e * heads + h, threshold)
                 mask[e, h] = keep
                 if keep:
-                    _axpy(row, a * scale, z[indices[e], h])
+                    _axpy(out[i, h], a * scale, zj[h])
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -98,23 +106,28 @@ def attention_backward_dst(indptr, indices, z, score_src, score_dst, slope, scal
     num_dst, heads = grad.shape[0], grad.shape[1]
     for i in numba.prange(num_dst):
         start, end = indptr[i], indptr[i + 1]
+        gi = grad[i]
+        # d loss / d alpha (before dropout) per edge and head, and their alpha-weighted sums (softmax backward)
+        weighted = np.empty(heads, dtype=alpha.dtype)
         for h in range(heads):
-            g = grad[i, h]
-            sd = score_dst[i, h]
-            # d loss / d alpha (before dropout) per edge, and their alpha-weighted sum (softmax backward)
-            ga_self = _dot(g, z[i, h]) * scale if mask_self[i, h] else 0.0
-            weighted = alpha_self[i, h] * ga_self
-            for e in range(start, end):
-                ga = _dot(g, z[indices[e], h]) * scale if mask[e, h] else 0.0
+            ga = _dot(gi[h], z[i, h]) * scale if mask_self[i, h] else 0.0
+            grad_logit_self[i, h] = ga
+            weighted[h] = alpha_self[i, h] * ga
+        for e in range(start, end):
+            zj = z[indices[e]]
+            for h in range(heads):
+                ga = _dot(gi[h], zj[h]) * scale if mask[e, h] else 0.0
                 grad_logit[e, h] = ga
-                weighted += alpha[e, h] * ga
-            pre = score_src[i, h] + sd
-            gl = alpha_self[i, h] * (ga_self - weighted) * (1.0 if pre > 0 else slope)
+                weighted[h] += alpha[e, h] * ga
+        for h in range(heads):
+            sd = score_dst[i, h]
+            factor = 1.0 if score_src[i, h] + sd > 0 else slope
+            gl = alpha_self[i, h] * (grad_logit_self[i, h] - weighted[h]) * factor
             grad_logit_self[i, h] = gl
             total = gl
             for e in range(start, end):
-                pre = score_src[indices[e], h] + sd
-                gl = alpha[e, h] * (grad_logit[e, h] - weighted) * (1.0 if pre > 0 else slope)
+                factor = 1.0 if score_src[indices[e], h] + sd > 0 else slope
+                gl = alpha[e, h] * (grad_logit[e, h] - weighted[h]) * factor
                 grad_logit[e, h] = gl
                 total += gl
             grad_score_dst[i, h] = total
@@ -128,17 +141,19 @@ def attention_backward_src(t_indptr, t_dst, t_edge, scale, alpha, alpha_self, ma
     num_src, heads = grad_z.shape[0], grad_z.shape[1]
     num_dst = grad.shape[0]
     for j in numba.prange(num_src):
+        rows = grad_z[j]
+        rows[:] = 0
         for h in range(heads):
-            row = grad_z[j, h]
-            row[:] = 0
-            total = 0.0
-            if j < num_dst:
+            grad_score_src[j, h] = 0
+        if j < num_dst:
+            for h in range(heads):
                 if mask_self[j, h]:
-                    _axpy(row, alpha_self[j, h] * scale, grad[j, h])
-                total += grad_logit_self[j, h]
-            for t in range(t_indptr[j], t_indptr[j + 1]):
-                e = t_edge[t]
+                    _axpy(rows[h], alpha_self[j, h] * scale, grad[j, h])
+                grad_score_src[j, h] += grad_logit_self[j, h]
+        for t in range(t_indptr[j], t_indptr[j + 1]):
+            e = t_edge[t]
+            gi = grad[t_dst[t]]
+            for h in range(heads):
                 if mask[e, h]:
-                    _axpy(row, alpha[e, h] * scale, grad[t_dst[t], h])
-                total += grad_logit[e, h]
-            grad_score_src[j, h] = total
+                    _axpy(rows[h], alpha[e, h] * scale, gi[h])
+                grad_score_src[j, h] += grad_logit[e, h]

@@ -27,7 +27,7 @@ M_MMAP_MAX = -4
 M_ARENA_MAX = -8
 
 MMAP_THRESHOLD_BYTES = 1 << 30  # allocations below this come from the heap and are reused
-NEVER_TRIM_BYTES = 2**31 - 1  # mallopt takes an int: the largest trim threshold it can express
+NEVER_TRIM = -1  # mallopt(3): "Setting M_TRIM_THRESHOLD to -1 disables trimming completely"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +65,7 @@ def keep_freed_memory() -> MallocSettings:
     if not mallopt(M_MMAP_THRESHOLD, threshold):
         threshold = 0
         mallopt(M_MMAP_MAX, 0)
-    mallopt(M_TRIM_THRESHOLD, NEVER_TRIM_BYTES)
+    mallopt(M_TRIM_THRESHOLD, NEVER_TRIM)
     mallopt(M_ARENA_MAX, 1)  # other threads' large blocks would be mmapped by their own arenas
     detail = (f"glibc malloc: mmap threshold {threshold >> 20} MiB" if threshold else "glibc malloc: mmap off")
     return MallocSettings(applied=True, mmap_threshold=threshold, detail=detail + ", no trimming, one arena")
