@@ -83,6 +83,18 @@ def test_hybrid_and_vanilla_train_identically_with_2_vs_2L_rounds(partitions, np
             assert h[split] >= 0 and v[split] >= 0
 
 
+def test_background_loading_does_not_change_distributed_training(partitions, tmp_path):
+    """Vanilla's loading stage is collective (remote sampling, feature fetch) and runs on its own process
+    group beside the training step; run ahead or not, the workers must train identically."""
+    runs = {depth: train_metrics(partitions[2], 2, "vanilla", tmp_path / f"d{depth}", "--fanouts", "4,3",
+                                 "--prefetch", str(depth)) for depth in (0, 2)}
+    for a, b in zip(runs[0]["history"], runs[2]["history"], strict=True):
+        assert (a["loss"], a["val_acc"], a["test_acc"], a["sampled_edges"]) == (b["loss"], b["val_acc"],
+                                                                               b["test_acc"], b["sampled_edges"])
+        assert a["rounds_per_iteration"] == b["rounds_per_iteration"]
+        assert a["bytes_per_iteration"] == b["bytes_per_iteration"]
+
+
 def test_one_worker_equals_the_single_machine_trainer(dataset, partitions, tmp_path):
     distributed = train_metrics(partitions[1], 1, "hybrid", tmp_path, "--fanouts", "4,3")
     model_cfg = ModelConfig(name="sage", in_dim=dataset.feature_dim, hidden_dim=16, num_classes=dataset.num_classes,

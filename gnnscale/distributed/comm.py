@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -89,9 +91,11 @@ class Comm:
 
     Args:
         ctx: this worker's context (:func:`gnnscale.distributed.init_from_env`); the process group must be open.
+        group: the process group the collectives run on (default: all workers). ``rank`` and
+            ``world_size`` are this worker's within it. Build further groups with :meth:`new_group`.
     """
 
-    def __init__(self, ctx: DistContext) -> None:
+    def __init__(self, ctx: DistContext, group: dist.ProcessGroup | None = None) -> None:
         if not isinstance(ctx, DistContext):
             raise TypeError(f"ctx: expected a DistContext, got {type(ctx).__name__}")
         if not dist.is_initialized():
@@ -99,10 +103,25 @@ class Comm:
         if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
             raise ValueError(f"ctx: rank {ctx.rank} of {ctx.world_size} does not match the process group "
                              f"(rank {dist.get_rank()} of {dist.get_world_size()})")
-        self.rank = ctx.rank
-        self.world_size = ctx.world_size
+        self.ctx = ctx
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
         self.device = ctx.device
         self.stats = CommStats()
+
+    def new_group(self, ranks: Sequence[int] | None = None) -> "Comm | None":
+        """A Comm on a new process group of the given global ranks (default: all workers), with its own
+        accounting. Collective over ALL workers (torch's ``new_group`` rule), even those not in
+        ``ranks``; they get None.
+
+        Two threads may use two groups at once (e.g. a background data-loading stage beside the
+        training step), which one group does not allow: its collectives must stay in one order.
+        """
+        members = list(range(self.ctx.world_size)) if ranks is None else sorted(int(r) for r in ranks)
+        # Collective: every worker of the default group takes part in creating any group.
+        group = dist.new_group(members, timeout=timedelta(seconds=self.ctx.timeout_s), backend=self.ctx.backend)
+        return Comm(self.ctx, group) if self.ctx.rank in members else None
 
     # -- rounds -------------------------------------------------------------------------------------
 
@@ -125,14 +144,14 @@ class Comm:
         sizes = torch.tensor(send_rows, dtype=torch.int64, device=self.device)
         recv_sizes = torch.empty_like(sizes)
         # Collective: every worker learns how many rows each peer sends it, to size its receive buffer.
-        self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes))
+        self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes, group=self.group))
         recv_rows = recv_sizes.tolist()  # host sync: the split sizes must be Python ints
         payload = torch.cat([t.reshape(-1, *trailing) for t in send]).to(self.device, dtype)
         out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=self.device)
         # Collective: the payload itself, split by the row counts just exchanged.
         self._run("all_to_allv (payload)", category,
                   lambda: dist.all_to_all_single(out, payload, output_split_sizes=recv_rows,
-                                                 input_split_sizes=send_rows))
+                                                 input_split_sizes=send_rows, group=self.group))
         row_bytes = dtype.itemsize * (trailing[0] if trailing else 1)
         others = [j for j in range(self.world_size) if j != self.rank]
         size_bytes = _SIZE_BYTES * len(others)
@@ -149,7 +168,7 @@ class Comm:
         if tensor.device != self.device:
             raise ValueError(f"tensor: expected it on {self.device} (the backend's device), got {tensor.device}")
         # Collective: the reduction is the whole point of the call.
-        self._run("all_reduce", category, lambda: dist.all_reduce(tensor, op=op))
+        self._run("all_reduce", category, lambda: dist.all_reduce(tensor, op=op, group=self.group))
         nbytes = tensor.numel() * tensor.element_size() if self.world_size > 1 else 0
         self.stats.record(category, rounds=1, calls=1, bytes_sent=nbytes, bytes_received=nbytes)
         return tensor
@@ -166,7 +185,7 @@ class Comm:
         """One round, no payload: returns once every worker has reached it."""
         self._check_category(category)
         # Collective: the synchronisation itself.
-        self._run("barrier", category, dist.barrier)
+        self._run("barrier", category, lambda: dist.barrier(group=self.group))
         self.stats.record(category, rounds=1, calls=1, bytes_sent=0, bytes_received=0)
 
     def agree(self, ok: bool, message: str = "", category: str = "setup") -> None:
@@ -187,7 +206,7 @@ class Comm:
         mine = mine.to(self.device)
         gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
         # Collective: every worker needs every worker's status to stop together.
-        self._run("agree (all_gather)", category, lambda: dist.all_gather(gathered, mine))
+        self._run("agree (all_gather)", category, lambda: dist.all_gather(gathered, mine, group=self.group))
         nbytes = AGREE_BYTES * (self.world_size - 1)
         self.stats.record(category, rounds=1, calls=1, bytes_sent=nbytes, bytes_received=nbytes)
         failures = {}

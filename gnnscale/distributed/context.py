@@ -29,12 +29,14 @@ class DistContext:
         world_size: number of workers (>= 1).
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU).
         device: where collectives exchange tensors: ``cpu`` for gloo, ``cuda:LOCAL_RANK`` for NCCL.
+        timeout_s: how long a collective waits for its peers before it fails (also for later groups).
     """
 
     rank: int
     world_size: int
     backend: str
     device: torch.device
+    timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("rank", "world_size"):
@@ -107,7 +109,7 @@ def _init(rank: int, world_size: int, init_method: str, backend: str, device: to
           timeout_s: float) -> DistContext:
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
-    ctx = DistContext(rank=rank, world_size=world_size, backend=backend, device=device)
+    ctx = DistContext(rank=rank, world_size=world_size, backend=backend, device=device, timeout_s=float(timeout_s))
     if dist.is_initialized():
         raise RuntimeError("process group: already initialised in this process; call shutdown() first")
     if backend == "nccl":

@@ -20,7 +20,7 @@ from gnnscale.sampling import Block, NeighborSampler, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
-from gnnscale.train.prefetch import Prefetcher
+from gnnscale.train.prefetch import stream_in_groups
 
 # Keys of inference batches live in their own "epoch" so they never collide with training keys.
 EVAL_EPOCH = 2**31 - 1
@@ -93,22 +93,18 @@ def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: li
     the batches are the same with or without the background stage. ``timer`` receives ``sample`` and
     ``gather`` (busy time of the stage, overlapped or not) and ``wait`` (time the caller waited).
     """
-    bulk = sampler.bulk
-    starts = range(0, len(batches), bulk)
     loader = PhaseTimer()  # written by the stage's thread only; merged when the stream ends
 
-    def produce(group: int) -> list[Batch]:
-        lo = starts[group]
-        seeds = batches[lo:lo + bulk]
+    def produce(items: range) -> list[Batch]:
+        seeds = batches[items.start:items.stop]
         with loader.phase("sample"):
-            sampled = sampler.sample_many(seeds, keys[lo:lo + bulk])
+            sampled = sampler.sample_many(seeds, keys[items.start:items.stop])
         with loader.phase("gather"):
             return [Batch(seeds=s, blocks=blocks, x=data.gather(blocks[0].src_ids), y=data.labels[s])
                     for s, blocks in zip(seeds, sampled)]
 
-    with Prefetcher(produce, len(starts), prefetch, wait_seconds=lambda s: timer.add("wait", s)) as groups:
-        for group in groups:
-            yield from group
+    yield from stream_in_groups(produce, len(batches), sampler.bulk, prefetch,
+                                wait_seconds=lambda s: timer.add("wait", s))
     timer.merge(loader)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -119,3 +119,20 @@ class Prefetcher(Generic[T]):
             except queue.Full:
                 continue
         return False
+
+
+def stream_in_groups(produce: Callable[[range], Sequence[T]], count: int, group_size: int, depth: int, *,
+                     wait_seconds: Callable[[float], None] | None = None) -> Iterator[T]:
+    """Items ``0 .. count - 1``, produced a group at a time (``produce(range_of_items)`` returns the
+    group's items, e.g. a bulk sampler drawing ``group_size`` batches in one call), with up to
+    ``depth`` groups prepared ahead (see :class:`Prefetcher`). Leaving the loop early stops the stage."""
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+        raise ValueError(f"group_size: expected an int >= 1, got {group_size!r}")
+    starts = range(0, count, group_size)
+
+    def produce_group(g: int) -> Sequence[T]:
+        return produce(range(starts[g], min(starts[g] + group_size, count)))
+
+    with Prefetcher(produce_group, len(starts), depth, wait_seconds=wait_seconds) as groups:
+        for items in groups:
+            yield from items
