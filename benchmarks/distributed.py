@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import socket
@@ -353,11 +352,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     a = parse_args()
-    if any(math.isfinite(rate) for rate in a.link_gbit):
-        try:
-            check_link_support()  # before the dataset: a missing tc should fail in a second, not after minutes
-        except RuntimeError as err:
-            sys.exit(str(err))
+    try:
+        check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
+    except RuntimeError as err:
+        sys.exit(str(err))
     cache = HERE / ".cache"
     dataset_dir = cached_dataset(a.scale, a.seed, cache)
     meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))

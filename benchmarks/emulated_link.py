@@ -1,15 +1,19 @@
 """An emulated slower network for the distributed benchmarks, on one machine.
 
-On one machine every collective crosses the loopback device, which moves tens of Gbit/s and queues
-nothing, so communication looks nearly free and layouts that trade rounds or bytes for compute cannot
-show what they save. :func:`link_command` wraps the command that launches *all* workers (a torchrun
-line) so that it runs in a private network namespace (``unshare -rn``: a user namespace maps the
-caller to root inside it, so no privileges are needed) whose loopback device sends through a ``tc``
-token-bucket filter (tbf) at a fixed rate::
+On one machine every collective crosses the loopback device, which queues nothing and moved 8-14
+Gbit/s of gloo traffic even on the loaded 2-core development machine, so communication looks nearly
+free and layouts that trade rounds or bytes for compute cannot show what they save.
+:func:`link_command` wraps the command that launches *all* workers (a torchrun line) so that it runs
+in a private network namespace (``unshare -rn``: a user namespace maps the caller to root inside
+it, so no privileges are needed) whose loopback device sends through a ``tc`` token-bucket filter
+(tbf) at a fixed rate. A benchmark needs three calls::
 
-    cmd = link_command(["torchrun", "--nproc-per-node", "4", ...], rate_gbit=1.0, stats_path=p)
-    subprocess.run(cmd, ...)          # the workers now share one 1 Gbit/s link
-    read_link_stats(p)                # what the shaped link carried and dropped
+    add_link_argument(parser)                      # --link-gbit 10,1,inf -> args.link_gbit == [10.0, 1.0, inf]
+    check_link_support(args.link_gbit)             # fail now, clearly, if namespaces or tc are missing
+    for rate in args.link_gbit:
+        cmd = link_command(torchrun_cmd, rate, stats_path=p)   # inf: torchrun_cmd unchanged
+        subprocess.run(cmd, ...)                   # the workers share one link of `rate` Gbit/s
+        read_link_stats(p)                         # what the link carried; drops (expected 0)
 
 What it models: ONE shared link. All workers' traffic, in both directions, leaves through the same
 rate-limited queue, so P workers share the rate (a switch port per worker would give each its own
@@ -17,10 +21,8 @@ NIC and its own rate in each direction). There is no propagation delay: a messag
 queue ahead of it and its own serialisation at the rate. What it does not model: per-worker links,
 full duplex, wire latency, packet loss, a switch, or the CPU a real NIC would free (the workers also
 share this machine's cores, and the TCP stack still runs on them). Only loopback addresses work
-inside the namespace (it has no other device), so the workers must rendezvous on 127.0.0.1.
-
-Benchmarks take the rates with :func:`add_link_argument` (``--link-gbit 10,1,inf``) and wrap each
-launch with :func:`link_command`; ``inf`` runs the command unchanged, on the host's own loopback.
+inside the namespace (it has no other device): the workers must rendezvous on 127.0.0.1, and gloo
+is pointed at ``lo``. CPU (gloo) runs only: NCCL between GPUs would not cross the shaped socket.
 """
 
 from __future__ import annotations
@@ -35,26 +37,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-UNLIMITED = math.inf
 # The largest packet tbf sees on loopback: the 64 KiB MTU (also its GSO size) plus the 14-byte
 # Ethernet header the qdisc counts. A bucket smaller than one packet makes tbf split or drop it.
 MAX_PACKET_BYTES = 65536 + 14
 # Bucket: tokens for BURST_SECONDS at the rate, and at least 2 packets. A message that follows an
-# idle spell passes the first burst_bytes at memory speed, so a round is at most BURST_SECONDS
-# faster than on a true link of the rate: keep that well under a round's own latency (~0.2-2 ms
-# here). Below it, throughput suffers: tbf sends a packet only when the bucket holds its size, and
-# the tokens that a late timer wake-up (softirq latency on a loaded machine) would have added
-# beyond a full bucket are lost; with 2 packets one packet's worth of lateness costs nothing.
-# Measured with link_calibration.py (benchmarks/README.md): at 1 Gbit/s buckets of 1, 2, 4 and
-# 19 packets all reached 0.90-1.00 of the rate.
+# idle spell passes its first burst_bytes at memory speed, so a round can end up to burst/rate
+# earlier than on a true link: 0.5 ms at 10 Gbit/s, 1 ms at 1 Gbit/s (the 2-packet floor), under
+# what one small round costs here anyway (0.7-2.5 ms measured). A smaller bucket costs throughput:
+# tbf sends a packet only once the bucket holds its size, and the tokens a late timer wake-up
+# (softirq latency on a loaded machine) would have added beyond a full bucket are lost; with 2
+# packets, one packet's worth of lateness costs nothing. Measured with link_calibration.py
+# (benchmarks/README.md): at 1 Gbit/s buckets of 1, 2, 4 and 19 packets all reached 0.90-1.00 of the
+# rate; at 10 Gbit/s the loaded 2-core machine, not the bucket, limited the rate (0.5-0.95).
 BURST_SECONDS = 0.5e-3
 MIN_BURST_BYTES = 2 * MAX_PACKET_BYTES
-# Queue: tbf drops what does not fit, and a drop on loopback is expensive (the sender waits for a
-# retransmission timer): a 0.3 MB queue cut 4 workers' all-to-all to 0.27 of 1 Gbit/s, 2 MB still
-# dropped packets. TCP itself bounds what a socket keeps queued below the socket layer
-# (net.ipv4.tcp_limit_output_bytes, 4 MiB), so P workers' P(P-1) one-way flows hold at most
-# P(P-1) x 4 MiB: 256 MiB covers 8 workers. Only queued packets take memory; read_link_stats
-# reports drops so that a run can show there were none.
+# Queue: tbf drops what does not fit, and a drop costs far more than the packet (TCP backs off and
+# resends): with 4 workers at 1 Gbit/s, a 0.3 MB queue dropped 3,790 packets and cut all-to-all to
+# 0.27 of the rate, a 2 MB queue still dropped 892. Below the socket layer TCP keeps at most
+# net.ipv4.tcp_limit_output_bytes (4 MiB) per socket queued, so P workers' P(P-1) one-way flows
+# hold at most P(P-1) x 4 MiB: 256 MiB covers 8 workers. Only queued packets take memory;
+# read_link_stats reports drops, so that a run shows there were none.
 QUEUE_BYTES = 256 << 20
 
 
@@ -216,9 +218,12 @@ def read_link_stats(path: Path) -> LinkStats:
                      overlimits=int(q.get("overlimits", 0)), device_bytes=int(fields[8]))
 
 
-def check_link_support() -> None:
-    """Raise RuntimeError saying what is missing if shaped namespaces cannot be made here (call before a
-    long benchmark, so that a missing ``tc`` fails in a second instead of after the first runs)."""
+def check_link_support(rates: Sequence[float]) -> None:
+    """Raise RuntimeError saying what is missing if ``rates`` need a shaped namespace and this machine
+    cannot make one (nothing to check when every rate is inf). Call it before a long benchmark, so that
+    a missing ``tc`` fails in a second instead of after the first runs."""
+    if all(math.isinf(rate) for rate in rates):
+        return
     missing = [tool for tool in ("unshare", "ip", "tc") if shutil.which(tool) is None]
     if missing:
         raise RuntimeError(f"--link-gbit: needs {', '.join(missing)} on PATH (util-linux and iproute2)")
@@ -227,5 +232,6 @@ def check_link_support() -> None:
     if done.returncode != 0:
         raise RuntimeError(
             "--link-gbit: could not make a rate-limited network namespace (`unshare -rn` + `tc qdisc ... tbf`); "
-            "unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone or "
-            f"user.max_user_namespaces) or the tbf qdisc missing. It said:\n{done.stderr.strip()}")
+            "unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, "
+            "user.max_user_namespaces, or kernel.apparmor_restrict_unprivileged_userns on Ubuntu 24.04) or the "
+            f"tbf qdisc missing; use --link-gbit inf. It said:\n{done.stderr.strip()}")
