@@ -140,7 +140,7 @@ def add_link_argument(parser: argparse.ArgumentParser, default: str = "inf") -> 
         try:
             return parse_link_rates(text)
         except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
+            raise argparse.ArgumentTypeError(str(err).removeprefix("--link-gbit: ")) from None  # argparse names it
 
     parser.add_argument(
         "--link-gbit", type=rates, default=rates(default), metavar="R[,R...]",

@@ -64,7 +64,7 @@ def test_add_link_argument(capsys):
     assert parser.parse_args(["--link-gbit", "10,1"]).link_gbit == [10.0, 1.0]
     with pytest.raises(SystemExit):
         parser.parse_args(["--link-gbit", "0"])
-    assert "--link-gbit: expected rates > 0" in capsys.readouterr().err
+    assert "argument --link-gbit: expected rates > 0" in capsys.readouterr().err
 
 
 def test_link_shape_defaults():
