@@ -90,10 +90,6 @@ class LinkShape:
         if self.limit_bytes < self.burst_bytes:
             raise ValueError(f"limit_bytes: expected >= burst_bytes ({self.burst_bytes}), got {self.limit_bytes}")
 
-    @property
-    def bytes_per_second(self) -> float:
-        return self.rate_gbit * 1e9 / 8
-
     def tc_arguments(self) -> list[str]:
         """``tc qdisc replace dev lo root`` + these: bit/s and bytes as bare integers (no unit guesswork)."""
         return ["tbf", "rate", f"{round(self.rate_gbit * 1e9)}bit", "burst", str(self.burst_bytes),
@@ -102,9 +98,10 @@ class LinkShape:
 
 def link_shape(rate_gbit: float, *, burst_bytes: int | None = None, limit_bytes: int | None = None) -> LinkShape:
     """The default bucket and queue for ``rate_gbit`` (see the module constants), or the given ones."""
-    rate_bps = rate_gbit * 1e9 / 8 if isinstance(rate_gbit, (int, float)) and math.isfinite(rate_gbit) else 0.0
+    # A rate LinkShape will reject (inf, a string) gets the floor here, so that its error is the one raised.
+    valid = isinstance(rate_gbit, (int, float)) and math.isfinite(rate_gbit)
     if burst_bytes is None:
-        burst_bytes = max(MIN_BURST_BYTES, round(rate_bps * BURST_SECONDS))
+        burst_bytes = max(MIN_BURST_BYTES, round(rate_gbit * 1e9 / 8 * BURST_SECONDS) if valid else 0)
     if limit_bytes is None:
         limit_bytes = max(QUEUE_BYTES, burst_bytes)
     return LinkShape(rate_gbit=rate_gbit, burst_bytes=burst_bytes, limit_bytes=limit_bytes)
@@ -159,8 +156,7 @@ def link_command(cmd: Sequence[str], rate_gbit: float, *, stats_path: Path | Non
             :func:`read_link_stats`); not written for ``inf`` (the host loopback is shared with
             everything else on the machine).
     """
-    if isinstance(rate_gbit, (int, float)) and not isinstance(rate_gbit, bool) and math.isinf(rate_gbit) \
-            and rate_gbit > 0:
+    if rate_gbit == math.inf:
         return list(cmd)
     return namespace_command(cmd, link_shape(rate_gbit), stats_path=stats_path)
 
@@ -170,8 +166,8 @@ def namespace_command(cmd: Sequence[str], shape: LinkShape | None, *,
     """``cmd`` in a private network namespace whose loopback is shaped by ``shape`` (None: unshaped).
 
     The shell inside brings ``lo`` up, installs the qdisc, points gloo at ``lo`` (the only device),
-    runs ``cmd`` and keeps its exit status; then, if ``stats_path`` is given, writes the qdisc and
-    device counters there as JSON. No fork is needed for a network namespace, so the command stays in
+    runs ``cmd`` and keeps its exit status; then, if ``stats_path`` is given, writes the qdisc's and
+    the device's counters there (parsed by :func:`read_link_stats`). No fork is needed for a network namespace, so the command stays in
     the caller's process group and a ``killpg`` on timeout reaches every worker.
     """
     if not cmd:
