@@ -11,6 +11,8 @@ import torch
 
 from gnnscale.distributed import (SHUFFLE_KINDS, data_parallel_edge_metrics, split_blocks, split_edge_metrics)
 from gnnscale.graph.csc import csc_from_coo
+from gnnscale.nn import ModelConfig, aggregate_sum, build_model
+from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import sample_blocks
 
@@ -269,3 +271,44 @@ def test_data_parallel_errors(tiny_blocks):
     narrow = sample_blocks(graph, np.array([3]), (1, 3), key=1)  # node 3 keeps 1 of its 3 in-edges
     with pytest.raises(ValueError, match="node 3 has different sampled in-degrees in layer 1"):
         data_parallel_edge_metrics([blocks, narrow], TINY_BOOK)
+
+
+# -- the layers' hook --------------------------------------------------------------------------------
+
+
+class _WholeLayer:
+    """A SplitAwareBlock that owns the whole layer: the layers must give the Block's result through it,
+    and must go through its two hooks (counted) rather than around them."""
+
+    def __init__(self, block):
+        self.block, self.calls = block, {"aggregate_sum": 0, "gather_sources": 0}
+        self.num_dst, self.num_src, self.indices = block.num_dst, block.num_src, block.indices
+
+    def in_degrees(self):
+        return self.block.in_degrees()
+
+    def dst_index(self):
+        return self.block.dst_index()
+
+    def aggregate_sum(self, x_src):
+        self.calls["aggregate_sum"] += 1
+        return aggregate_sum(self.block, x_src)
+
+    def gather_sources(self, x_src):
+        self.calls["gather_sources"] += 1
+        return x_src
+
+
+@pytest.mark.parametrize("name,hook", [("sage", "aggregate_sum"), ("gcn", "aggregate_sum"), ("gat", "gather_sources")])
+def test_layers_aggregate_through_the_split_hook(name, hook):
+    _, _, blocks = _random_minibatch(2, False, seed=3)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, in_dim=4, hidden_dim=3, num_classes=2, num_layers=3, heads=2,
+                                    dropout=0.0))
+    x = torch.randn(blocks[0].num_src, 4)
+    wrapped = [_WholeLayer(b) for b in blocks]
+    assert all(isinstance(w, SplitAwareBlock) for w in wrapped) and not isinstance(blocks[0], SplitAwareBlock)
+    torch.testing.assert_close(model(wrapped, x), model(blocks, x), rtol=0, atol=0)
+    assert [w.calls[hook] for w in wrapped] == [1, 1, 1]
+    with pytest.raises(TypeError, match="block: expected a Block or a SplitAwareBlock, got dict"):
+        model([{}] * 3, x)
