@@ -42,6 +42,7 @@ SHUFFLE_KINDS = ("partial_sums", "source_features")
 # What each model's layers exchange: SAGE and GCN sum messages that depend on the source only, so they
 # pre-aggregate; GAT's attention needs source and destination features on one worker.
 SHUFFLE_FOR_MODEL = {"sage": "partial_sums", "gcn": "partial_sums", "gat": "source_features"}
+MAX_WORKERS = 63  # the kernels keep one bit per worker in an int64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +129,8 @@ def split_blocks(blocks: Sequence[Block], book: PartitionBook, rank: int, *,
             rank outside the book, unknown kind.
     """
     nodes = check_minibatch(blocks, book)
+    if book.num_parts > MAX_WORKERS:
+        raise ValueError(f"book: split parallelism supports up to {MAX_WORKERS} parts (workers), got {book.num_parts}")
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < book.num_parts:
         raise ValueError(f"rank: expected an int in [0, {book.num_parts}) (the book's parts), got {rank!r}")
     if kind not in SHUFFLE_KINDS:
@@ -138,10 +141,15 @@ def split_blocks(blocks: Sequence[Block], book: PartitionBook, rank: int, *,
 
 
 def owners_and_local_ids(nodes: np.ndarray, book: PartitionBook) -> tuple[np.ndarray, np.ndarray]:
-    """Owner (int64 [n]) of every node-list position, and its local id: its rank among the positions
-    that owner holds (int64 [n]). Ids must lie in [0, book.num_nodes)."""
-    owner = book.owner(nodes)
-    return owner, _local_ids(owner, book.num_parts)
+    """Owner of every node-list position, and its local id: its rank among the positions that owner holds.
+
+    Compact dtypes, because the kernels look both up at random positions once per edge: owner uint8
+    (int32 beyond 255 parts), local id int32 (int64 beyond 2**31 nodes). Ids must lie in [0, book.num_nodes).
+    """
+    owner = np.empty(nodes.shape[0], dtype=np.uint8 if book.num_parts <= 255 else np.int32)
+    local = np.empty(nodes.shape[0], dtype=np.int32 if nodes.shape[0] < 2**31 else np.int64)
+    _owners_and_local_ids(nodes, book.offsets, owner, local)
+    return owner, local
 
 
 def check_minibatch(blocks: Sequence[Block], book: PartitionBook) -> np.ndarray:
@@ -177,7 +185,8 @@ def _split_one(block: Block, owner: np.ndarray, local: np.ndarray, owned: Tensor
     if kind == "partial_sums":
         out = _split_by_source(indptr, indices, nd, owner, local, rank, num_parts, num_dst)
     else:
-        out = _split_by_destination(indptr, indices, nd, ns, owner, local, rank, num_parts, num_dst, num_src)
+        needs = np.zeros(ns, dtype=_mask_dtype(num_parts))
+        out = _split_by_destination(indptr, indices, nd, ns, owner, local, rank, num_parts, num_dst, num_src, needs)
     rows_ptr, rows_idx, ref_pos, send_index, send_counts, recv_index, recv_counts = out
     degrees = np.diff(indptr)[:nd][owner[:nd] == rank]
     plan = ShufflePlan(send_index=torch.from_numpy(send_index), send_counts=tuple(send_counts.tolist()),
@@ -188,17 +197,33 @@ def _split_one(block: Block, owner: np.ndarray, local: np.ndarray, owned: Tensor
                       plan=plan)
 
 
+def _mask_dtype(num_parts: int) -> np.dtype:
+    """The smallest integer holding one bit per worker (the source_features kernel writes one per source
+    at random positions: the smaller, the more of it stays in cache)."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if num_parts <= 8 * np.dtype(dtype).itemsize:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)  # up to MAX_WORKERS bits; int64 keeps numba's shifts in integers
+
+
 # -- kernels ----------------------------------------------------------------------------------------
 
 
 @numba.njit(cache=True)
-def _local_ids(owner, num_parts):
-    local = np.empty(owner.shape[0], dtype=np.int64)
+def _owners_and_local_ids(nodes, offsets, owner, local):
+    num_parts = offsets.shape[0] - 1
     seen = np.zeros(num_parts, dtype=np.int64)
-    for p in range(owner.shape[0]):
-        local[p] = seen[owner[p]]
-        seen[owner[p]] += 1
-    return local
+    for p in range(nodes.shape[0]):
+        lo, hi = 0, num_parts  # the last part whose offset is <= the id (empty parts share offsets)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if offsets[mid] <= nodes[p]:
+                lo = mid
+            else:
+                hi = mid
+        owner[p] = lo
+        local[p] = seen[lo]
+        seen[lo] += 1
 
 
 @numba.njit(cache=True)
@@ -215,118 +240,122 @@ def _split_by_source(indptr, indices, num_dst, owner, local, me, num_parts, num_
 
     Rows: owned destinations (row = local id), then reference destinations (remote, with at least one
     edge from an owned source) grouped by owner, each group in node-list order. It sends the reference
-    rows to their owners and receives, from every worker q, one partial sum for each owned destination
-    with an edge from a q-owned source (in node-list order: exactly the rows q sends).
+    rows to their owners and receives, from every worker r, one partial sum for each owned destination
+    with an edge from an r-owned source (in node-list order: exactly the rows r sends).
     """
+    # The one pass with random lookups: every edge's source owner, kept for the fill below.
+    src_owner = np.empty(indptr[num_dst], dtype=owner.dtype)
     mine = np.zeros(num_dst, dtype=np.int64)  # edges of each destination whose source is owned here
-    ref_counts = np.zeros(num_parts, dtype=np.int64)
-    recv_counts = np.zeros(num_parts, dtype=np.int64)
-    stamp = np.full(num_parts, -1, dtype=np.int64)
+    from_mask = np.zeros(num_dst, dtype=np.int64)  # bit r: the destination has an edge from an r-owned source
     for i in range(num_dst):
-        q = owner[i]
+        count, mask = 0, 0
         for e in range(indptr[i], indptr[i + 1]):
             r = owner[indices[e]]
-            if r == me:
-                mine[i] += 1
-            elif q == me and stamp[r] != i:  # first edge into owned i from a source worker r
-                stamp[r] = i
-                recv_counts[r] += 1
-        if q != me and mine[i] > 0:
-            ref_counts[q] += 1
+            src_owner[e] = r
+            count += r == me
+            mask |= 1 << r
+        mine[i], from_mask[i] = count, mask
+    ref_counts = np.zeros(num_parts, dtype=np.int64)
+    recv_counts = np.zeros(num_parts, dtype=np.int64)
+    for i in range(num_dst):
+        if owner[i] == me:
+            for r in range(num_parts):
+                if r != me and (from_mask[i] >> r) & 1:
+                    recv_counts[r] += 1
+        elif mine[i] > 0:
+            ref_counts[owner[i]] += 1
     ref_next = _exclusive_prefix(ref_counts)[:num_parts] + num_own
     recv_next = _exclusive_prefix(recv_counts)[:num_parts]
     num_rows = num_own + ref_counts.sum()
-    row_of = np.full(num_dst, -1, dtype=np.int64)
+    rows_ptr = np.zeros(num_rows + 1, dtype=np.int64)
+    row_of = np.empty(num_dst, dtype=np.int64)
     ref_pos = np.empty(num_rows - num_own, dtype=np.int64)
     recv_index = np.empty(recv_counts.sum(), dtype=np.int64)
-    stamp[:] = -1
     for i in range(num_dst):
         q = owner[i]
         if q == me:
             row_of[i] = local[i]
-            for e in range(indptr[i], indptr[i + 1]):
-                r = owner[indices[e]]
-                if r != me and stamp[r] != i:
-                    stamp[r] = i
+            for r in range(num_parts):
+                if r != me and (from_mask[i] >> r) & 1:
                     recv_index[recv_next[r]] = local[i]
                     recv_next[r] += 1
         elif mine[i] > 0:
             row_of[i] = ref_next[q]
             ref_pos[ref_next[q] - num_own] = i
             ref_next[q] += 1
-    rows_ptr, rows_idx = _fill_rows(indptr, indices, num_dst, owner, local, me, row_of, mine, num_rows, True)
+        if mine[i] > 0:
+            rows_ptr[row_of[i] + 1] = mine[i]
+    for r in range(num_rows):
+        rows_ptr[r + 1] += rows_ptr[r]
+    rows_idx = np.empty(rows_ptr[num_rows], dtype=np.int64)
+    for i in range(num_dst):
+        if mine[i] > 0:  # an owned destination with owned sources, or a reference vertex
+            out = rows_ptr[row_of[i]]
+            for e in range(indptr[i], indptr[i + 1]):
+                if src_owner[e] == me:
+                    rows_idx[out] = local[indices[e]]
+                    out += 1
     send_index = np.arange(num_own, num_rows, dtype=np.int64)
     return rows_ptr, rows_idx, ref_pos, send_index, ref_counts, recv_index, recv_counts
 
 
 @numba.njit(cache=True)
-def _fill_rows(indptr, indices, num_dst, owner, local, me, row_of, row_edges, num_rows, owned_sources_only):
-    """CSC over this worker's rows: destination i's edges (only those from owned sources when
-    ``owned_sources_only``) in their block order, source column = ``local`` of the source."""
-    rows_ptr = np.zeros(num_rows + 1, dtype=np.int64)
-    for i in range(num_dst):
-        if row_of[i] >= 0:
-            rows_ptr[row_of[i] + 1] = row_edges[i]
-    for r in range(num_rows):
-        rows_ptr[r + 1] += rows_ptr[r]
-    rows_idx = np.empty(rows_ptr[num_rows], dtype=np.int64)
-    for i in range(num_dst):
-        if row_of[i] < 0:
-            continue
-        out = rows_ptr[row_of[i]]
-        for e in range(indptr[i], indptr[i + 1]):
-            u = indices[e]
-            if owner[u] == me or not owned_sources_only:
-                rows_idx[out] = local[u]
-                out += 1
-    return rows_ptr, rows_idx
-
-
-@numba.njit(cache=True)
-def _split_by_destination(indptr, indices, num_dst, num_src, owner, local, me, num_parts, num_own, num_own_src):
+def _split_by_destination(indptr, indices, num_dst, num_src, owner, local, me, num_parts, num_own, num_own_src,
+                          needs):
     """``"source_features"``: this worker computes every in-edge of the destinations it owns.
 
-    ``needs[u, q]`` marks that a destination owned by q reads source u owned by another worker. Owned
-    sources go to every q that needs them, remote ones needed here are received; both lists run in
-    node-list order within each worker, so a sender's list to q is q's list from the sender.
+    ``needs[u]`` (zeros on entry, [num_src]) gets bit q when a destination owned by q reads source u owned by
+    another worker (only where q or u's owner is this worker). Owned sources go to every q that needs them,
+    remote ones needed here are received; both lists run in node-list order within each worker, so a
+    sender's list to q is q's list from the sender.
     """
-    needs = np.zeros((num_src, num_parts), dtype=np.uint8)
     for i in range(num_dst):
         q = owner[i]
+        bit = 1 << q
         for e in range(indptr[i], indptr[i + 1]):
             u = indices[e]
-            if owner[u] != q and (q == me or owner[u] == me):
-                needs[u, q] = 1
+            r = owner[u]
+            if r != q and (q == me or r == me):
+                needs[u] |= bit
     send_counts = np.zeros(num_parts, dtype=np.int64)
     recv_counts = np.zeros(num_parts, dtype=np.int64)
     for u in range(num_src):
-        if owner[u] == me:
-            for q in range(num_parts):
-                send_counts[q] += needs[u, q]
-        else:
-            recv_counts[owner[u]] += needs[u, me]
+        if needs[u] != 0:
+            if owner[u] == me:
+                for q in range(num_parts):
+                    send_counts[q] += (needs[u] >> q) & 1
+            else:
+                recv_counts[owner[u]] += (needs[u] >> me) & 1
     send_next = _exclusive_prefix(send_counts)[:num_parts]
     recv_next = _exclusive_prefix(recv_counts)[:num_parts]
     send_index = np.empty(send_counts.sum(), dtype=np.int64)
     ref_pos = np.empty(recv_counts.sum(), dtype=np.int64)
-    column = local.copy()  # source column: local id if owned, num_own_src + k if it is the k-th received
+    column = local[:num_src].copy()  # source column: local id if owned, num_own_src + k if k-th received
     for u in range(num_src):
+        if needs[u] == 0:
+            continue
         if owner[u] == me:
             for q in range(num_parts):
-                if needs[u, q]:
+                if (needs[u] >> q) & 1:
                     send_index[send_next[q]] = local[u]
                     send_next[q] += 1
-        elif needs[u, me]:
+        elif (needs[u] >> me) & 1:
             k = recv_next[owner[u]]
             ref_pos[k] = u
             column[u] = num_own_src + k
             recv_next[owner[u]] += 1
-    row_of = np.full(num_dst, -1, dtype=np.int64)
-    degrees = np.zeros(num_dst, dtype=np.int64)
+    rows_ptr = np.zeros(num_own + 1, dtype=np.int64)
     for i in range(num_dst):
         if owner[i] == me:
-            row_of[i] = local[i]
-            degrees[i] = indptr[i + 1] - indptr[i]
-    rows_ptr, rows_idx = _fill_rows(indptr, indices, num_dst, owner, column, me, row_of, degrees, num_own, False)
+            rows_ptr[local[i] + 1] = indptr[i + 1] - indptr[i]
+    for r in range(num_own):
+        rows_ptr[r + 1] += rows_ptr[r]
+    rows_idx = np.empty(rows_ptr[num_own], dtype=np.int64)
+    for i in range(num_dst):
+        if owner[i] == me:
+            out = rows_ptr[local[i]]
+            for e in range(indptr[i], indptr[i + 1]):
+                rows_idx[out] = column[indices[e]]
+                out += 1
     recv_index = np.arange(num_own_src, num_own_src + ref_pos.shape[0], dtype=np.int64)
     return rows_ptr, rows_idx, ref_pos, send_index, send_counts, recv_index, recv_counts
