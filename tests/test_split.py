@@ -164,6 +164,18 @@ def test_split_equals_reference(kind, num_parts, replace):
 
 
 @pytest.mark.parametrize("kind", SHUFFLE_KINDS)
+def test_split_with_an_empty_part_equals_reference(tiny_blocks, kind):
+    _, blocks = tiny_blocks
+    book = PartitionBook(offsets=np.array([0, 0, 3, 3, 6], dtype=np.int64))  # parts 0 and 2 own nothing
+    for rank in range(4):
+        for got, expected in zip(split_blocks(blocks, book, rank, kind=kind), reference_split(blocks, book, rank, kind)):
+            assert got.indices.tolist() == expected["indices"] and got.src_ids.tolist() == expected["src_ids"]
+            assert got.plan.send_counts == expected["send_counts"]
+            assert got.plan.recv_counts == expected["recv_counts"]
+        assert split_blocks(blocks, book, rank, kind=kind)[0].num_src == (0 if rank in (0, 2) else 3)
+
+
+@pytest.mark.parametrize("kind", SHUFFLE_KINDS)
 @pytest.mark.parametrize("num_parts", [2, 4])
 def test_simulated_exchange_gives_the_whole_aggregation(kind, num_parts):
     """Route every worker's rows by its plan (numpy in place of all_to_allv): every owned destination
@@ -260,6 +272,9 @@ def test_split_errors(tiny_blocks):
         split_blocks(blocks, small, 0)
     with pytest.raises(ValueError, match="kind: expected one of"):
         split_edge_metrics(blocks, TINY_BOOK, kind="gat")
+    many = PartitionBook(offsets=np.concatenate([np.zeros(59), np.arange(1, 7)]).astype(np.int64))
+    with pytest.raises(ValueError, match="book: split parallelism supports up to 63 parts .*, got 64"):
+        split_blocks(blocks, many, 0)
 
 
 def test_data_parallel_errors(tiny_blocks):
