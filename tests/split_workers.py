@@ -56,6 +56,8 @@ def check_split_training(rank: int, world_size: int, port: int) -> dict:
         for name, layers in CONFIGS:
             _train_and_compare(comm, name, layers, total)
         _check_sage_on_source_features(comm)
+        for name in ("sage", "gat"):
+            _check_worker_without_seeds(comm, name)
         _check_errors(comm)
         return total
     finally:
@@ -136,6 +138,24 @@ def _check_sage_on_source_features(comm: Comm) -> None:
     where = {int(v): i for i, v in enumerate(blocks[-1].dst_ids)}
     mine = torch.tensor([where[int(v)] for v in coop[-1].split.dst_ids], dtype=torch.int64)
     assert _rel(got, ref[mine]) < 1e-5
+    comm.stats.snapshot_and_reset()
+
+
+def _check_worker_without_seeds(comm: Comm, name: str) -> None:
+    """All seeds owned by rank 0: the others output no rows, yet take part in every backward shuffle."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, y = _data(graph.num_nodes)
+    reference, split_model = _model(name, 2), _model(name, 2)
+    seeds = np.arange(0, book.node_range(0)[1], 5)
+    blocks = sample_blocks(graph, seeds, FANOUTS[2], key=4)
+    F.cross_entropy(reference(blocks, x[blocks[0].src_ids]), y[blocks[-1].dst_ids]).backward()
+    coop = cooperative_blocks(blocks, book, comm, kind=SHUFFLE_FOR_MODEL[name])
+    logits = split_model(coop, x[coop[0].split.src_ids])
+    assert logits.shape[0] == (seeds.shape[0] if comm.rank == 0 else 0)
+    split_loss(logits, y[coop[-1].split.dst_ids], seeds.shape[0]).backward()
+    sum_gradients(split_model, comm)
+    for p, q in zip(split_model.parameters(), reference.parameters()):
+        assert _rel(p.grad, q.grad) < 1e-4, name
     comm.stats.snapshot_and_reset()
 
 

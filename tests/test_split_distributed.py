@@ -1,7 +1,8 @@
 """Split parallelism on real processes (gloo on 127.0.0.1): SAGE, GCN and GAT, 2 and 3 layers, 2 and 4
 workers, against the single-process model on the same mini-batch. The checks run inside the workers
 (tests/split_workers.py): same logits and loss (< 1e-5), same summed gradients and parameters after
-SGD steps (< 1e-4), every edge computed once, the designed number of shuffles, clear errors."""
+SGD steps (< 1e-4), every edge computed once, the designed number of shuffles, a worker that owns
+no seed still joins every backward shuffle, clear errors."""
 
 from __future__ import annotations
 
