@@ -14,7 +14,7 @@ from gnnscale.graph.csc import csc_from_coo
 from gnnscale.nn import ModelConfig, aggregate_sum, build_model
 from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.partition.book import PartitionBook
-from gnnscale.sampling import sample_blocks
+from gnnscale.sampling import Block, sample_blocks
 
 # The tiny graph (messages flow src -> dst), parts: {0, 1, 2} | {3, 4, 5}
 #
@@ -264,6 +264,12 @@ def test_split_errors(tiny_blocks):
         split_blocks(blocks[0], TINY_BOOK, 0)
     with pytest.raises(TypeError, match=r"blocks\[1\]: expected a Block, got Tensor"):
         split_blocks([blocks[0], blocks[0].indptr], TINY_BOOK, 0)
+    bad = Block(indptr=blocks[1].indptr, indices=blocks[1].indices + 4, src_ids=blocks[1].src_ids, num_dst=2)
+    with pytest.raises(ValueError, match=r"blocks\[1\]: expected source ids in \[0, num_src = 4\), got range \[4, 7\]"):
+        split_blocks([blocks[0], bad], TINY_BOOK, 0)
+    short = Block(indptr=blocks[1].indptr[:-1], indices=blocks[1].indices, src_ids=blocks[1].src_ids, num_dst=2)
+    with pytest.raises(ValueError, match=r"blocks\[1\]: expected indptr of 3 non-decreasing offsets"):
+        split_blocks([blocks[0], short], TINY_BOOK, 0)
     other = sample_blocks(graph, np.array([1, 4]), (3, 3), key=1)
     with pytest.raises(ValueError, match=r"blocks\[1\]'s sources must be blocks\[0\]'s destinations"):
         split_blocks([other[0], blocks[1]], TINY_BOOK, 0)
