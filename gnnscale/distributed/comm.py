@@ -29,7 +29,7 @@ from torch import Tensor
 from gnnscale.distributed.context import DistContext
 from gnnscale.partition.book import PartitionBook
 
-CATEGORIES = ("sample", "feature", "grad", "setup", "eval")
+CATEGORIES = ("sample", "feature", "shuffle", "grad", "setup", "eval")
 AGREE_BYTES = 1024  # fixed size of one worker's encoded agree() message (status byte + utf-8 text)
 _SIZE_BYTES = 8  # one int64 message size in the size exchange of all_to_allv
 
@@ -125,27 +125,33 @@ class Comm:
 
     # -- rounds -------------------------------------------------------------------------------------
 
-    def all_to_allv(self, send: Sequence[Tensor], category: str) -> list[Tensor]:
+    def all_to_allv(self, send: Sequence[Tensor], category: str, *,
+                    recv_rows: Sequence[int] | None = None) -> list[Tensor]:
         """One round: ``send[j]`` goes to worker ``j``; returns ``recv`` with ``recv[j]`` from worker ``j``.
 
         Args:
             send: ``world_size`` tensors of one dtype, all 1-D, or all 2-D with the same row width;
                 lengths (rows) may differ, including 0. Every worker must use the same dtype and row width.
             category: one of :data:`CATEGORIES`.
+            recv_rows: the rows each worker sends this one, when this worker already knows them (a
+                plan every worker derived from the same data, as in split parallelism's shuffles):
+                the size exchange is skipped. Default None: exchange the sizes first.
 
         Returns:
             ``world_size`` tensors on ``self.device`` (views into one buffer), same dtype and row width.
 
-        Two collective calls: the row counts (int64), then the concatenated payload.
+        Two collective calls: the row counts (int64), then the concatenated payload; one call with
+        ``recv_rows``.
         """
         self._check_category(category)
         trailing, dtype = self._check_send(send)
         send_rows = [int(t.shape[0]) for t in send]
-        sizes = torch.tensor(send_rows, dtype=torch.int64, device=self.device)
-        recv_sizes = torch.empty_like(sizes)
-        # Collective: every worker learns how many rows each peer sends it, to size its receive buffer.
-        self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes, group=self.group))
-        recv_rows = recv_sizes.tolist()  # host sync: the split sizes must be Python ints
+        if recv_rows is None:
+            recv_rows = self._exchange_sizes(send_rows, category)
+            size_bytes, calls = _SIZE_BYTES * (self.world_size - 1), 2
+        else:
+            recv_rows = self._check_recv_rows(recv_rows)
+            size_bytes, calls = 0, 1
         payload = torch.cat([t.reshape(-1, *trailing) for t in send]).to(self.device, dtype)
         out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=self.device)
         # Collective: the payload itself, split by the row counts just exchanged.
@@ -154,8 +160,7 @@ class Comm:
                                                  input_split_sizes=send_rows, group=self.group))
         row_bytes = dtype.itemsize * (trailing[0] if trailing else 1)
         others = [j for j in range(self.world_size) if j != self.rank]
-        size_bytes = _SIZE_BYTES * len(others)
-        self.stats.record(category, rounds=1, calls=2,
+        self.stats.record(category, rounds=1, calls=calls,
                           bytes_sent=size_bytes + row_bytes * sum(send_rows[j] for j in others),
                           bytes_received=size_bytes + row_bytes * sum(recv_rows[j] for j in others))
         return list(out.split(recv_rows))
@@ -222,6 +227,20 @@ class Comm:
                 f"({category}): {listed}. Every worker stops (this is rank {self.rank}).", failures)
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def _exchange_sizes(self, send_rows: list[int], category: str) -> list[int]:
+        sizes = torch.tensor(send_rows, dtype=torch.int64, device=self.device)
+        recv_sizes = torch.empty_like(sizes)
+        # Collective: every worker learns how many rows each peer sends it, to size its receive buffer.
+        self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes, group=self.group))
+        return recv_sizes.tolist()  # host sync: the split sizes must be Python ints
+
+    def _check_recv_rows(self, recv_rows: Sequence[int]) -> list[int]:
+        if not isinstance(recv_rows, Sequence) or len(recv_rows) != self.world_size:
+            raise ValueError(f"recv_rows: expected world_size = {self.world_size} row counts, got {recv_rows!r}")
+        if any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in recv_rows):
+            raise ValueError(f"recv_rows: expected non-negative ints, got {list(recv_rows)}")
+        return list(recv_rows)
 
     def _run(self, op: str, category: str, fn: Callable[[], T]) -> T:
         """Run one collective; a backend failure (dead or hung peer) becomes a PeerFailure."""
