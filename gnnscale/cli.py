@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from gnnscale.graph.dataset import NodeDataset
@@ -215,7 +216,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(line: str, *, same_on_every_worker: bool) -> None:
     """Write one line to stderr in one write (workers share a terminal). A message that every worker
-    of a torchrun launch has alike is written by the first worker of each machine only (LOCAL_RANK 0)."""
+    of a torchrun launch has alike is written by the first worker of each machine only (LOCAL_RANK 0).
+
+    Under torchrun the line also goes to this worker's error file, which torchrun's failure summary
+    shows in place of "To enable traceback see: ...": the summary then names the cause too.
+    """
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        # The layout torch.distributed.elastic's own ErrorHandler writes; py_callstack is what it shows.
+        with open(error_file, "w") as f:
+            json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                  "timestamp": str(int(time.time()))}}}, f)
     if same_on_every_worker and os.environ.get("LOCAL_RANK", "0") != "0":
         return
     sys.stderr.write(line + "\n")
