@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -71,11 +70,9 @@ def cli_args(name: str) -> list[str]:
 
 def distributed_accuracy(partition_dir: Path, workers: int, layout: str, name: str, seed: int, num_train: int,
                          out: Path) -> float:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(workers), "--master-addr",
-           "127.0.0.1", "--master-port", str(port), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
+    # --standalone: torchrun binds a free port itself (a port found free here could be taken before it binds).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+           "-m", "gnnscale", "train", "--partitions", str(partition_dir),
            "--layout", layout, *cli_args(name), "--batch-size", str(math.ceil(num_train / workers)),
            "--seed", str(seed), "--threads", "1", "--quiet", "--metrics-out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
