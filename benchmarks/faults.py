@@ -49,6 +49,7 @@ KINDS = ("kill", "freeze", "truncate", "flip")
 BOUND_EXTRA_S = 35.0  # the issue's bound: --timeout + 35 s (torchrun waits 30 s before SIGKILLing a frozen worker)
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 OVERRUN_S = 90.0  # how long past the bound a trial may run before it is called a hang and killed
+STOPPED = "gnnscale train: stopped:"  # how gnnscale reports a failed distributed run
 PROGRESS = re.compile(r"epoch (\d+):.*?\|\s*(\d+)/(\d+) \[")  # rank 0's tqdm bar: "epoch 3:  40%|...| 8/20 ["
 # What each worker of a layout reads from its part (see gnnscale.partition.directory.load_partition).
 PART_FILES = ("features", "labels", "train_idx", "val_idx", "test_idx")
@@ -355,7 +356,9 @@ def run_trial(trial: Trial, partition_dir: Path, per_epoch: int, a: argparse.Nam
 
 def names_cause(trial: Trial, output: list[str], victim: int | None) -> tuple[bool, str]:
     """Whether the output names the fault's cause, and the line that does (or the last lines)."""
-    stopped = [line for line in output if line.startswith("gnnscale train: stopped:")]
+    # From where the message starts: a line may begin with the progress bar of a rank 0 that froze
+    # mid-redraw (the bar ends in no newline, so the next worker's message continues its line).
+    stopped = [line[line.index(STOPPED):] for line in output if STOPPED in line]
     if trial.kind == "kill":
         # torchrun's summary: "exitcode  : -9 (pid: 1234)  (SIGKILL)", or a survivor's lost-peer line.
         named = [line for line in output if f"(pid: {victim})" in line and "SIGKILL" in line]
