@@ -100,8 +100,12 @@ def main() -> None:
         _, _, target, paper = SETTINGS[name]
         start = time.perf_counter()
         accs = [single_machine_accuracy(dataset, name, seed, a.threads) for seed in range(a.seeds)]
+        print(f"{name}: single machine, test accuracy per seed {', '.join(f'{x:.4f}' for x in accs)}", flush=True)
         dist_accs = [distributed_accuracy(tmp / "parts", a.workers, a.layout, name, seed, dataset.train_idx.size,
                                           tmp / f"{name}{seed}.json") for seed in range(a.seeds)] if a.workers else []
+        if dist_accs:
+            print(f"{name}: {a.workers} workers, test accuracy per seed {', '.join(f'{x:.4f}' for x in dist_accs)}",
+                  flush=True)
         rows.append({"model": name, "seeds": a.seeds, "mean_test_acc": statistics.mean(accs),
                      "std_test_acc": statistics.pstdev(accs), "accs": accs, "target": target, "paper": paper,
                      "workers": a.workers, "dist_accs": dist_accs,
