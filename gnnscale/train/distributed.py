@@ -208,14 +208,14 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
         overwrite: replace an existing ``metrics_out`` file (else it is an error, raised at start-up).
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    if layout == "vanilla" and cfg.sampler != "fused":
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the vanilla "
-                         "layout samples remote hops through their owners)")
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        if layout == "vanilla" and cfg.sampler != "fused":
+            raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the "
+                             "vanilla layout samples remote hops through their owners)")
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
         check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size)
     except ValueError as err:
