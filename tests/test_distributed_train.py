@@ -170,7 +170,9 @@ def test_a_peer_dead_on_another_machine_stops_this_one_through_the_collective_wr
             machine.stop()
 
 
-FREEZE_TIMEOUT_S = 20
+# Long enough that start-up on a busy machine (workers import torch at different speeds, and the
+# timeout also bounds joining the run) never trips it; the freeze is what must.
+FREEZE_TIMEOUT_S = 30
 
 
 def test_a_frozen_peer_stops_the_others_within_the_timeout(partitions):
@@ -187,7 +189,7 @@ def test_a_frozen_peer_stops_the_others_within_the_timeout(partitions):
         assert re.match(r"gnnscale train: stopped: rank 0 of 2: collective .* failed: Timed out", line), line
         # The collective gives up after --timeout, not before (the peer may be mid-iteration), and
         # well within a bound after it.
-        assert FREEZE_TIMEOUT_S - 5 <= detected <= FREEZE_TIMEOUT_S + 40, detected
+        assert FREEZE_TIMEOUT_S - 10 <= detected <= FREEZE_TIMEOUT_S + 40, detected
         # torchrun notices the survivor has exited and turns to the frozen worker.
         launch.wait_for(f"Sending process {victim} closing signal SIGTERM", 60)
         assert not os.path.exists(f"/proc/{survivor}") or " Z " in open(f"/proc/{survivor}/stat").read()
