@@ -16,6 +16,7 @@ file) into the same clear error on every worker instead of a hang.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -248,8 +249,8 @@ class Comm:
             return fn()
         except RuntimeError as err:  # gloo and NCCL raise RuntimeError (DistBackendError) for both
             raise PeerFailure(
-                f"rank {self.rank} of {self.world_size}: collective {op} (category {category!r}) failed, "
-                f"most likely because another worker died or timed out: {err}. Stopping the run."
+                f"rank {self.rank} of {self.world_size}: collective {op} (category {category!r}) failed: "
+                f"{backend_reason(err)}; another worker died or did not answer within --timeout. Stopping the run."
             ) from err
 
     def _check_category(self, category: str) -> None:
@@ -270,6 +271,14 @@ class Comm:
                 raise ValueError(f"send[{j}]: expected dtype {first.dtype} and row shape {tuple(first.shape[1:])} "
                                  f"like send[0], got {t.dtype} and {tuple(t.shape[1:])}")
         return tuple(first.shape[1:]), first.dtype
+
+
+def backend_reason(err: BaseException) -> str:
+    """The first line of a backend error without gloo's source location and advice (which run to
+    hundreds of characters): e.g. ``Read error [127.0.0.1]:22959: Connection reset by peer``."""
+    lines = str(err).strip().splitlines()
+    text = re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else type(err).__name__
+    return text.split(". This is typically caused")[0].rstrip(".")
 
 
 def check_placement(book: PartitionBook, rank: int, comm: Comm) -> None:

@@ -70,13 +70,7 @@ def init_from_env(
         ValueError: a variable is missing or malformed (launch with ``torchrun``), or the backend
             cannot run here.
     """
-    env = os.environ if environ is None else environ
-    missing = [name for name in REQUIRED_ENV if name not in env]
-    if missing:
-        raise ValueError(
-            f"environment: missing {', '.join(missing)}; launch the workers with torchrun "
-            f"(e.g. `torchrun --nproc-per-node 2 -m gnnscale train ...`), which sets {', '.join(REQUIRED_ENV)}"
-        )
+    env = _launch_env(environ)
     rank = _env_int(env, "RANK")
     world_size = _env_int(env, "WORLD_SIZE")
     port = _env_int(env, "MASTER_PORT")
@@ -88,6 +82,25 @@ def init_from_env(
     else:
         device = torch.device("cpu")
     return _init(rank, world_size, _tcp_address(env["MASTER_ADDR"], port), backend, device, timeout_s)
+
+
+def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The number of workers torchrun launched (``WORLD_SIZE``), for checks made before joining the run.
+
+    Raises ValueError like :func:`init_from_env` when not launched by torchrun.
+    """
+    return _env_int(_launch_env(environ), "WORLD_SIZE")
+
+
+def _launch_env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    env = os.environ if environ is None else environ
+    missing = [name for name in REQUIRED_ENV if name not in env]
+    if missing:
+        raise ValueError(
+            f"environment: missing {', '.join(missing)}; launch the workers with torchrun "
+            f"(e.g. `torchrun --nproc-per-node 2 -m gnnscale train ...`), which sets {', '.join(REQUIRED_ENV)}"
+        )
+    return env
 
 
 def init_for_test(rank: int, world_size: int, port: int, *, timeout_s: float = 20.0,

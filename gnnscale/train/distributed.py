@@ -21,11 +21,12 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.context import init_from_env, shutdown
+from gnnscale.distributed.context import init_from_env, shutdown, world_size_from_env
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
+from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import DATA_PARALLEL_LAYOUTS, DataParallel, Step, _add_counts, build_data_parallel
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
@@ -156,7 +157,7 @@ def agreed_num_batches(layout: DataParallel, part: LocalPartition, comm: Comm) -
 
 def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
                              metrics_out: str | Path | None = None, progress: bool = True,
-                             timeout_s: float = 120.0) -> TrainReport:
+                             timeout_s: float = 120.0, overwrite: bool = False) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
@@ -166,12 +167,20 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         cfg: training settings; ``batch_size`` is per worker.
         metrics_out: rank 0 writes the metrics JSON here.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
+        overwrite: replace an existing ``metrics_out`` file (else it is an error, raised at start-up).
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    if layout == "vanilla" and cfg.sampler != "fused":
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the vanilla "
-                         "layout samples remote hops through their owners)")
+    # Checked before joining the run: every worker fails at once with the same line instead of
+    # after loading its part (or, for a metrics path, after the whole run).
+    try:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        if layout == "vanilla" and cfg.sampler != "fused":
+            raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the "
+                             "vanilla layout samples remote hops through their owners)")
+        check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
+        check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size)
+    except ValueError as err:
+        raise LaunchError(str(err)) from err
     ctx = init_from_env(timeout_s=timeout_s)
     try:
         torch.set_num_threads(cfg.threads)

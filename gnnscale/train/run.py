@@ -14,6 +14,7 @@ from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.loop import TrainData, fit
 from gnnscale.train.metrics import EpochMetrics, write_json_atomic
@@ -62,12 +63,15 @@ def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: Train
 
 def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig, *,
                  metrics_out: str | Path | None = None, checkpoint: str | Path | None = None,
-                 resume: bool = False, progress: bool = True) -> TrainReport:
-    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume."""
+                 resume: bool = False, progress: bool = True, overwrite: bool = False) -> TrainReport:
+    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume.
+
+    An existing ``checkpoint`` is continued (``resume``) or replaced (``overwrite``), and an existing
+    ``metrics_out`` replaced only with ``overwrite``; otherwise a ValueError before training starts.
+    """
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
-    if resume and checkpoint is None:
-        raise ValueError("resume: needs a checkpoint path to resume from")
+    check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite)
     data = train_data_from(dataset)
     torch.set_num_threads(train_cfg.threads)
     set_sampler_threads(train_cfg.threads)
@@ -79,9 +83,15 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     start_epoch = 0
     if resume:
         ckpt = load_checkpoint(checkpoint, signature)
+        if ckpt.epochs_done >= train_cfg.epochs:
+            raise ValueError(f"epochs: {checkpoint} already holds {ckpt.epochs_done} trained epochs; pass --epochs "
+                             f"above {ckpt.epochs_done} to train more")
         model.load_state_dict(ckpt.model_state)
         optimizer.load_state_dict(ckpt.optimizer_state)
         history, start_epoch = ckpt.history, ckpt.epochs_done
+        if progress:
+            print(f"resuming from {checkpoint}: {start_epoch} of {train_cfg.epochs} epochs done, continuing at "
+                  f"epoch {start_epoch}", flush=True)
 
     def on_epoch_end(epoch: int, metrics: EpochMetrics) -> None:
         history.append(metrics.to_json())
