@@ -11,7 +11,7 @@ from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
-from gnnscale.train.config import TrainConfig
+from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
 from gnnscale.train.distributed import run_distributed_training
 from gnnscale.train.run import run_training
 
@@ -61,7 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--epochs", type=int, default=5)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--sampler", default="fused", choices=("fused", "two_step"))
+    t.add_argument("--sampler", default="fused", choices=SAMPLERS,
+                   help="fused (default), two_step (reference), matrix (GraphSAGE by sparse products, --bulk "
+                        "batches at a time) or ladies (layer-wise LADIES by sparse products)")
+    t.add_argument("--bulk", type=int, default=1,
+                   help="matrix/ladies: consecutive batches sampled by one set of sparse products (1)")
+    t.add_argument("--layer-size", type=int, default=None,
+                   help=f"ladies: nodes drawn per batch per layer ({DEFAULT_LAYER_SIZE})")
     t.add_argument("--replace", action="store_true", help="sample neighbors with replacement")
     t.add_argument("--metrics-out", default=None, help="write per-epoch metrics as JSON here")
     t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
@@ -105,8 +111,8 @@ def cmd_train(args) -> None:
     fanouts = fanouts_for(args)
     train_cfg = TrainConfig(fanouts=fanouts, eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
                             epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                            threads=args.threads, sampler=args.sampler, replace=args.replace,
-                            evaluate=not args.no_eval)
+                            threads=args.threads, sampler=args.sampler, bulk=args.bulk, layer_size=args.layer_size,
+                            replace=args.replace, evaluate=not args.no_eval)
     model_options = dict(name=args.model, hidden_dim=args.hidden, dropout=args.dropout,
                          input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
     if args.partitions is not None:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnnscale.sampling import NeighborSampler, derive_key
+from gnnscale.sampling import BulkSampler, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
@@ -62,38 +62,47 @@ def epoch_batches(train_idx: torch.Tensor, num_batches: int, seed: int, epoch: i
     return list(order.tensor_split(num_batches))
 
 
-def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg: TrainConfig, epoch: int,
-                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int]:
-    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches)."""
+def train_epoch(model, optimizer, sampler: BulkSampler, data: TrainData, cfg: TrainConfig, epoch: int,
+                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int, int]:
+    """One pass over the training nodes, sampling ``sampler.bulk`` batches at a time.
+    Returns (mean loss, train accuracy, sampled edges, batches, bulks)."""
     model.train()
     # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
     torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
     batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
-    edges = 0
-    for step, seeds in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not progress)):
+    edges = num_bulks = 0
+    bar = tqdm(total=len(batches), desc=f"epoch {epoch}", leave=False, disable=not progress)
+    for first in range(0, len(batches), sampler.bulk):
+        group = batches[first:first + sampler.bulk]
         with timer.phase("sample"):
-            blocks = sampler.sample(seeds, derive_key(cfg.seed, epoch, step, 0))
-        with timer.phase("gather"):
-            x = data.gather(blocks[0].src_ids)
-            y = data.labels[seeds]
-        with timer.phase("forward_backward"):
-            logits = model(blocks, x)
-            loss = F.cross_entropy(logits, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        edges += sum(b.num_edges for b in blocks)
-        # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach().double() * seeds.numel()
-        correct += (logits.detach().argmax(1) == y).sum()
+            # A batch's key depends on its step, not on the bulk: any --bulk draws the same blocks.
+            group_blocks = sampler.sample_many(group, [derive_key(cfg.seed, epoch, first + i, 0)
+                                                       for i in range(len(group))])
+        num_bulks += 1
+        for seeds, blocks in zip(group, group_blocks):
+            with timer.phase("gather"):
+                x = data.gather(blocks[0].src_ids)
+                y = data.labels[seeds]
+            with timer.phase("forward_backward"):
+                logits = model(blocks, x)
+                loss = F.cross_entropy(logits, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            edges += sum(b.num_edges for b in blocks)
+            # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
+            loss_sum += loss.detach().double() * seeds.numel()
+            correct += (logits.detach().argmax(1) == y).sum()
+            bar.update(1)
+    bar.close()
     n = data.train_idx.numel()
-    return float(loss_sum) / n, float(correct) / n, edges, len(batches)
+    return float(loss_sum) / n, float(correct) / n, edges, len(batches), num_bulks
 
 
 @torch.no_grad()
-def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
+def evaluate(model, sampler: BulkSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
              seed: int) -> float:
     """Accuracy on ``node_ids`` with sampled inference; a fixed key makes it repeatable. NaN when empty."""
     if node_ids.numel() == 0:
@@ -107,7 +116,7 @@ def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.T
     return correct / node_ids.numel()
 
 
-def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: NeighborSampler, data: TrainData,
+def fit(model, optimizer, train_sampler: BulkSampler, eval_sampler: BulkSampler, data: TrainData,
         cfg: TrainConfig, *, start_epoch: int = 0, on_epoch_end: Callable[[int, EpochMetrics], None] | None = None,
         progress: bool = True) -> list[EpochMetrics]:
     """Train epochs ``start_epoch .. cfg.epochs - 1``; return their metrics."""
@@ -115,8 +124,8 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
     for epoch in range(start_epoch, cfg.epochs):
         timer = PhaseTimer()
         with timer.phase("epoch"):
-            loss, train_acc, edges, num_batches = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
-                                                              timer, progress)
+            loss, train_acc, edges, num_batches, num_bulks = train_epoch(model, optimizer, train_sampler, data,
+                                                                         cfg, epoch, timer, progress)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
             val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed)
@@ -125,7 +134,7 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
             epoch=epoch, sample_s=timer.seconds.get("sample", 0.0), gather_s=timer.seconds.get("gather", 0.0),
             forward_backward_s=timer.seconds.get("forward_backward", 0.0), epoch_s=timer.seconds["epoch"],
             loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=num_batches,
-            sampled_edges=edges,
+            num_bulks=num_bulks, sampled_edges=edges,
         )
         history.append(metrics)
         if on_epoch_end is not None:
