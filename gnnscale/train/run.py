@@ -66,7 +66,7 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     if resume and checkpoint is None:
         raise ValueError("resume: needs a checkpoint path to resume from")
     if train_cfg.sampler == "ladies" and model_cfg.name == "gat":
-        raise ValueError("sampler: --sampler ladies gives weighted blocks that GAT (attention weights) cannot use; "
+        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
                          "use --model gcn or sage")
     data = train_data_from(dataset)
     torch.set_num_threads(train_cfg.threads)
