@@ -108,14 +108,20 @@ def throughput(a) -> None:
         sample_epoch(sampler, batches[:2], min(k, 2), 0)
     memory = {run: peak_mb(sampler, batches, run[1]) for run, sampler in runs.items()}
     times = {run: [] for run in runs}
+    phases = {run: [] for run in runs}
     edges = {}
     for r in range(a.repeat):
         for (name, k), sampler in runs.items():
+            before = dict(getattr(sampler, "phase_seconds", {}))
             start = time.perf_counter()
             edges[(name, k)], _ = sample_epoch(sampler, batches, k, r)
             times[(name, k)].append(time.perf_counter() - start)
+            phases[(name, k)].append({p: sampler.phase_seconds[p] - before[p] for p in before})
     rows = [throughput_row(run, statistics.median(times[run]), edges[run], len(batches), memory[run])
             for run in runs]
+    for row, run in zip(rows, runs):  # per step of the matrix samplers, ms per batch, from the median pass
+        median_pass = sorted(range(a.repeat), key=lambda i: times[run][i])[a.repeat // 2]
+        row["phase_ms_per_batch"] = {p: 1e3 * s / len(batches) for p, s in phases[run][median_pass].items()}
     print_throughput(rows)
     if a.json:
         Path(a.json).write_text(json.dumps({"graph": {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges},
@@ -133,14 +139,18 @@ def throughput_row(run, seconds: float, edges: int, num_batches: int, memory_mb:
 def print_throughput(rows: list[dict]) -> None:
     fused = next(r for r in rows if r["sampler"] == "fused")
     print(f"{'sampler':8} {'bulk':>5} {'ms/batch':>9} {'ms/bulk':>9} {'Medges/s':>9} {'x bulk 1':>9} "
-          f"{'x fused':>8} {'peak MB/bulk':>12}")
+          f"{'x fused':>8} {'peak MB/bulk':>12}  ms/batch per step")
     for r in rows:
         single = next(s for s in rows if s["sampler"] == r["sampler"] and s["bulk"] == 1)
         # LADIES draws other blocks than the fused kernel: a time ratio against it would compare apples to pears.
         vs_fused = f"{fused['ms_per_batch'] / r['ms_per_batch']:8.2f}" if r["sampler"] != "ladies" else f"{'-':>8}"
         print(f"{r['sampler']:8} {r['bulk']:5d} {r['ms_per_batch']:9.2f} {r['ms_per_bulk']:9.1f} "
               f"{r['medges_per_s']:9.2f} {single['ms_per_batch'] / r['ms_per_batch']:9.2f} {vs_fused} "
-              f"{r['peak_mb_per_bulk']:12.0f}", flush=True)
+              f"{r['peak_mb_per_bulk']:12.0f}  {_phases(r['phase_ms_per_batch'])}", flush=True)
+
+
+def _phases(ms: dict) -> str:
+    return " ".join(f"{name} {value:.1f}" for name, value in ms.items())
 
 
 def libraries(a) -> None:

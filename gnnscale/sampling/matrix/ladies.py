@@ -40,7 +40,7 @@ from gnnscale.sampling.block import Block
 from gnnscale.sampling.keys import mix64, node_stream
 from gnnscale.sampling.matrix.products import StackedRows, batch_selection, gather_rows, gcn_operator, \
     row_normalize, stack_rows
-from gnnscale.sampling.matrix.sage import check_bulk, check_stack
+from gnnscale.sampling.matrix.sage import PHASES, _PhaseClock, check_bulk, check_stack
 
 LADIES_SALT = 0x4C414449455321  # "LADIES!": LADIES draws never share a stream with neighbor sampling
 
@@ -88,6 +88,7 @@ class LadiesSampler:
         self.operator = gcn_operator(graph, self_loops=self.self_loops)
         self._position = np.full(graph.num_nodes, -1, dtype=index_dtype(graph.num_nodes))
         self._maps = np.empty((0, graph.num_nodes), dtype=np.int64)
+        self.phase_seconds = dict.fromkeys(PHASES, 0.0)  # as MatrixSampler's
 
     def sample(self, seeds, key: int) -> list[Block]:
         """One batch's blocks in model order; the same as ``sample_many([seeds], [key])[0]``."""
@@ -101,11 +102,15 @@ class LadiesSampler:
         nodes = np.concatenate(batches)
         maps = self._node_maps(len(batches))
         blocks: list[list[Block]] = [[] for _ in batches]
+        clock = _PhaseClock(self.phase_seconds)
         for hop, size in enumerate(self.layer_sizes):
             stacked = stack_rows(nodes, node_ptr, self._position)
+            clock.lap("factor")
             rows = gather_rows(self.operator, stacked)
             probs = row_normalize(batch_selection(stacked) @ rows.multiply(rows).tocsr())
+            clock.lap("product")
             drawn_ptr, drawn, drawn_p = draw_layer(probs.indptr, probs.indices, probs.data, keys, size, hop)
+            clock.lap("draw")
             out = extract_layer(rows.indptr, rows.indices, rows.data, nodes, node_ptr, stacked.inverse, drawn_ptr,
                                 drawn, drawn_p, self.self_loops, maps)
             indptr, indices, weights, edge_ptr, new_nodes, new_ptr = out
@@ -117,6 +122,7 @@ class LadiesSampler:
                     num_dst=int(node_ptr[b + 1] - node_ptr[b]),
                     edge_weight=torch.from_numpy(weights[edge_ptr[b]:edge_ptr[b + 1]])))
             nodes, node_ptr = new_nodes, new_ptr
+            clock.lap("extract")
         return [batch_blocks[::-1] for batch_blocks in blocks]
 
     def _node_maps(self, num_batches: int) -> np.ndarray:

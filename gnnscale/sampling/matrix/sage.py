@@ -14,6 +14,7 @@ tests compare the two bit for bit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numba
@@ -24,6 +25,21 @@ from gnnscale.sampling import blocks_from_hops, check_fanouts, check_key, check_
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.matrix.products import adjacency_pattern, gather_rows, stack_rows
 from gnnscale.sampling.matrix.kernels import choose_rows, count_rows, relabel_batches
+
+
+PHASES = ("factor", "product", "draw", "extract")
+
+
+class _PhaseClock:
+    """Adds the time since the previous lap to ``seconds[name]``."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds, self.last = seconds, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] += now - self.last
+        self.last = now
 
 
 def check_bulk(bulk) -> int:
@@ -77,6 +93,9 @@ class MatrixSampler:
         # per relabelling thread.
         self._position = np.full(graph.num_nodes, -1, dtype=index_dtype(graph.num_nodes))
         self._maps = np.empty((0, graph.num_nodes), dtype=index_dtype(graph.num_nodes))
+        # Seconds spent per step of Algorithm 1 since construction: factoring Q, the product, the
+        # draws, the extraction (what a bulk amortises shows here; benchmarks/bulk.py prints it).
+        self.phase_seconds = dict.fromkeys(PHASES, 0.0)
 
     def sample(self, seeds, key: int) -> list[Block]:
         """One batch's blocks in model order; the same as ``sample_many([seeds], [key])[0]``."""
@@ -95,14 +114,19 @@ class MatrixSampler:
         nodes, node_ptr = np.concatenate(batches), batch_ptr
         maps = self._node_maps(len(batches))
         hops = [[] for _ in batches]
+        clock = _PhaseClock(self.phase_seconds)
         for hop, fanout in enumerate(self.fanouts):
             stacked = stack_rows(nodes, node_ptr, self._position)
+            clock.lap("factor")
             p = gather_rows(self.adjacency, stacked)  # P = Q A, stored as S A plus the index R
+            clock.lap("product")
             offsets = count_rows(p.indptr, stacked.inverse, fanout, self.replace)
             chosen = choose_rows(p.indptr, p.indices, stacked.nodes, stacked.inverse, stacked.row_batch(), keys,
                                  offsets, fanout, self.replace, hop)
+            clock.lap("draw")
             edge_ptr = offsets[node_ptr]
             new_nodes, new_ptr = relabel_batches(chosen, edge_ptr, nodes, node_ptr, maps)
+            clock.lap("extract")
             for b, batch_hops in enumerate(hops):
                 rows = slice(node_ptr[b], node_ptr[b + 1] + 1)
                 batch_hops.append((offsets[rows] - edge_ptr[b], chosen[edge_ptr[b]:edge_ptr[b + 1]],
