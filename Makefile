@@ -1,6 +1,6 @@
 # Two set-up commands that work on a fresh machine (see README):
 #   make run    create .venv, install, train GraphSAGE on the built-in synthetic dataset
-#   make test   create .venv, install, run the test suite
+#   make test   create .venv, install, run the test suite: the default tier, then the slow tier
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
@@ -18,6 +18,7 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m slow
 
 bench-cora: $(VENV)/.installed
 	$(PY) benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid

@@ -93,7 +93,7 @@ def _status_mb(field: str) -> float:
 def throughput(a) -> None:
     set_sampler_threads(a.threads)
     torch.set_num_threads(a.threads)
-    graph, _ = cached_graph(a.scale, a.seed, HERE / ".cache")
+    graph, _ = cached_graph(a.scale, a.seed, Path(a.cache_dir))
     batches = epoch_batches(graph.num_nodes, a.batch_size, a.seed)
     bulks = [len(batches) if k == "all" else int(k) for k in a.bulks.split(",")]
     fanouts = tuple(int(f) for f in a.fanouts.split(","))
@@ -157,7 +157,7 @@ def libraries(a) -> None:
     """``Q A`` of one stack through scipy and torch.sparse (single thread each: scipy has one)."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore", UserWarning)  # torch: "Sparse CSR tensor support is in beta"
-    graph, _ = cached_graph(a.scale, a.seed, HERE / ".cache")
+    graph, _ = cached_graph(a.scale, a.seed, Path(a.cache_dir))
     batches = epoch_batches(graph.num_nodes, a.batch_size, a.seed)[:a.batches]
     fanouts = tuple(int(f) for f in a.fanouts.split(","))
     # Q's rows: the destinations of the stack's second hop (seeds and their sampled neighbors).
@@ -246,6 +246,8 @@ def main() -> None:
         s.add_argument("--fanouts", default="15,10,5")
         s.add_argument("--repeat", type=int, default=3)
         s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--cache-dir", default=str(HERE / ".cache"), help="where the graph is cached "
+                       "(default benchmarks/.cache, shared with benchmarks/sampling.py)")
     t = sub.choices["throughput"]
     t.add_argument("--bulks", default="1,8,48,all", help="batches per sampler call; 'all' = one epoch")
     t.add_argument("--threads", type=int, default=2)

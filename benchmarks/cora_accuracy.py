@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -71,11 +70,9 @@ def cli_args(name: str) -> list[str]:
 
 def distributed_accuracy(partition_dir: Path, workers: int, layout: str, name: str, seed: int, num_train: int,
                          out: Path) -> float:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(workers), "--master-addr",
-           "127.0.0.1", "--master-port", str(port), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
+    # --standalone: torchrun binds a free port itself (a port found free here could be taken before it binds).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+           "-m", "gnnscale", "train", "--partitions", str(partition_dir),
            "--layout", layout, *cli_args(name), "--batch-size", str(math.ceil(num_train / workers)),
            "--seed", str(seed), "--threads", "1", "--quiet", "--metrics-out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -103,8 +100,12 @@ def main() -> None:
         _, _, target, paper = SETTINGS[name]
         start = time.perf_counter()
         accs = [single_machine_accuracy(dataset, name, seed, a.threads) for seed in range(a.seeds)]
+        print(f"{name}: single machine, test accuracy per seed {', '.join(f'{x:.4f}' for x in accs)}", flush=True)
         dist_accs = [distributed_accuracy(tmp / "parts", a.workers, a.layout, name, seed, dataset.train_idx.size,
                                           tmp / f"{name}{seed}.json") for seed in range(a.seeds)] if a.workers else []
+        if dist_accs:
+            print(f"{name}: {a.workers} workers, test accuracy per seed {', '.join(f'{x:.4f}' for x in dist_accs)}",
+                  flush=True)
         rows.append({"model": name, "seeds": a.seeds, "mean_test_acc": statistics.mean(accs),
                      "std_test_acc": statistics.pstdev(accs), "accs": accs, "target": target, "paper": paper,
                      "workers": a.workers, "dist_accs": dist_accs,

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from gnnscale.distributed import (AgreementFailure, Comm, HybridSampler, PartitionedFeatureStore, PeerFailure,
-                           VanillaSampler, init_for_test, init_from_env, shutdown)
+                                  VanillaSampler, init_for_test, init_from_env, shutdown)
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, derive_key, sample_blocks

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.partition.book import PartitionBook
-from gnnscale.sampling import Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
+from gnnscale.sampling import BatchSampler, Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import choose_neighbors, num_chosen
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.keys import mix64_py
@@ -75,7 +75,7 @@ def _scatter_lists(positions, counts, values, num_dst):
     return indptr, out
 
 
-class VanillaSampler:
+class VanillaSampler(BatchSampler):
     """Distributed neighbor sampling when each worker holds only its own nodes' in-edges.
 
     Args:
@@ -181,7 +181,7 @@ class VanillaSampler:
                              f"(this worker: fanouts={list(self.fanouts)}, replace={self.replace})")
 
 
-class HybridSampler:
+class HybridSampler(BatchSampler):
     """Sampling in the hybrid layout: the whole topology on every worker, so no communication (0 rounds).
 
     The same contract as :class:`VanillaSampler` (seeds owned by this worker; same key, same blocks),

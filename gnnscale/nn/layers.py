@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.sampling.block import Block
 
 Backend = Literal["auto", "csr", "index_add"]
@@ -40,6 +41,8 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
     Shapes:
         x_src [num_src, d] -> [num_dst, d]; destinations without in-edges get zeros.
     """
+    if isinstance(block, SplitAwareBlock):  # split parallelism: sums over edges crossing workers
+        return block.aggregate_sum(x_src)
     if backend == "auto":
         backend = "csr" if x_src.dtype in _CSR_DTYPES else "index_add"
     weight = block.edge_weight
@@ -65,11 +68,17 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
 
 def check_input(block: Block, x_src: Tensor, in_dim: int) -> None:
     """Raise ``ValueError`` naming ``x_src`` unless it is [block.num_src, in_dim]."""
-    if not isinstance(block, Block):
-        raise TypeError(f"block: expected a Block, got {type(block).__name__}")
+    if not isinstance(block, (Block, SplitAwareBlock)):
+        raise TypeError(f"block: expected a Block or a SplitAwareBlock, got {type(block).__name__}")
     if x_src.dim() != 2 or x_src.shape[0] != block.num_src or x_src.shape[1] != in_dim:
         raise ValueError(f"x_src: expected shape [num_src={block.num_src}, in_dim={in_dim}], "
                          f"got {list(x_src.shape)}")
+
+
+def gather_sources(block: Block | SplitAwareBlock, x_src: Tensor) -> Tensor:
+    """The rows of every source the block's edges read: ``x_src`` itself, plus for a split block the
+    rows of its remote sources (one shuffle, see :class:`~gnnscale.nn.cooperative.SplitAwareBlock`)."""
+    return block.gather_sources(x_src) if isinstance(block, SplitAwareBlock) else x_src
 
 
 def _in_degrees(block: Block, like: Tensor) -> Tensor:
@@ -211,7 +220,7 @@ class GATConv(nn.Module):
             raise ValueError("block: GATConv computes its own edge weights (attention) and cannot use a block's "
                              "edge_weight (LADIES blocks); train GAT with --sampler fused or matrix")
         nd, H, C = block.num_dst, self.heads, self.out_dim
-        z = self.lin(x_src).view(-1, H, C)                      # [num_src, H, C]
+        z = gather_sources(block, self.lin(x_src)).view(-1, H, C)  # [num_src (+ remote), H, C]
         score_src = (z * self.att_src).sum(-1)                   # [num_src, H]
         score_dst = (z[:nd] * self.att_dst).sum(-1)              # [num_dst, H]
         src, dst = block.indices, block.dst_index()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 import numba
 import numpy as np
@@ -18,7 +18,7 @@ from gnnscale.sampling.reference import two_step_hops
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")
 
-__all__ = ["Block", "BulkSampler", "NeighborSampler", "SamplerWorkspace", "blocks_from_hops", "check_fanouts", "check_key",
+__all__ = ["BatchSampler", "Block", "NeighborSampler", "SamplerWorkspace", "blocks_from_hops", "check_fanouts", "check_key",
            "check_seeds", "derive_key", "sample_blocks", "set_sampler_threads"]
 
 
@@ -114,18 +114,24 @@ def blocks_from_hops(nodes: np.ndarray, hops: list[tuple[np.ndarray, np.ndarray,
     return blocks[::-1]
 
 
-class BulkSampler(Protocol):
-    """What the training loop samples with: it calls ``sample_many`` once per group of ``bulk``
-    consecutive batches (keys in the same order) and ``sample`` for single batches."""
+class BatchSampler:
+    """What the training loops ask of a sampler: ``sample_many`` over groups of ``bulk`` consecutive
+    batches. Bulk samplers draw a whole group in one call; this base draws them one by one with
+    ``sample``, which subclasses implement."""
 
-    bulk: int
+    bulk = 1
 
-    def sample(self, seeds, key: int) -> list[Block]: ...
+    def sample(self, seeds, key: int) -> list[Block]:
+        raise NotImplementedError
 
-    def sample_many(self, seeds_list, keys) -> list[list[Block]]: ...
+    def sample_many(self, seeds_list: Sequence, keys: Sequence[int]) -> list[list[Block]]:
+        """The blocks of several batches, each with its own key (same as ``sample`` one by one)."""
+        if len(seeds_list) != len(keys):
+            raise ValueError(f"keys: expected one key per batch ({len(seeds_list)}), got {len(keys)}")
+        return [self.sample(seeds, key) for seeds, key in zip(seeds_list, keys)]
 
 
-class NeighborSampler:
+class NeighborSampler(BatchSampler):
     """Samples blocks for a fixed graph and fanouts, reusing one mapping array across batches."""
 
     def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False,
@@ -138,19 +144,9 @@ class NeighborSampler:
         self.method = method
         self.workspace = SamplerWorkspace(graph.num_nodes) if method == "fused" else None
 
-    # The bulk-sampling contract of the matrix samplers (gnnscale.sampling.matrix): the training loop
-    # calls sample_many once per group of `bulk` consecutive batches. Per-batch samplers have bulk 1.
-    bulk = 1
-
     def sample(self, seeds, key: int) -> list[Block]:
         return sample_blocks(self.graph, seeds, self.fanouts, key=key, replace=self.replace,
                              method=self.method, workspace=self.workspace)
-
-    def sample_many(self, seeds_list, keys) -> list[list[Block]]:
-        """Blocks of every batch, one after the other (``sample`` per batch)."""
-        if len(keys) != len(seeds_list):
-            raise ValueError(f"keys: expected {len(seeds_list)} keys (one per batch), got {len(keys)}")
-        return [self.sample(seeds, key) for seeds, key in zip(seeds_list, keys)]
 
 
 def set_sampler_threads(threads: int) -> None:

@@ -43,6 +43,11 @@ class Block:
     def dst_ids(self) -> Tensor:
         return self.src_ids[: self.num_dst]
 
+    def __repr__(self) -> str:
+        # The sizes, not the tensors: a block of a real batch holds millions of ids.
+        return (f"Block(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges}, "
+                f"device={self.indices.device})")
+
     def in_degrees(self) -> Tensor:
         """int64 [num_dst]: sampled in-degree of every destination node."""
         return self.indptr[1:] - self.indptr[:-1]

@@ -34,6 +34,8 @@ class TrainConfig:
         replace: sample neighbors with replacement.
         evaluate: measure validation and test accuracy after every epoch (False: reported as NaN;
             for timing runs on graphs whose test split is large).
+        prefetch: batches sampled and gathered ahead by a background thread while the current one
+            trains (0: none, everything on the training thread). Does not change the results.
     """
 
     fanouts: tuple[int, ...] = (10, 5)
@@ -50,6 +52,7 @@ class TrainConfig:
     layer_size: int | None = None
     replace: bool = False
     evaluate: bool = True
+    prefetch: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
@@ -62,6 +65,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool) or self.prefetch < 0:
+            raise ValueError(f"prefetch: expected an int >= 0 (0 = no background loading), got {self.prefetch!r}")
         if not self.lr > 0:
             raise ValueError(f"lr: expected > 0, got {self.lr}")
         if self.weight_decay < 0:

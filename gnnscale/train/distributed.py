@@ -1,68 +1,39 @@
-"""Distributed data-parallel training over a partition directory, one worker per part (torchrun).
+"""Distributed training over a partition directory, one worker per part (torchrun).
 
-Every worker trains on mini-batches of its own training nodes and all-reduces gradients. The layout
-decides how the sampled neighborhood is built (FastSample, section 3.3):
+The loop is the same for every layout (:mod:`gnnscale.train.layouts` says what each worker samples,
+fetches and computes): per iteration, take the next prepared batch, forward+backward, all-reduce the
+gradients, step. Batches are prepared ``--prefetch`` iterations ahead by a background stage whose
+collectives (remote sampling, the feature fetch) run on a process group of their own, so they
+overlap the training step and never interleave with its gradient all-reduce.
 
-- ``hybrid``: every worker memory-maps the whole topology and samples locally with the fused
-  kernel; only input features cross the network: 2 rounds per iteration (request, reply).
-- ``vanilla``: a worker holds its part's in-edges only; each hop after the first asks the owners of
-  remote nodes to sample for it (2 rounds per hop, the requester's key travels with the request),
-  then features: 2L rounds per iteration.
-
-Both give identical blocks for the same key (counter-based randomness), so they train identically:
-only the communication differs. With one worker this is exactly the single-machine trainer.
+``hybrid`` and ``vanilla`` give identical blocks for the same key (counter-based randomness), so they
+train identically: only the communication differs. With one worker this is exactly the
+single-machine trainer.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.context import init_from_env, shutdown
-from gnnscale.distributed.features import PartitionedFeatureStore
-from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
+from gnnscale.distributed.context import init_from_env, shutdown, world_size_from_env
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
+from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.loop import EVAL_EPOCH, epoch_batches, num_batches_for
+from gnnscale.train.layouts import DATA_PARALLEL_LAYOUTS, DataParallel, Step, _add_counts, build_data_parallel
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
+from gnnscale.train.prefetch import stream_in_groups
 from gnnscale.train.run import TrainReport, summarize
 
-LAYOUTS = ("hybrid", "vanilla")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Worker:
-    """What one worker trains with.
-
-    Args:
-        comm: the accounted collectives.
-        part: this worker's partition (features and labels of its own nodes).
-        sampler, eval_sampler: hybrid or vanilla samplers (training and inference fanouts).
-        store: the partitioned feature store (2 rounds per gather).
-        labels: int64 tensor [n_p], labels of the owned nodes (row = global id - node_offset).
-        train_idx: int64 tensor, the owned training nodes (global ids).
-    """
-
-    comm: Comm
-    part: LocalPartition
-    sampler: HybridSampler | VanillaSampler
-    eval_sampler: HybridSampler | VanillaSampler
-    store: PartitionedFeatureStore
-    labels: torch.Tensor
-    train_idx: torch.Tensor
-
-    def labels_of(self, seeds: torch.Tensor) -> torch.Tensor:
-        return self.labels[seeds - self.part.node_offset]
+LAYOUTS = DATA_PARALLEL_LAYOUTS
 
 
 def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
@@ -80,83 +51,72 @@ def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> 
     return part
 
 
-def build_worker(part: LocalPartition, layout: str, cfg: TrainConfig, comm: Comm) -> Worker:
-    def sampler(fanouts):
-        if layout == "hybrid":
-            return HybridSampler(part.topology, part.book, comm.rank, fanouts, replace=cfg.replace, method=cfg.sampler)
-        rows = part.topology
-        return VanillaSampler(part.book, comm.rank, rows.local_indptr, rows.local_indices, fanouts, comm,
-                             replace=cfg.replace)
-
-    return Worker(comm=comm, part=part, sampler=sampler(cfg.fanouts), eval_sampler=sampler(cfg.inference_fanouts),
-                  store=PartitionedFeatureStore(part.book, comm.rank, part.features, comm),
-                  labels=torch.from_numpy(part.labels.copy()), train_idx=torch.from_numpy(part.train_idx.copy()))
-
-
-def all_reduce_gradients(model: torch.nn.Module, comm: Comm) -> None:
-    """Average gradients over workers in one all-reduce of one flat buffer."""
+def all_reduce_gradients(model: torch.nn.Module, comm: Comm, divisor: int) -> None:
+    """Sum gradients over workers in one all-reduce of one flat buffer, then divide by ``divisor``."""
     params = [p for p in model.parameters() if p.requires_grad]
     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
     comm.all_reduce_(flat, dist.ReduceOp.SUM, "grad")  # collective: every worker's gradient
-    flat /= comm.world_size
+    if divisor != 1:
+        flat /= divisor
     for p, g in zip(params, flat.split([p.numel() for p in params])):
         p.grad = g.view_as(p)
 
 
-def train_epoch(model, optimizer, worker: Worker, cfg: TrainConfig, epoch: int, num_batches: int,
-                timer: PhaseTimer, progress: bool) -> dict:
+def prepared_batches(layout: DataParallel, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer, *,
+                     training: bool = True):
+    """The layout's batches for ``steps``, prepared ``cfg.prefetch`` groups ahead in the background
+    stage (its collectives on the loader's own process group). ``timer`` gets the stage's busy time
+    (``sample``, ``fetch``) and the training thread's ``wait``."""
+    loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
+    yield from stream_in_groups(lambda items: layout.prepare(steps[items.start:items.stop], loader,
+                                                             training=training),
+                                len(steps), layout.bulk, cfg.prefetch, wait_seconds=lambda s: timer.add("wait", s))
+    timer.merge(loader)
+
+
+def train_epoch(model, optimizer, layout: DataParallel, comm: Comm, cfg: TrainConfig, epoch: int,
+                num_batches: int, timer: PhaseTimer, progress: bool) -> dict:
     """One epoch of ``num_batches`` iterations (the same on every worker). Returns this worker's sums
-    and the communication counted per iteration."""
-    comm, rank = worker.comm, worker.comm.rank
+    and the communication counted per iteration (loader and training groups together)."""
     model.train()
-    torch.manual_seed(derive_key(cfg.seed, epoch, 0, rank, STREAM_DROPOUT))
-    batches = epoch_batches(worker.train_idx, num_batches, cfg.seed, epoch, rank)
+    torch.manual_seed(derive_key(cfg.seed, epoch, 0, comm.rank, STREAM_DROPOUT))
+    steps = layout.plan_epoch(epoch, num_batches)
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
-    edges, per_iteration = 0, []
-    for step, seeds in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not progress)):
-        comm.stats.snapshot_and_reset()
-        with timer.phase("sample"):
-            blocks = worker.sampler.sample(seeds, derive_key(cfg.seed, epoch, step, rank))
-        with timer.phase("fetch"):
-            x = worker.store.gather(blocks[0].src_ids)
-            y = worker.labels_of(seeds)
+    edges, count, per_iteration = 0, 0, []
+    comm.stats.snapshot_and_reset()
+    batches = prepared_batches(layout, steps, cfg, timer)
+    for batch in tqdm(batches, total=len(steps), desc=f"epoch {epoch}", leave=False, disable=not progress):
         with timer.phase("forward_backward"):
-            logits = model(blocks, x)
-            loss = F.cross_entropy(logits, y)
+            logits = model(batch.blocks, batch.x)
+            loss = layout.loss(logits, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         with timer.phase("grad_sync"):
-            all_reduce_gradients(model, comm)
+            all_reduce_gradients(model, comm, layout.gradient_divisor)
         optimizer.step()
-        per_iteration.append(comm.stats.snapshot_and_reset())
-        edges += sum(b.num_edges for b in blocks)
+        per_iteration.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
+        edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach().double() * seeds.numel()
-        correct += (logits.detach().argmax(1) == y).sum()
-    return {"loss_sum": loss_sum, "correct": correct, "count": sum(b.numel() for b in batches), "edges": edges,
-            "comm": per_iteration}
+        loss_sum += loss.detach().double() * batch.y.numel()
+        correct += (logits.detach().argmax(1) == batch.y).sum()
+        count += batch.y.numel()
+    return {"loss_sum": loss_sum, "correct": correct, "count": count, "edges": edges, "comm": per_iteration}
 
 
 @torch.no_grad()
-def evaluate(model, worker: Worker, node_ids, batch_size: int, seed: int) -> float:
-    """Global accuracy over every worker's ``node_ids``. Sampling and fetching are collective, so all
-    workers run the same number of steps; a worker out of nodes samples a stand-in seed (its first
-    node) and ignores the result."""
-    comm, rank = worker.comm, worker.comm.rank
+def evaluate(model, layout: DataParallel, comm: Comm, node_ids, cfg: TrainConfig) -> float:
+    """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
+    are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
     model.eval()
-    ids = torch.from_numpy(node_ids.copy())
-    steps = comm.all_reduce_max_int(math.ceil(ids.numel() / batch_size), "eval")
-    chunks = list(ids.split(batch_size))
+    # Collective: the largest number of inference steps any worker needs.
+    num_steps = comm.all_reduce_max_int(layout.eval_steps_needed(node_ids, cfg.eval_batch_size), "eval")
+    steps = layout.plan_eval(node_ids, cfg.eval_batch_size, num_steps)
     correct = 0
-    for step in range(steps):
-        real = step < len(chunks)
-        seeds = chunks[step] if real else torch.tensor([worker.part.node_offset])
-        blocks = worker.eval_sampler.sample(seeds, derive_key(seed, EVAL_EPOCH, step, rank))
-        logits = model(blocks, worker.store.gather(blocks[0].src_ids))
-        if real:
-            correct += int((logits.argmax(1) == worker.labels_of(seeds)).sum())
-    totals = torch.tensor([correct, ids.numel()], dtype=torch.float64)
+    for batch in prepared_batches(layout, steps, cfg, PhaseTimer(), training=False):
+        if batch.step.real:
+            correct += int((model(batch.blocks, batch.x).argmax(1) == batch.y).sum())
+    totals = torch.tensor([correct, node_ids.shape[0]], dtype=torch.float64)
     comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: global counts
     return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
 
@@ -173,6 +133,7 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
     return {
         "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "fetch_s": seconds.get("fetch", 0.0),
         "forward_backward_s": seconds.get("forward_backward", 0.0), "grad_sync_s": seconds.get("grad_sync", 0.0),
+        "wait_s": seconds.get("wait", 0.0),
         "epoch_s": seconds["epoch"], "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
         "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
         "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
@@ -182,10 +143,11 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
     }
 
 
-def agreed_num_batches(part: LocalPartition, cfg: TrainConfig, comm: Comm) -> int:
+def agreed_num_batches(layout: DataParallel, part: LocalPartition, comm: Comm) -> int:
     """Iterations per epoch, the same on every worker: enough for the worker with most training nodes."""
     local = part.train_idx.shape[0]
-    num_batches = comm.all_reduce_max_int(num_batches_for(local, cfg.batch_size), "setup")
+    # Collective: every worker must run the same number of iterations.
+    num_batches = comm.all_reduce_max_int(layout.local_batches(), "setup")
     ok = local >= num_batches
     comm.agree(ok, f"part {comm.rank} has {local} training nodes, fewer than the {num_batches} iterations per "
                    "epoch the largest part needs; repartition with --method metis (it balances training nodes) "
@@ -195,7 +157,7 @@ def agreed_num_batches(part: LocalPartition, cfg: TrainConfig, comm: Comm) -> in
 
 def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
                              metrics_out: str | Path | None = None, progress: bool = True,
-                             timeout_s: float = 120.0) -> TrainReport:
+                             timeout_s: float = 120.0, overwrite: bool = False) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
@@ -205,38 +167,49 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         cfg: training settings; ``batch_size`` is per worker.
         metrics_out: rank 0 writes the metrics JSON here.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
+        overwrite: replace an existing ``metrics_out`` file (else it is an error, raised at start-up).
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    if cfg.sampler in ("matrix", "ladies"):
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
-                         "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
-    if layout == "vanilla" and cfg.sampler != "fused":
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the vanilla "
-                         "layout samples remote hops through their owners)")
+    # Checked before joining the run: every worker fails at once with the same line instead of
+    # after loading its part (or, for a metrics path, after the whole run).
+    try:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        if cfg.sampler in ("matrix", "ladies"):
+            raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
+                             "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
+        if layout == "vanilla" and cfg.sampler != "fused":
+            raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the "
+                             "vanilla layout samples remote hops through their owners)")
+        check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
+        check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size)
+    except ValueError as err:
+        raise LaunchError(str(err)) from err
     ctx = init_from_env(timeout_s=timeout_s)
     try:
         torch.set_num_threads(cfg.threads)
         set_sampler_threads(cfg.threads)
         comm = Comm(ctx)
         part = load_local_partition(partition_dir, layout, comm)
-        worker = build_worker(part, layout, cfg, comm)
+        # The data-loading stage's collectives run on a group of their own, beside the training step's.
+        loader = comm.new_group()
+        strategy = build_data_parallel(layout, part, cfg, loader)
+        loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         model_cfg = ModelConfig(in_dim=part.feature_dim, num_classes=part.num_classes, num_layers=cfg.num_layers,
                                 **model_options)
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        num_batches = agreed_num_batches(part, cfg, comm)
+        num_batches = agreed_num_batches(strategy, part, comm)
         lead = progress and ctx.rank == 0
         history = []
         for epoch in range(cfg.epochs):
             timer = PhaseTimer()
             with timer.phase("epoch"):
-                sums = train_epoch(model, optimizer, worker, cfg, epoch, num_batches, timer, lead)
+                sums = train_epoch(model, optimizer, strategy, comm, cfg, epoch, num_batches, timer, lead)
             val_acc = test_acc = float("nan")
             if cfg.evaluate:
-                val_acc = evaluate(model, worker, part.val_idx, cfg.eval_batch_size, cfg.seed)
-                test_acc = evaluate(model, worker, part.test_idx, cfg.eval_batch_size, cfg.seed)
+                val_acc = evaluate(model, strategy, comm, part.val_idx, cfg)
+                test_acc = evaluate(model, strategy, comm, part.test_idx, cfg)
             history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
             if lead:
                 print_epoch(history[-1])
@@ -256,5 +229,5 @@ def print_epoch(m: dict) -> None:
     rounds = m["rounds_per_iteration"]
     print(f"epoch {m['epoch']:3d}  loss {m['loss']:.4f}  train {m['train_acc']:.4f}  val {m['val_acc']:.4f}  "
           f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, fetch {m['fetch_s']:.1f}, "
-          f"fwd+bwd {m['forward_backward_s']:.1f}, grad sync {m['grad_sync_s']:.1f})  rounds/iter "
+          f"fwd+bwd {m['forward_backward_s']:.1f}, grad sync {m['grad_sync_s']:.1f}, wait {m['wait_s']:.1f})  rounds/iter "
           f"sample {rounds['sample']:g} + feature {rounds['feature']:g}", flush=True)

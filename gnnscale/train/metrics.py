@@ -22,18 +22,32 @@ class PhaseTimer:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    def merge(self, other: "PhaseTimer") -> None:
+        """Add ``other``'s phases to this timer's (e.g. a background stage's own timer)."""
+        for name, seconds in other.seconds.items():
+            self.add(name, seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochMetrics:
     """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks;
-    num_bulks: sampler calls (groups of ``--bulk`` batches sampled together; num_batches when 1)."""
+    num_bulks: sampler calls (groups of ``--bulk`` batches sampled together; num_batches when 1).
+
+    ``sample_s`` and ``gather_s`` are the busy time of the data-loading stage, which overlaps the
+    training step when it runs in the background; ``wait_s`` is the time the training step waited for
+    its next batch (what the overlap did not hide), so ``epoch_s`` ~ ``forward_backward_s + wait_s``.
+    """
 
     epoch: int
     sample_s: float
     gather_s: float
     forward_backward_s: float
+    wait_s: float
     epoch_s: float
     loss: float
     train_acc: float
@@ -62,8 +76,11 @@ def write_json_atomic(path: str | Path, payload: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write (e.g. path is a directory) leaves no stray file

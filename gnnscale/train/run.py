@@ -12,13 +12,18 @@ import torch
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.sampling import BulkSampler, NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.sampling import BatchSampler, NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.loop import TrainData, fit
 from gnnscale.train.metrics import EpochMetrics, write_json_atomic
+
+
+# Settings a resumed run may change: they do not change what is computed.
+RESUMABLE_CHANGES = ("epochs", "threads", "prefetch")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,20 +56,24 @@ def train_data_from(dataset: NodeDataset) -> TrainData:
 
 
 def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict:
-    """Settings a checkpoint must share with the run that resumes it (all but the epoch count)."""
-    train = {k: v for k, v in asdict(train_cfg).items() if k != "epochs"}
+    """Settings a checkpoint must share with the run that resumes it: all but those that cannot change
+    the result (the epoch count, thread count and prefetch depth)."""
+    train = {k: v for k, v in asdict(train_cfg).items() if k not in RESUMABLE_CHANGES}
     return {"dataset": dataset.name, "num_nodes": dataset.graph.num_nodes, "model": asdict(model_cfg),
             "train": train}
 
 
 def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig, *,
                  metrics_out: str | Path | None = None, checkpoint: str | Path | None = None,
-                 resume: bool = False, progress: bool = True) -> TrainReport:
-    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume."""
+                 resume: bool = False, progress: bool = True, overwrite: bool = False) -> TrainReport:
+    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume.
+
+    An existing ``checkpoint`` is continued (``resume``) or replaced (``overwrite``), and an existing
+    ``metrics_out`` replaced only with ``overwrite``; otherwise a ValueError before training starts.
+    """
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
-    if resume and checkpoint is None:
-        raise ValueError("resume: needs a checkpoint path to resume from")
+    check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite)
     if train_cfg.sampler == "ladies" and model_cfg.name == "gat":
         raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
                          "use --model gcn or sage")
@@ -79,9 +88,15 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     start_epoch = 0
     if resume:
         ckpt = load_checkpoint(checkpoint, signature)
+        if ckpt.epochs_done >= train_cfg.epochs:
+            raise ValueError(f"epochs: {checkpoint} already holds {ckpt.epochs_done} trained epochs; pass --epochs "
+                             f"above {ckpt.epochs_done} to train more")
         model.load_state_dict(ckpt.model_state)
         optimizer.load_state_dict(ckpt.optimizer_state)
         history, start_epoch = ckpt.history, ckpt.epochs_done
+        if progress:
+            print(f"resuming from {checkpoint}: {start_epoch} of {train_cfg.epochs} epochs done, continuing at "
+                  f"epoch {start_epoch}", flush=True)
 
     def on_epoch_end(epoch: int, metrics: EpochMetrics) -> None:
         history.append(metrics.to_json())
@@ -93,7 +108,8 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
             print(f"epoch {epoch:3d}  loss {metrics.loss:.4f}  train {metrics.train_acc:.4f}  "
                   f"val {metrics.val_acc:.4f}  test {metrics.test_acc:.4f}  "
                   f"{metrics.epoch_s:.1f}s (sample {metrics.sample_s:.1f}, gather {metrics.gather_s:.1f}, "
-                  f"fwd+bwd {metrics.forward_backward_s:.1f})  {metrics.sampled_edges_per_s / 1e6:.1f}M edges/s, "
+                  f"fwd+bwd {metrics.forward_backward_s:.1f}, wait {metrics.wait_s:.1f})  "
+                  f"{metrics.sampled_edges_per_s / 1e6:.1f}M edges/s, "
                   f"{metrics.seconds_per_bulk * 1e3:.1f} ms per bulk of {train_cfg.bulk}",
                   flush=True)
 
@@ -107,7 +123,7 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     return report
 
 
-def build_samplers(graph: CSCGraph, model_cfg: ModelConfig, cfg: TrainConfig) -> tuple[BulkSampler, BulkSampler]:
+def build_samplers(graph: CSCGraph, model_cfg: ModelConfig, cfg: TrainConfig) -> tuple[BatchSampler, BatchSampler]:
     """The training sampler ``cfg.sampler`` names, and the inference sampler.
 
     Inference uses neighbor sampling with the inference fanouts: the fused kernel, or the two-step

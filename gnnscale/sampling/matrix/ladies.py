@@ -36,6 +36,7 @@ import scipy.sparse as sp
 import torch
 
 from gnnscale.graph.csc import CSCGraph, index_dtype
+from gnnscale.sampling import BatchSampler
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.keys import mix64, node_stream
 from gnnscale.sampling.matrix.products import StackedRows, batch_selection, gather_rows, gcn_operator, \
@@ -70,7 +71,7 @@ def _probabilities(rows: sp.csr_matrix, stacked: StackedRows) -> sp.csr_matrix:
     return row_normalize(batch_selection(stacked) @ squared)
 
 
-class LadiesSampler:
+class LadiesSampler(BatchSampler):
     """LADIES sampling of ``bulk`` batches at a time by sparse products.
 
     Args:

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from gnnscale.graph.csc import CSCGraph, index_dtype
-from gnnscale.sampling import blocks_from_hops, check_fanouts, check_key, check_seeds
+from gnnscale.sampling import BatchSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.matrix.products import adjacency_pattern, gather_rows, stack_rows
 from gnnscale.sampling.matrix.kernels import choose_rows, count_rows, relabel_batches
@@ -68,7 +68,7 @@ def check_stack(graph: CSCGraph, seeds_list, keys) -> tuple[list[np.ndarray], np
     return batches, np.array([check_key(k) for k in keys], dtype=np.int64)
 
 
-class MatrixSampler:
+class MatrixSampler(BatchSampler):
     """GraphSAGE sampling of ``bulk`` batches at a time by sparse products.
 
     Args:
