@@ -15,7 +15,7 @@ from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.checks import LaunchError, check_run_outputs
-from gnnscale.train.config import TrainConfig
+from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
 from gnnscale.train.distributed import run_distributed_training
 from gnnscale.train.run import run_training
 
@@ -79,8 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--epochs", type=int, default=5, help="passes over the training nodes")
     t.add_argument("--seed", type=int, default=0, help="root of every random choice")
     t.add_argument("--threads", type=int, default=2, help="CPU threads for the sampler and torch")
-    t.add_argument("--sampler", default="fused", choices=("fused", "two_step"),
-                   help="fused kernel, or the two-step reference")
+    t.add_argument("--sampler", default="fused", choices=SAMPLERS,
+                   help="fused kernel, two-step reference, matrix (GraphSAGE by sparse products, --bulk batches at "
+                        "a time; the fused blocks) or ladies (layer-wise LADIES by sparse products)")
+    t.add_argument("--bulk", type=int, default=1,
+                   help="matrix/ladies: consecutive batches sampled by one set of sparse products")
+    t.add_argument("--layer-size", type=int, default=None,
+                   help=f"ladies: nodes drawn per batch per layer (default {DEFAULT_LAYER_SIZE})")
     t.add_argument("--replace", action="store_true", help="sample neighbors with replacement")
     t.add_argument("--metrics-out", default=None, help="write per-epoch metrics as JSON here")
     t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
@@ -135,8 +140,8 @@ def train_settings(args) -> tuple[TrainConfig, dict]:
     """The training config and the model options (all ModelConfig fields but the dataset's) from the flags."""
     train_cfg = TrainConfig(fanouts=fanouts_for(args), eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
                             epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                            threads=args.threads, sampler=args.sampler, replace=args.replace,
-                            evaluate=not args.no_eval, prefetch=args.prefetch)
+                            threads=args.threads, sampler=args.sampler, bulk=args.bulk, layer_size=args.layer_size,
+                            replace=args.replace, evaluate=not args.no_eval, prefetch=args.prefetch)
     model_options = dict(name=args.model, hidden_dim=args.hidden, dropout=args.dropout,
                          input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
     if args.partitions is not None:

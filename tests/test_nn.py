@@ -378,3 +378,53 @@ def test_model_config_is_frozen_and_build_model_checks_type():
         cfg.num_layers = 3  # type: ignore[misc]
     with pytest.raises(TypeError, match="cfg: expected a ModelConfig"):
         build_model({"name": "sage"})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------
+# weighted blocks (LADIES): edge_weight replaces the layer's own normalisation
+# ---------------------------------------------------------------------------------------------------
+
+
+def _weighted(block: Block, seed: int = 0) -> Block:
+    """The block with random positive weights, every row normalised to sum to one."""
+    gen = torch.Generator().manual_seed(seed)
+    raw = torch.rand(block.num_edges, generator=gen, dtype=torch.float64) + 0.1
+    sums = torch.zeros(block.num_dst, dtype=torch.float64).index_add_(0, block.dst_index(), raw)
+    weight = (raw / sums[block.dst_index()]).float()
+    return Block(indptr=block.indptr, indices=block.indices, src_ids=block.src_ids, num_dst=block.num_dst,
+                 edge_weight=weight)
+
+
+def _dense_operator(block: Block) -> torch.Tensor:
+    """[num_dst, num_src] float64: the weighted adjacency written out entry by entry."""
+    dense = torch.zeros(block.num_dst, block.num_src, dtype=torch.float64)
+    for e, (i, j) in enumerate(zip(block.dst_index().tolist(), block.indices.tolist())):
+        dense[i, j] += float(block.edge_weight[e])
+    return dense
+
+
+@pytest.mark.parametrize("backend", ["csr", "index_add"])
+def test_aggregate_sum_uses_edge_weights(blocks, backend):
+    b = _weighted(blocks[1])
+    x = _features(b.num_src, dtype=torch.float64)
+    torch.testing.assert_close(aggregate_sum(b, x, backend=backend), _dense_operator(b) @ x, **_tol(torch.float64))
+
+
+def test_sage_and_gcn_use_the_weights_as_their_normalisation(blocks):
+    torch.manual_seed(0)
+    b = _weighted(blocks[1], seed=3)
+    x = _features(b.num_src)
+    mean = (_dense_operator(b) @ x.double()).float()
+    sage, gcn = SAGEConv(IN_DIM, 5), GCNConv(IN_DIM, 5)
+    torch.testing.assert_close(sage(b, x), sage.lin_l(mean) + sage.lin_r(x[:b.num_dst]))
+    torch.testing.assert_close(gcn(b, x), gcn.lin(mean) + gcn.bias)  # no implicit self term, no degree
+    (sage(b, x).sum() + gcn(b, x).sum()).backward()
+    unweighted = Block(indptr=b.indptr, indices=b.indices, src_ids=b.src_ids, num_dst=b.num_dst)
+    assert not torch.allclose(gcn(b, x), gcn(unweighted, x))
+    moved = b.to("cpu")
+    assert torch.equal(moved.edge_weight, b.edge_weight)
+
+
+def test_gat_rejects_weighted_blocks(blocks):
+    with pytest.raises(ValueError, match="edge_weight"):
+        GATConv(IN_DIM, 5)(_weighted(blocks[0]), _features(blocks[0].num_src))

@@ -57,6 +57,32 @@ def test_fused_and_two_step_train_identically(dataset):
         assert a["val_acc"] == b["val_acc"] and a["sampled_edges"] == b["sampled_edges"]
 
 
+@pytest.mark.parametrize("bulk", [1, 3])
+def test_matrix_sampler_trains_like_fused(dataset, bulk):
+    """The matrix sampler draws the fused blocks and --bulk only groups the sampling: same losses."""
+    fused = run_training(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
+    matrix = run_training(dataset, model_config(dataset), train_config(sampler="matrix", bulk=bulk), progress=False)
+    for a, b in zip(fused.history, matrix.history, strict=True):
+        assert a["loss"] == b["loss"] and a["sampled_edges"] == b["sampled_edges"]
+    assert [h["num_bulks"] for h in matrix.history] == [-(-h["num_batches"] // bulk) for h in matrix.history]
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_ladies_trains_gcn_and_sage_and_bulk_changes_nothing(dataset, name):
+    cfg = train_config(sampler="ladies", layer_size=64, epochs=3)
+    one = run_training(dataset, model_config(dataset, name), cfg, progress=False)
+    bulk = run_training(dataset, model_config(dataset, name), replace(cfg, bulk=4), progress=False)
+    assert [h["loss"] for h in one.history] == [h["loss"] for h in bulk.history]
+    assert one.final_test_acc > 2 / dataset.num_classes
+    assert one.history[-1]["loss"] < one.history[0]["loss"]
+    assert all(h["seconds_per_bulk"] > 0 and h["sampled_edges_per_s"] > 0 for h in bulk.history)
+
+
+def test_ladies_refuses_gat(dataset):
+    with pytest.raises(ValueError, match="sampler.*ladies.*gat"):
+        run_training(dataset, model_config(dataset, "gat"), train_config(sampler="ladies"), progress=False)
+
+
 def test_same_seed_same_run_other_seed_other_run(dataset):
     a = run_training(dataset, model_config(dataset), train_config(), progress=False)
     b = run_training(dataset, model_config(dataset), train_config(), progress=False)
@@ -143,6 +169,11 @@ def test_empty_training_set_is_an_error(dataset):
 @pytest.mark.parametrize("overrides, field", [
     (dict(fanouts=(0, 5)), "fanouts"), (dict(fanouts=(5, -1)), "fanouts"), (dict(batch_size=0), "batch_size"),
     (dict(lr=0.0), "lr"), (dict(sampler="magic"), "sampler"), (dict(eval_fanouts=(5,)), "eval_fanouts"),
+    (dict(sampler="matrix", bulk=0), "bulk.*--bulk"), (dict(sampler="ladies", bulk=-2), "bulk.*--bulk"),
+    (dict(sampler="matrix", bulk=2.5), "bulk.*--bulk"), (dict(sampler="fused", bulk=4), "bulk.*--sampler matrix"),
+    (dict(sampler="ladies", layer_size=0), "layer_size.*--layer-size"),
+    (dict(sampler="matrix", layer_size=64), "layer_size.*--sampler ladies"),
+    (dict(sampler="ladies", replace=True), "replace"),
     (dict(prefetch=-1), "prefetch"),
 ])
 def test_train_config_errors_name_the_field(overrides, field):
@@ -168,6 +199,12 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8",
     (["info", "--dataset", "synthetic", "-o", "num_nodes=-5"], "num_nodes"),
     (["train", "--partitions", "/nonexistent", "--layout", "vanilla", "--sampler", "two_step"], "sampler"),
     (["train", "--partitions", "/nonexistent"], "torchrun"),  # not launched by torchrun: no RANK etc.
+    (["train", *SYNTH, "--sampler", "matrix", "--bulk", "0"], "bulk: expected an int >= 1 \\(--bulk\\), got 0"),
+    (["train", *SYNTH, "--bulk", "8"], "--bulk 8 needs --sampler matrix or ladies"),
+    (["train", *SYNTH, "--sampler", "ladies", "--layer-size", "-1"], "layer_size.*--layer-size.*-1"),
+    (["train", *SYNTH, "--sampler", "fused", "--layer-size", "64"], "--layer-size applies to --sampler ladies"),
+    (["train", *SYNTH, "--sampler", "ladies", "--model", "gat"], "ladies.*gat"),
+    (["train", "--partitions", "/nonexistent", "--sampler", "matrix"], "single-process"),
 ])
 def test_cli_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

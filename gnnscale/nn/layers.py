@@ -29,7 +29,8 @@ _CSR_DTYPES = (torch.float32, torch.float64)
 
 
 def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> Tensor:
-    """Sum of in-neighbor features: ``out[i] = sum_{e in in-edges(i)} x_src[indices[e]]``.
+    """Sum of in-neighbor features: ``out[i] = sum_{e in in-edges(i)} x_src[indices[e]]``, each term
+    times ``block.edge_weight[e]`` when the block carries weights.
 
     Args:
         block: the message-flow graph.
@@ -44,8 +45,12 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
         return block.aggregate_sum(x_src)
     if backend == "auto":
         backend = "csr" if x_src.dtype in _CSR_DTYPES else "index_add"
+    weight = block.edge_weight
     if backend == "csr":
-        values = torch.ones(block.num_edges, dtype=x_src.dtype, device=x_src.device)
+        if weight is None:
+            values = torch.ones(block.num_edges, dtype=x_src.dtype, device=x_src.device)
+        else:
+            values = weight.to(x_src.dtype)
         with warnings.catch_warnings():
             # torch warns once per process that CSR support is "beta"; sparse @ dense is all we use.
             warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
@@ -54,7 +59,10 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
         return adj @ x_src
     if backend == "index_add":
         out = x_src.new_zeros(block.num_dst, x_src.shape[1])
-        return out.index_add_(0, block.dst_index(), x_src[block.indices])
+        messages = x_src[block.indices]
+        if weight is not None:
+            messages = messages * weight.to(x_src.dtype).unsqueeze(1)
+        return out.index_add_(0, block.dst_index(), messages)
     raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
 
 
@@ -84,7 +92,8 @@ class SAGEConv(nn.Module):
     Same parameters as PyG's ``SAGEConv(aggr="mean")``: ``lin_l`` (with bias) on the neighbor mean,
     ``lin_r`` (no bias) on the node itself. A destination with no sampled neighbor aggregates to zero.
     The mean is taken before ``lin_l``: a block has many more sources than destinations, so the
-    matrix product runs on ``num_dst`` rows instead of ``num_src``.
+    matrix product runs on ``num_dst`` rows instead of ``num_src``. A block with ``edge_weight``
+    (LADIES, rows summing to one) replaces the mean by the weighted sum.
 
     Args:
         in_dim: input feature size.
@@ -105,7 +114,10 @@ class SAGEConv(nn.Module):
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
         neigh_sum = aggregate_sum(block, x_src, backend=self.backend)
-        neigh_mean = neigh_sum / _in_degrees(block, neigh_sum).clamp(min=1)
+        if block.edge_weight is None:
+            neigh_mean = neigh_sum / _in_degrees(block, neigh_sum).clamp(min=1)
+        else:  # row-normalised weights (LADIES): the weighted sum is the neighbor mean's estimate
+            neigh_mean = neigh_sum
         return self.lin_l(neigh_mean) + self.lin_r(x_src[: block.num_dst])
 
     def extra_repr(self) -> str:
@@ -122,6 +134,8 @@ class GCNConv(nn.Module):
     neither its true degree nor anything the sampler controls. Using the true graph degree instead
     would bias the estimate (a neighbor of degree 1000 seen with fanout 10). The row norm depends only
     on the destination's own sampled neighbors, so it is an unbiased mean over ``N_s(i) ∪ {i}``.
+    A block with ``edge_weight`` (LADIES) carries the normalised operator itself, self loops as
+    edges: ``h_i = W sum_e w_e x_j + b``.
 
     Args:
         in_dim: input feature size.
@@ -141,9 +155,12 @@ class GCNConv(nn.Module):
 
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
-        # The self term is x_src[:num_dst] (x_dst); the "+1" in the degree counts it.
-        total = aggregate_sum(block, x_src, backend=self.backend) + x_src[: block.num_dst]
-        out = self.lin(total / (_in_degrees(block, total) + 1))
+        if block.edge_weight is None:
+            # The self term is x_src[:num_dst] (x_dst); the "+1" in the degree counts it.
+            total = aggregate_sum(block, x_src, backend=self.backend) + x_src[: block.num_dst]
+            out = self.lin(total / (_in_degrees(block, total) + 1))
+        else:  # weighted blocks (LADIES) carry the whole normalised operator, self loops included
+            out = self.lin(aggregate_sum(block, x_src, backend=self.backend))
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:
@@ -199,6 +216,9 @@ class GATConv(nn.Module):
 
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
+        if block.edge_weight is not None:
+            raise ValueError("block: GATConv computes its own edge weights (attention) and cannot use a block's "
+                             "edge_weight (LADIES blocks); train GAT with --sampler fused or matrix")
         nd, H, C = block.num_dst, self.heads, self.out_dim
         z = gather_sources(block, self.lin(x_src)).view(-1, H, C)  # [num_src (+ remote), H, C]
         score_src = (z * self.att_src).sum(-1)                   # [num_src, H]

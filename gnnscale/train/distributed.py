@@ -174,6 +174,9 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
     try:
         if layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        if cfg.sampler in ("matrix", "ladies"):
+            raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
+                             "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
         if layout == "vanilla" and cfg.sampler != "fused":
             raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the "
                              "vanilla layout samples remote hops through their owners)")

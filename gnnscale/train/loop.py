@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnnscale.sampling import Block, NeighborSampler, derive_key
+from gnnscale.sampling import BatchSampler, Block, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
@@ -108,9 +108,10 @@ def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: li
     timer.merge(loader)
 
 
-def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg: TrainConfig, epoch: int,
-                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int]:
-    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches)."""
+def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: TrainConfig, epoch: int,
+                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int, int]:
+    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches,
+    sampler calls: groups of ``sampler.bulk`` batches)."""
     model.train()
     # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
     torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
@@ -132,11 +133,11 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
         loss_sum += loss.detach().double() * batch.seeds.numel()
         correct += (logits.detach().argmax(1) == batch.y).sum()
     n = data.train_idx.numel()
-    return float(loss_sum) / n, float(correct) / n, edges, len(batches)
+    return float(loss_sum) / n, float(correct) / n, edges, len(batches), -(-len(batches) // sampler.bulk)
 
 
 @torch.no_grad()
-def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
+def evaluate(model, sampler: BatchSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
              seed: int, prefetch: int = 1) -> float:
     """Accuracy on ``node_ids`` with sampled inference; a fixed key makes it repeatable. NaN when empty."""
     if node_ids.numel() == 0:
@@ -150,7 +151,7 @@ def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.T
     return correct / node_ids.numel()
 
 
-def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: NeighborSampler, data: TrainData,
+def fit(model, optimizer, train_sampler: BatchSampler, eval_sampler: BatchSampler, data: TrainData,
         cfg: TrainConfig, *, start_epoch: int = 0, on_epoch_end: Callable[[int, EpochMetrics], None] | None = None,
         progress: bool = True) -> list[EpochMetrics]:
     """Train epochs ``start_epoch .. cfg.epochs - 1``; return their metrics."""
@@ -158,8 +159,8 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
     for epoch in range(start_epoch, cfg.epochs):
         timer = PhaseTimer()
         with timer.phase("epoch"):
-            loss, train_acc, edges, num_batches = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
-                                                              timer, progress)
+            loss, train_acc, edges, num_batches, num_bulks = train_epoch(model, optimizer, train_sampler, data,
+                                                                         cfg, epoch, timer, progress)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
             val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
@@ -169,7 +170,7 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
             forward_backward_s=timer.seconds.get("forward_backward", 0.0), wait_s=timer.seconds.get("wait", 0.0),
             epoch_s=timer.seconds["epoch"],
             loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=num_batches,
-            sampled_edges=edges,
+            num_bulks=num_bulks, sampled_edges=edges,
         )
         history.append(metrics)
         if on_epoch_end is not None:

@@ -11,8 +11,10 @@ import torch
 
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.nn import ModelConfig, build_model
-from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.sampling import BatchSampler, NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
+from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
@@ -72,6 +74,9 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
     check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite)
+    if train_cfg.sampler == "ladies" and model_cfg.name == "gat":
+        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
+                         "use --model gcn or sage")
     data = train_data_from(dataset)
     torch.set_num_threads(train_cfg.threads)
     set_sampler_threads(train_cfg.threads)
@@ -103,12 +108,12 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
             print(f"epoch {epoch:3d}  loss {metrics.loss:.4f}  train {metrics.train_acc:.4f}  "
                   f"val {metrics.val_acc:.4f}  test {metrics.test_acc:.4f}  "
                   f"{metrics.epoch_s:.1f}s (sample {metrics.sample_s:.1f}, gather {metrics.gather_s:.1f}, "
-                  f"fwd+bwd {metrics.forward_backward_s:.1f}, wait {metrics.wait_s:.1f})  {metrics.sampled_edges_per_s / 1e6:.1f}M edges/s",
+                  f"fwd+bwd {metrics.forward_backward_s:.1f}, wait {metrics.wait_s:.1f})  "
+                  f"{metrics.sampled_edges_per_s / 1e6:.1f}M edges/s, "
+                  f"{metrics.seconds_per_bulk * 1e3:.1f} ms per bulk of {train_cfg.bulk}",
                   flush=True)
 
-    train_sampler = NeighborSampler(dataset.graph, train_cfg.fanouts, replace=train_cfg.replace,
-                                    method=train_cfg.sampler)
-    eval_sampler = NeighborSampler(dataset.graph, train_cfg.inference_fanouts, method=train_cfg.sampler)
+    train_sampler, eval_sampler = build_samplers(dataset.graph, model_cfg, train_cfg)
     fit(model, optimizer, train_sampler, eval_sampler, data, train_cfg, start_epoch=start_epoch,
         on_epoch_end=on_epoch_end, progress=progress)
     report = summarize(history)
@@ -116,6 +121,25 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
         write_json_atomic(metrics_out, {"dataset": dataset.summary(), "model": asdict(model_cfg),
                                         "train": asdict(train_cfg), **report.to_json()})
     return report
+
+
+def build_samplers(graph: CSCGraph, model_cfg: ModelConfig, cfg: TrainConfig) -> tuple[BatchSampler, BatchSampler]:
+    """The training sampler ``cfg.sampler`` names, and the inference sampler.
+
+    Inference uses neighbor sampling with the inference fanouts: the fused kernel, or the two-step
+    reference when training with it. The matrix sampler draws the fused kernel's blocks, so it would
+    only be slower there; LADIES models are evaluated on (full, with fanouts above the largest
+    degree) neighborhoods, as the LADIES paper evaluates on the whole graph.
+    """
+    eval_method = "two_step" if cfg.sampler == "two_step" else "fused"
+    eval_sampler = NeighborSampler(graph, cfg.inference_fanouts, method=eval_method)
+    if cfg.sampler == "matrix":
+        return MatrixSampler(graph, cfg.fanouts, bulk=cfg.bulk, replace=cfg.replace), eval_sampler
+    if cfg.sampler == "ladies":
+        # The operator LADIES estimates is the layer's own: D~^-1 (A + I) for GCN, D^-1 A for SAGE's mean.
+        sizes = (cfg.ladies_layer_size,) * model_cfg.num_layers
+        return LadiesSampler(graph, sizes, bulk=cfg.bulk, self_loops=model_cfg.name == "gcn"), eval_sampler
+    return NeighborSampler(graph, cfg.fanouts, replace=cfg.replace, method=cfg.sampler), eval_sampler
 
 
 def summarize(history: list[dict]) -> TrainReport:
