@@ -120,6 +120,12 @@ def check_samplers(comm: Comm, clusters) -> None:
             sampler.refresh(foreign)
         with pytest.raises(ValueError, match=r"masks: computed on explanation graph 0123456789abcdef/part"):
             sampler.refresh(made_masks(clusters, rank, fingerprint=f"0123456789abcdef/part{rank}"))
+    # One worker alone passing foreign masks: every worker raises after the exchange, none is left waiting.
+    bad = world - 1
+    expected = (r"masks: computed on explanation graph" if rank == bad
+                else rf"masks: rank {bad} passed masks of another explanation graph to refresh\(\)")
+    with pytest.raises(ValueError, match=expected):
+        vanilla.refresh(foreign if rank == bad else masks)
     vanilla.refresh(None)  # collective again: back to plain sampling everywhere
     assert_blocks_equal(vanilla.sample(seeds, key), plain)
     comm.stats.snapshot_and_reset()

@@ -220,3 +220,14 @@ def test_online_explainer_rejects_a_state_of_another_model(setup):
             explainer.submit(other.state_dict(), 0)
         with pytest.raises(ValueError, match=r"model_state: does not match the explainer's model \(missing"):
             explainer.submit({}, 0)
+
+
+def test_explain_leaves_the_model_as_it_was(setup):
+    """The trainer may explain its own model: mode, requires_grad and gradients come back unchanged."""
+    _, _, _, graph = setup
+    model = model_factory()()
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    explain(model, graph, ExplainConfig(epochs=2), 0)
+    assert model.training and all(p.requires_grad and p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -43,6 +43,7 @@ from gnnscale.sampling.dgs import DGSPolicy, sample_blocks_dgs, sample_rows
 
 MASK_CATEGORY = "sample"  # the per-refresh mask exchange of the vanilla layout is sampling traffic
 NO_MASKS = -1  # the mask version of a worker that samples plainly
+_HAS_MASKS, _REFUSED = 1.0, -1.0  # first word of a worker's entry in the exchange (0: no masks)
 
 
 def check_epsilon(epsilon: float) -> float:
@@ -118,30 +119,39 @@ class MaskTable:
 
 def exchange_masks(comm: Comm, masks: Masks | None, clusters: ClusterMap, epsilon: float) -> MaskTable:
     """Every worker's sampling policy, from every worker's masks. Collective: one "sample" round of
-    ``3 + num_clusters`` float64 per peer; every worker calls it at the same iteration."""
+    ``3 + num_clusters`` float64 per peer; every worker calls it at the same iteration.
+
+    Masks of another worker's or another run's explanation graph make every worker raise ValueError
+    after the round (the worker that passed them with the reason), so no worker is left waiting."""
     k, rank = clusters.num_clusters, comm.rank
     mine = torch.zeros(3 + k, dtype=torch.float64)
+    refused: ValueError | None = None
     if masks is not None:
-        policy_for(masks, clusters, rank, epsilon)  # refuse foreign masks before anyone uses them
-        mine[0], mine[1], mine[2] = 1.0, float(masks.iteration), epsilon
-        mine[3:] = torch.from_numpy(masks.cluster_weight)
+        try:
+            policy_for(masks, clusters, rank, epsilon)
+            mine[0], mine[1], mine[2] = _HAS_MASKS, float(masks.iteration), epsilon
+            mine[3:] = torch.from_numpy(masks.cluster_weight)
+        except ValueError as err:
+            refused, mine[0] = err, _REFUSED
     # Collective: each worker's weights, epsilon and mask iteration, to every other worker.
     got = comm.all_to_allv([mine if j != rank else mine[:0] for j in range(comm.world_size)], MASK_CATEGORY)
-    policies: list[DGSPolicy | None] = []
-    versions: list[int] = []
-    for j in range(comm.world_size):
-        entry = (mine if j == rank else got[j].cpu()).numpy()
+    entries = [(mine if j == rank else got[j].cpu()).numpy() for j in range(comm.world_size)]
+    if refused is not None:
+        raise refused
+    for j, entry in enumerate(entries):
         if entry.shape[0] != 3 + k:
             raise ValueError(f"clusters: rank {j} has {entry.shape[0] - 3} clusters, this worker {k}")
-        if entry[0] == 0:
-            policies.append(None)
-            versions.append(NO_MASKS)
-            continue
+        if entry[0] == _REFUSED:
+            raise ValueError(f"masks: rank {j} passed masks of another explanation graph to refresh() (its error "
+                             "names them); every worker stops")
+    policies: list[DGSPolicy | None] = []
+    for j, entry in enumerate(entries):
         lo, hi = clusters.book.node_range(j)
-        policies.append(DGSPolicy(local_lo=lo, local_hi=hi, node_cluster=clusters.node_cluster,
-                                  cluster_weight=entry[3:].copy(), epsilon=float(entry[2])))
-        versions.append(int(entry[1]))
-    return MaskTable(policies=policies, versions=versions)
+        policies.append(None if entry[0] == 0 else DGSPolicy(
+            local_lo=lo, local_hi=hi, node_cluster=clusters.node_cluster, cluster_weight=entry[3:].copy(),
+            epsilon=float(entry[2])))
+    return MaskTable(policies=policies,
+                     versions=[int(e[1]) if e[0] == _HAS_MASKS else NO_MASKS for e in entries])
 
 
 class DGSVanillaSampler(VanillaSampler):

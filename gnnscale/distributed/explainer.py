@@ -155,14 +155,30 @@ def masked_input(graph: ExplanationGraph, node_mask: Tensor, feature_mask: Tenso
 
 
 def explain(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig, iteration: int) -> Masks:
-    """Optimise the node and feature masks for ``model`` (frozen, put in eval mode) on ``graph``."""
+    """Optimise the node and feature masks for ``model`` on ``graph``. The model is used in eval mode
+    (restored afterwards) and left unchanged: gradients flow to the masks only."""
     start, cpu_start = time.perf_counter(), time.thread_time()
+    was_training = model.training
     model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    try:
+        node_logit, feat_logit, value, epochs = _optimise(model, graph, config, iteration)
+    finally:
+        model.train(was_training)
+    node_mask = node_logit.sigmoid().double().numpy()
+    weight = np.full(graph.num_clusters, node_mask.mean() if node_mask.size else 0.5)
+    weight[graph.super_cluster] = node_mask
+    return Masks(part=graph.part, iteration=iteration, fingerprint=graph.fingerprint,
+                 cluster_weight=np.maximum(weight, 1e-6), feature_importance=feat_logit.sigmoid().numpy(),
+                 loss=value, epochs=epochs, seconds=time.perf_counter() - start,
+                 cpu_seconds=time.thread_time() - cpu_start)
+
+
+def _optimise(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig,
+              iteration: int) -> tuple[Tensor, Tensor, float, int]:
+    """The mask logits after the optimisation, the last loss and the steps run."""
     with torch.no_grad():
         target = model(graph.blocks, graph.x).argmax(1)
-    gen = torch.Generator().manual_seed(derive_key(config.seed, iteration, stream=STREAM_EXPLAIN))
+    gen = torch.Generator().manual_seed(derive_key(config.seed, iteration, 0, graph.part, STREAM_EXPLAIN))
     node_logit = (torch.randn(graph.num_super, generator=gen) * _INIT_STD).requires_grad_()
     feat_logit = (torch.randn(graph.feature_dim, generator=gen) * _INIT_STD).requires_grad_()
     optimizer = torch.optim.Adam([node_logit, feat_logit], lr=config.lr)
@@ -180,17 +196,11 @@ def explain(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig, it
                 raise ExplanationError(f"explanation of iteration {iteration}: the loss became {value} at epoch "
                                        f"{epochs} (does the model produce finite outputs?)")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward(inputs=[node_logit, feat_logit])  # the model's own gradients stay untouched
             optimizer.step()
             if config.loss_threshold is not None and value <= config.loss_threshold:
                 break
-    node_mask = node_logit.detach().sigmoid().double().numpy()
-    weight = np.full(graph.num_clusters, node_mask.mean() if node_mask.size else 0.5)
-    weight[graph.super_cluster] = node_mask
-    return Masks(part=graph.part, iteration=iteration, fingerprint=graph.fingerprint,
-                 cluster_weight=np.maximum(weight, 1e-6), feature_importance=feat_logit.detach().sigmoid().numpy(),
-                 loss=value, epochs=epochs, seconds=time.perf_counter() - start,
-                 cpu_seconds=time.thread_time() - cpu_start)
+    return node_logit.detach(), feat_logit.detach(), value, epochs
 
 
 class OnlineExplainer:
