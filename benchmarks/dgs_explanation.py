@@ -1,7 +1,7 @@
 """The cost of one DGS explanation refresh against training iterations, on one worker's part.
 
     python benchmarks/dgs_explanation.py [--scale 1.0] [--parts 4] [--train-iterations 60] [--repeats 5]
-                                         [--probes 128] [--clusters 32] [--threads 1] [--json FILE]
+                                         [--probes 64] [--clusters 32] [--threads 1] [--json FILE]
 
 The ``hard`` synthetic graph (``-o preset=hard``) is partitioned with METIS into ``--parts`` parts and
 relabelled (as ``gnnscale partition`` does). GraphSAGE (CLI defaults: fanouts 10,5, batch 512, hidden
@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from gnnscale.distributed.explainer import ExplainConfig, OnlineExplainer, explain
-from gnnscale.distributed.explanation import build_cluster_map_local, explanation_graph_from_batch
+from gnnscale.distributed.explanation import (DEFAULT_CLUSTERS_PER_PART, DEFAULT_PROBES, build_cluster_map_local,
+                                              explanation_graph_from_batch)
 from gnnscale.graph.synthetic import hard_config, informative_dimensions, make_synthetic
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition import assign_parts, relabel
@@ -99,8 +100,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--overlap-iterations", type=int, default=30,
                         help="iterations timed alone, then beside an explainer kept busy")
-    parser.add_argument("--probes", type=int, default=128)
-    parser.add_argument("--clusters", type=int, default=32)
+    parser.add_argument("--probes", type=int, default=DEFAULT_PROBES)
+    parser.add_argument("--clusters", type=int, default=DEFAULT_CLUSTERS_PER_PART)
     parser.add_argument("--threads", type=int, default=1, help="torch and numba threads (a worker of 4 on 2 cores: 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
