@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from dist_workers import make_book, make_graph
 from gnnscale.distributed import (SHUFFLE_FOR_MODEL, Comm, CooperativeBlock, cooperative_blocks, init_for_test,
-                                  shutdown, split_blocks, split_loss, sum_gradients)
+                                  shutdown, split_blocks, split_loss, all_reduce_gradients)
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import derive_key, sample_blocks
@@ -102,7 +102,7 @@ def _train_and_compare(comm: Comm, name: str, layers: int, total: dict) -> None:
         global_loss = loss.detach().clone()
         comm.all_reduce_(global_loss, dist.ReduceOp.SUM, "eval")  # collective: the mini-batch's loss
         assert abs(global_loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item()), (name, layers, step)
-        sum_gradients(split_model, comm)
+        all_reduce_gradients(split_model, comm)
         for (pname, p), q in zip(split_model.named_parameters(), reference.parameters()):
             assert _rel(p.grad, q.grad) < 1e-4, (name, layers, step, pname, _rel(p.grad, q.grad))
         _sgd_step(split_model)
@@ -153,7 +153,7 @@ def _check_worker_without_seeds(comm: Comm, name: str) -> None:
     logits = split_model(coop, x[coop[0].split.src_ids])
     assert logits.shape[0] == (seeds.shape[0] if comm.rank == 0 else 0)
     split_loss(logits, y[coop[-1].split.dst_ids], seeds.shape[0]).backward()
-    sum_gradients(split_model, comm)
+    all_reduce_gradients(split_model, comm)
     for p, q in zip(split_model.parameters(), reference.parameters()):
         assert _rel(p.grad, q.grad) < 1e-4, name
     comm.stats.snapshot_and_reset()

@@ -16,11 +16,11 @@ file) into the same clear error on every worker instead of a hang.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -58,10 +58,15 @@ class _Counts:
     calls: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+    seconds: float = 0.0
 
 
 class CommStats:
-    """Rounds, collective calls and bytes per category since the last :meth:`snapshot_and_reset`."""
+    """Rounds, collective calls, bytes and seconds per category since the last :meth:`snapshot_and_reset`.
+
+    Seconds are the wall-clock time spent inside the category's collective calls (waiting for slower
+    peers included): e.g. the ``"shuffle"`` share of a split-parallel forward+backward pass.
+    """
 
     def __init__(self) -> None:
         self._counts = {c: _Counts() for c in CATEGORIES}
@@ -73,12 +78,16 @@ class CommStats:
         c.bytes_sent += bytes_sent
         c.bytes_received += bytes_received
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        """``{category: {"rounds", "calls", "bytes_sent", "bytes_received"}}`` for every category."""
-        return {name: {"rounds": c.rounds, "calls": c.calls, "bytes_sent": c.bytes_sent,
-                       "bytes_received": c.bytes_received} for name, c in self._counts.items()}
+    def add_seconds(self, category: str, seconds: float) -> None:
+        self._counts[category].seconds += seconds
 
-    def snapshot_and_reset(self) -> dict[str, dict[str, int]]:
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """``{category: {"rounds", "calls", "bytes_sent", "bytes_received", "seconds"}}`` for every
+        category (seconds a float, the others ints)."""
+        return {name: {"rounds": c.rounds, "calls": c.calls, "bytes_sent": c.bytes_sent,
+                       "bytes_received": c.bytes_received, "seconds": c.seconds} for name, c in self._counts.items()}
+
+    def snapshot_and_reset(self) -> dict[str, dict[str, float]]:
         """The counts so far (see :meth:`snapshot`), then zero them: call once per iteration."""
         out = self.snapshot()
         self._counts = {c: _Counts() for c in CATEGORIES}
@@ -243,14 +252,18 @@ class Comm:
         return list(recv_rows)
 
     def _run(self, op: str, category: str, fn: Callable[[], T]) -> T:
-        """Run one collective; a backend failure (dead or hung peer) becomes a PeerFailure."""
+        """Run one collective, its seconds counted in ``category``; a backend failure (dead or hung peer)
+        becomes a PeerFailure."""
+        start = time.perf_counter()
         try:
-            return fn()
+            out = fn()
         except RuntimeError as err:  # gloo and NCCL raise RuntimeError (DistBackendError) for both
             raise PeerFailure(
                 f"rank {self.rank} of {self.world_size}: collective {op} (category {category!r}) failed, "
                 f"most likely because another worker died or timed out: {err}. Stopping the run."
             ) from err
+        self.stats.add_seconds(category, time.perf_counter() - start)
+        return out
 
     def _check_category(self, category: str) -> None:
         if category not in CATEGORIES:

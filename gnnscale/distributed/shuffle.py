@@ -14,9 +14,10 @@ a gradient, one backward that returns every received row's gradient to its sende
 per layer (layer 0 of SAGE/GCN shuffles sums of input features, which need no gradient: 1). Both
 sides of every exchange come from the split's plan, so no sizes are exchanged.
 
-Training on splits (:func:`split_loss`, :func:`sum_gradients`): each worker sums the cross-entropy of
-the seeds it owns and divides by the global batch size; summing gradients over workers then gives
-exactly the gradient of the mean loss of the whole mini-batch.
+Training on splits (:func:`split_loss`): each worker sums the cross-entropy of the seeds it owns and
+divides by the global batch size; summing gradients over workers
+(:func:`gnnscale.distributed.gradients.all_reduce_gradients` with divisor 1) then gives exactly the
+gradient of the mean loss of the whole mini-batch.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -168,13 +168,3 @@ def split_loss(logits: Tensor, labels: Tensor, global_batch_size: int) -> Tensor
         raise ValueError(f"labels: expected shape [{logits.shape[0]}] (one per row of logits), got "
                          f"{list(labels.shape)} for logits {list(logits.shape)}")
     return F.cross_entropy(logits, labels, reduction="sum") / global_batch_size
-
-
-def sum_gradients(model: torch.nn.Module, comm: Comm) -> None:
-    """Sum every parameter's gradient over workers (no division: each worker's loss is already its
-    share of the mini-batch's mean, see :func:`split_loss`), in one all-reduce of one flat buffer."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    comm.all_reduce_(flat, dist.ReduceOp.SUM, "grad")  # collective: every worker's share of the gradient
-    for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)

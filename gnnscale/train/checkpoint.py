@@ -81,3 +81,15 @@ def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
     return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],
                       optimizer_state=payload["optimizer_state"], run_signature=saved,
                       history=list(payload["history"]))
+
+
+def save_model(path: str | Path, model: torch.nn.Module) -> None:
+    """Write ``model.state_dict()`` (``torch.load`` reads it back) atomically, like :func:`save_checkpoint`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(model.state_dict(), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

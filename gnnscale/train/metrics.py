@@ -35,7 +35,8 @@ class PhaseTimer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochMetrics:
-    """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks.
+    """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks;
+    ``iteration_losses`` the mean loss of every iteration, in order.
 
     ``sample_s`` and ``gather_s`` are the busy time of the data-loading stage, which overlaps the
     training step when it runs in the background; ``wait_s`` is the time the training step waited for
@@ -54,6 +55,7 @@ class EpochMetrics:
     test_acc: float
     num_batches: int
     sampled_edges: int
+    iteration_losses: list[float]
 
     @property
     def sampled_edges_per_s(self) -> float:

@@ -13,7 +13,7 @@ from gnnscale.graph.dataset import NodeDataset
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
-from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.loop import TrainData, fit
 from gnnscale.train.metrics import EpochMetrics, write_json_atomic
@@ -62,8 +62,9 @@ def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: Train
 
 def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig, *,
                  metrics_out: str | Path | None = None, checkpoint: str | Path | None = None,
-                 resume: bool = False, progress: bool = True) -> TrainReport:
-    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume."""
+                 resume: bool = False, progress: bool = True, model_out: str | Path | None = None) -> TrainReport:
+    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume,
+    and write the trained model's ``state_dict`` to ``model_out``."""
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
     if resume and checkpoint is None:
@@ -105,6 +106,8 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     if metrics_out is not None:
         write_json_atomic(metrics_out, {"dataset": dataset.summary(), "model": asdict(model_cfg),
                                         "train": asdict(train_cfg), **report.to_json()})
+    if model_out is not None:
+        save_model(model_out, model)
     return report
 
 
