@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+import cache_workers
 from dist_workers import make_book, make_graph
 from gnnscale.distributed import (SHUFFLE_FOR_MODEL, Comm, CooperativeBlock, cooperative_blocks, init_for_test,
                                   shutdown, split_blocks, split_loss, all_reduce_gradients)
@@ -59,6 +60,7 @@ def check_split_training(rank: int, world_size: int, port: int) -> dict:
         for name in ("sage", "gat"):
             _check_worker_without_seeds(comm, name)
         _check_errors(comm)
+        total["num_cached"] = cache_workers.check_cache(comm)
         return total
     finally:
         shutdown()

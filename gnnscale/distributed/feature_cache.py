@@ -83,14 +83,15 @@ class CachedFeatureStore(PartitionedFeatureStore):
 
     def __init__(self, book: PartitionBook, rank: int, local_features: np.ndarray | Tensor, comm: Comm, *,
                  degrees: np.ndarray, fraction: float) -> None:
-        super().__init__(book, rank, local_features, comm)
+        # Checked before any collective: every worker gets the same arguments, so all raise together.
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
             raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1] (--cache-fraction), "
                              f"got {fraction!r}")
         degrees = np.asarray(degrees)
-        if degrees.shape != (book.num_nodes,):
-            raise ValueError(f"degrees: expected one in-degree per node, shape [{book.num_nodes}], got "
+        if not isinstance(book, PartitionBook) or degrees.shape != (book.num_nodes,):
+            raise ValueError(f"degrees: expected one in-degree per node of the book's graph, got shape "
                              f"{list(degrees.shape)}")
+        super().__init__(book, rank, local_features, comm)
         self.fraction = float(fraction)
         self.capacity = int(self.fraction * book.num_nodes)
         lists = cached_nodes(degrees, book, self.capacity)
