@@ -95,6 +95,7 @@ def summarize_run(report: dict, workers: int, layout: str, rate: float) -> dict:
            "link_drops": None if report["link"] is None else report["link"].qdisc_drops}
     for key, _ in PHASES:
         row[key] = median(lambda h: h[key])
+    row["metrics_s"] = median(lambda h: h.get("metrics_s", 0.0))  # data parallel: the edge metrics' bookkeeping
     # What the loading stage did not hide (its busy time runs beside forward+backward).
     row["other_s"] = row["epoch_s"] - row["forward_backward_s"] - row["grad_sync_s"]
     edges = [h["edge_metrics"] for h in timed]
@@ -155,36 +156,43 @@ def print_verdict(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: str, title: str) -> None:
-    """Stacked bars of rank 0's epoch time split, one bar per (link, workers, layout)."""
+    """Per (link, workers, layout): the training thread's epoch stacked (what the epoch time is made of),
+    and beside it, narrower, the loading stage's busy time (it runs in the background, overlapped)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: write the file only
     import matplotlib.pyplot as plt
 
-    # The loading stage (sample, split, fetch) overlaps the training step; stack what the step waited on.
-    parts = [("forward_backward_s", "fwd+bwd (compute)"), ("shuffle_s", "shuffle (in fwd+bwd)"),
-             ("grad_sync_s", "grad sync"), ("other_s", "waiting for loading")]
-    colors = ["#55a868", "#8172b2", "#c44e52", "#b0b0b0"]
-    labels = [f"{r['link_gbit']} Gbit/s\n{r['workers']} workers\n{r['layout']}" for r in rows]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2.5), 4.8))
+    training = [("forward_backward_s", "fwd+bwd (compute)", "#55a868"), ("shuffle_s", "shuffle (in fwd+bwd)", "#8172b2"),
+                ("grad_sync_s", "grad sync", "#c44e52"), ("other_s", "waiting for loading", "#b0b0b0")]
+    loading = [("sample_s", "sample (loading)", "#4c72b0"), ("split_s", "split (loading)", "#64b5cd"),
+               ("fetch_s", "fetch (loading)", "#dd8452")]
+    x = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(max(4.5, 2.0 * len(rows) + 2.5), 5.0))
     bottom = [0.0] * len(rows)
-    for (key, name), color in zip(parts, colors):
-        if key == "forward_backward_s":
+    for key, name, color in training:
+        if key == "forward_backward_s":  # the shuffles are inside fwd+bwd: stack them separately
             heights = [max(r[key] - r["shuffle_s"], 0.0) for r in rows]
         else:
             heights = [max(r[key], 0.0) for r in rows]
-        ax.bar(labels, heights, bottom=bottom, color=color, label=name, width=0.6)
+        ax.bar([i - 0.12 for i in x], heights, bottom=bottom, color=color, label=name, width=0.5)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    side = [0.0] * len(rows)
+    for key, name, color in loading:
+        heights = [max(r[key], 0.0) for r in rows]
+        ax.bar([i + 0.25 for i in x], heights, bottom=side, color=color, label=name, width=0.2)
+        side = [b + h for b, h in zip(side, heights)]
     for i, r in enumerate(rows):
         note = f"{r['epoch_s']:.1f}s\nredundancy {r['redundancy']:.0%}"
         if r["layout"] != "hybrid" and r["x_hybrid"] is not None:
             note += f"\n{r['x_hybrid']:.2f}x hybrid"
-        ax.annotate(note, (i, bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=8)
-    ax.set_ylabel("epoch time, rank 0 (s)")
-    ax.set_ylim(0, max(bottom) * 1.3)
-    ax.set_title(title, fontsize=10)
-    ax.legend(loc="upper left", fontsize=8, ncol=2)
+        ax.annotate(note, (i - 0.12, bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(x, [f"{r['link_gbit']} Gbit/s\n{r['workers']} workers\n{r['layout']}" for r in rows])
+    ax.set_ylabel("seconds per epoch, rank 0")
+    ax.set_ylim(0, max(bottom) * 1.35)
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", fontsize=7, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -271,7 +279,7 @@ def main() -> None:
     print_verdict(rows)
     if a.plot:
         plot(rows, a.plot, f"products-shaped, scale {a.scale:g} ({meta['num_nodes']:,} nodes), {a.model}, fanouts "
-                           f"{a.fanouts}, {a.total_batch} seeds/iteration, {os.cpu_count()} cores")
+                           f"{a.fanouts},\n{a.total_batch} seeds per iteration, {os.cpu_count()} cores shared by all workers")
     if a.json:
         settings = {k: v for k, v in vars(a).items() if k not in ("worker_counts", "layout_list")}
         settings["link_gbit"] = [link_label(rate) for rate in a.link_gbit]  # JSON has no inf

@@ -95,6 +95,7 @@ def _train_and_compare(comm: Comm, name: str, layers: int, total: dict) -> None:
         # SAGE/GCN's layer 0 shuffles sums of input features, which do not.
         expected = 2 * layers - (1 if SHUFFLE_FOR_MODEL[name] == "partial_sums" else 0)
         assert (shuffle["rounds"], shuffle["calls"]) == (expected, expected), (name, layers, shuffle)
+        assert shuffle["seconds"] > 0  # what the trainer reports as shuffle time
         _add(total, "shuffle", shuffle)
 
         where = {int(v): i for i, v in enumerate(blocks[-1].dst_ids)}
@@ -184,6 +185,10 @@ def _check_errors(comm: Comm) -> None:
         comm.all_to_allv(empty, "shuffle", recv_rows=[-1] + [0] * (comm.world_size - 1))
     with pytest.raises(ValueError, match=rf"recv_rows: expected world_size = {comm.world_size} row counts"):
         comm.all_to_allv(empty, "shuffle", recv_rows=[0])
+    with pytest.raises(ValueError, match=r"rows: expected sum\(send_rows\) = 3 rows, got 2"):
+        comm.exchange_rows(torch.zeros(2, 4), [3] + [0] * (comm.world_size - 1), [0] * comm.world_size, "shuffle")
+    with pytest.raises(ValueError, match=rf"send_rows: expected world_size = {comm.world_size} row counts"):
+        comm.exchange_rows(torch.zeros(2, 4), [2], [0] * comm.world_size, "shuffle")
     assert not any(any(c.values()) for c in comm.stats.snapshot_and_reset().values())
 
 

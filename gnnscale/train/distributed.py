@@ -123,8 +123,9 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
     """Global loss (of the epoch and of every iteration) and accuracy (one all-reduce of this worker's
     sums), this worker's time split and communication per iteration, and the layout's metrics."""
     n = len(sums["counts"])
-    local = torch.cat([torch.stack([sum(sums["loss_sums"]), sums["correct"].double(), torch.tensor(float(sum(sums["counts"])))]),
-                       torch.stack(sums["loss_sums"]), torch.tensor(sums["counts"], dtype=torch.float64)])
+    # The epoch's loss summed in iteration order, as the single-machine trainer does (same rounding).
+    epoch = torch.stack([sum(sums["loss_sums"]), sums["correct"].double(), torch.tensor(float(sum(sums["counts"])))])
+    local = torch.cat([epoch, torch.stack(sums["loss_sums"]), torch.tensor(sums["counts"], dtype=torch.float64)])
     comm.all_reduce_(local, dist.ReduceOp.SUM, "eval")  # collective: epoch and iteration totals over workers
     totals, iteration_losses = local[:3], (local[3:3 + n] / local[3 + n:]).tolist()
     per_iter = sums["comm"]

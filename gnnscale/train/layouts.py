@@ -85,7 +85,7 @@ class DistBatch:
         y: int64 [b], labels of the seeds whose loss this worker computes (logits' rows, in order).
         sampled_edges: edges of this worker's blocks.
         comm: this batch's communication in the loader's process group, ``{category: {"rounds",
-            "calls", "bytes_sent", "bytes_received"}}`` (see :class:`gnnscale.distributed.CommStats`).
+            "calls", "bytes_sent", "bytes_received", "seconds"}}`` (see :class:`gnnscale.distributed.CommStats`).
     """
 
     step: Step
@@ -93,7 +93,7 @@ class DistBatch:
     x: Tensor
     y: Tensor
     sampled_edges: int
-    comm: dict[str, dict[str, int]]
+    comm: dict[str, dict[str, float]]
 
 
 class EdgeLedger:
