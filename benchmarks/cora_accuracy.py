@@ -4,9 +4,12 @@
     python benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid --workers 2 [--layout hybrid]
 
 With ``--workers N`` Cora is partitioned with METIS into N parts and every seed is trained by a
-torchrun job of N workers (gloo on 127.0.0.1), each with a batch of 140 / N of its own training nodes,
-so that one iteration per epoch covers the training set as on a single machine. The table then shows
-the single-machine accuracy beside the distributed one.
+torchrun job of N workers (gloo on 127.0.0.1) with ``--batch-size`` 140 / N, so that one iteration
+per epoch covers the training set as on a single machine: with the data-parallel layouts (``hybrid``,
+``vanilla``) each worker's batch is 140 / N of its own training nodes; with ``--layout split`` the
+batch size is per worker too, so the iteration's one mini-batch is N x 140 / N = all 140 training
+nodes, the single machine's batch, split across the workers. The table then shows the
+single-machine accuracy beside the distributed one.
 
 Test accuracy is read at the epoch of best validation accuracy (model selection as in Kipf & Welling
 and Veličković et al.). Hyperparameters follow those papers; GCN and GAT use fanouts above Cora's
@@ -89,7 +92,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None)
     p.add_argument("--workers", type=int, default=0, help="also train with N torchrun workers (0: single machine only)")
-    p.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"))
+    p.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla", "split"))
     a = p.parse_args()
     dataset = load_dataset("cora", a.data_dir)
     tmp = Path(tempfile.mkdtemp(prefix="cora_parts_"))

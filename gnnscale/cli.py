@@ -16,7 +16,7 @@ from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
-from gnnscale.train.distributed import run_distributed_training
+from gnnscale.train.distributed import LAYOUTS, run_distributed_training
 from gnnscale.train.run import run_training
 
 
@@ -99,8 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (it holds the data: no --dataset); "
                         "launch one worker per part with torchrun")
-    t.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"),
-                   help="distributed: hybrid (topology replicated, 2 rounds/iteration) or vanilla (2L rounds)")
+    t.add_argument("--layout", default="hybrid", choices=LAYOUTS,
+                   help="distributed: hybrid (topology replicated, 2 rounds/iteration), vanilla (2L rounds), or split "
+                        "(one mini-batch of P x --batch-size seeds split across workers, no feature fetch)")
+    t.add_argument("--cache-fraction", type=float, default=0.0,
+                   help="distributed hybrid/vanilla: each worker caches the features of the highest in-degree remote "
+                        "nodes, this fraction of all nodes (0: no cache)")
+    t.add_argument("--save-model", default=None, help="write the trained model's state_dict here (torch.load reads it)")
     t.add_argument("--timeout", type=float, default=120.0,
                    help="distributed: seconds a worker waits for its peers before stopping with an error")
 
@@ -165,8 +170,12 @@ def cmd_train(args) -> None:
     if args.partitions is not None:
         report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
                                           metrics_out=args.metrics_out, progress=not args.quiet,
-                                          timeout_s=args.timeout, overwrite=args.overwrite)
+                                          timeout_s=args.timeout, overwrite=args.overwrite,
+                                          cache_fraction=args.cache_fraction, model_out=args.save_model)
     else:
+        if args.cache_fraction:
+            raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
+                             "(--partitions) have")
         # Before loading the dataset (minutes for a large one): a bad output path fails at once.
         check_run_outputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
                           overwrite=args.overwrite)
@@ -175,7 +184,7 @@ def cmd_train(args) -> None:
                                 **model_options)
         report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
                               checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, model_out=args.save_model)
     if args.partitions is not None and os.environ.get("RANK", "0") != "0":
         return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]

@@ -13,9 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+import cache_workers
 from dist_workers import make_book, make_graph
 from gnnscale.distributed import (SHUFFLE_FOR_MODEL, Comm, CooperativeBlock, cooperative_blocks, init_for_test,
-                                  shutdown, split_blocks, split_loss, sum_gradients)
+                                  shutdown, split_blocks, split_loss, all_reduce_gradients)
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import derive_key, sample_blocks
@@ -59,6 +60,7 @@ def check_split_training(rank: int, world_size: int, port: int) -> dict:
         for name in ("sage", "gat"):
             _check_worker_without_seeds(comm, name)
         _check_errors(comm)
+        total["num_cached"] = cache_workers.check_cache(comm)
         return total
     finally:
         shutdown()
@@ -93,6 +95,7 @@ def _train_and_compare(comm: Comm, name: str, layers: int, total: dict) -> None:
         # SAGE/GCN's layer 0 shuffles sums of input features, which do not.
         expected = 2 * layers - (1 if SHUFFLE_FOR_MODEL[name] == "partial_sums" else 0)
         assert (shuffle["rounds"], shuffle["calls"]) == (expected, expected), (name, layers, shuffle)
+        assert shuffle["seconds"] > 0  # what the trainer reports as shuffle time
         _add(total, "shuffle", shuffle)
 
         where = {int(v): i for i, v in enumerate(blocks[-1].dst_ids)}
@@ -102,7 +105,7 @@ def _train_and_compare(comm: Comm, name: str, layers: int, total: dict) -> None:
         global_loss = loss.detach().clone()
         comm.all_reduce_(global_loss, dist.ReduceOp.SUM, "eval")  # collective: the mini-batch's loss
         assert abs(global_loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item()), (name, layers, step)
-        sum_gradients(split_model, comm)
+        all_reduce_gradients(split_model, comm)
         for (pname, p), q in zip(split_model.named_parameters(), reference.parameters()):
             assert _rel(p.grad, q.grad) < 1e-4, (name, layers, step, pname, _rel(p.grad, q.grad))
         _sgd_step(split_model)
@@ -153,7 +156,7 @@ def _check_worker_without_seeds(comm: Comm, name: str) -> None:
     logits = split_model(coop, x[coop[0].split.src_ids])
     assert logits.shape[0] == (seeds.shape[0] if comm.rank == 0 else 0)
     split_loss(logits, y[coop[-1].split.dst_ids], seeds.shape[0]).backward()
-    sum_gradients(split_model, comm)
+    all_reduce_gradients(split_model, comm)
     for p, q in zip(split_model.parameters(), reference.parameters()):
         assert _rel(p.grad, q.grad) < 1e-4, name
     comm.stats.snapshot_and_reset()
@@ -182,6 +185,10 @@ def _check_errors(comm: Comm) -> None:
         comm.all_to_allv(empty, "shuffle", recv_rows=[-1] + [0] * (comm.world_size - 1))
     with pytest.raises(ValueError, match=rf"recv_rows: expected world_size = {comm.world_size} row counts"):
         comm.all_to_allv(empty, "shuffle", recv_rows=[0])
+    with pytest.raises(ValueError, match=r"rows: expected sum\(send_rows\) = 3 rows, got 2"):
+        comm.exchange_rows(torch.zeros(2, 4), [3] + [0] * (comm.world_size - 1), [0] * comm.world_size, "shuffle")
+    with pytest.raises(ValueError, match=rf"send_rows: expected world_size = {comm.world_size} row counts"):
+        comm.exchange_rows(torch.zeros(2, 4), [2], [0] * comm.world_size, "shuffle")
     assert not any(any(c.values()) for c in comm.stats.snapshot_and_reset().values())
 
 

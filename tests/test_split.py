@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from gnnscale.distributed import (SHUFFLE_KINDS, data_parallel_edge_metrics, split_blocks, split_edge_metrics)
+from gnnscale.distributed import (SHUFFLE_KINDS, EdgeMetrics, data_parallel_edge_metrics, split_blocks,
+                                  split_edge_metrics)
+from gnnscale.distributed.split_metrics import (epoch_edge_metrics, minibatch_signature, split_edge_counts,
+                                                union_minibatch_edges)
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.nn import ModelConfig, aggregate_sum, build_model
 from gnnscale.nn.cooperative import SplitAwareBlock
@@ -283,6 +286,32 @@ def test_split_errors(tiny_blocks):
         split_blocks(blocks, many, 0)
 
 
+@pytest.mark.parametrize("kind", SHUFFLE_KINDS)
+def test_each_workers_counts_read_off_its_splits_match_the_metrics(kind):
+    """What the trainer counts per worker from its own splits (no pass over the edges) adds up to
+    split_edge_metrics of the whole mini-batch, worker by worker."""
+    _, book, blocks = _random_minibatch(3, False, seed=7)
+    metrics = split_edge_metrics(blocks, book, kind=kind)
+    counts = [split_edge_counts(split_blocks(blocks, book, rank, kind=kind)) for rank in range(3)]
+    assert tuple(computed for computed, _ in counts) == metrics.edges_per_worker
+    assert sum(local for _, local in counts) == metrics.local_edges
+
+
+def test_union_of_signatures_and_epoch_metrics_by_hand(tiny_blocks):
+    graph, blocks = tiny_blocks
+    micro = [sample_blocks(graph, np.array([seed]), (3, 3), key=1 + seed) for seed in (0, 3)]
+    # The tiny graph's union (see the top of this file): 14 edges, whichever micro-batch is listed first.
+    signatures = [minibatch_signature(m) for m in micro]
+    assert union_minibatch_edges(signatures) == union_minibatch_edges(signatures[::-1]) == 14
+    assert minibatch_signature(blocks).tolist() == [[0, 0, 2], [0, 3, 3], [0, 1, 2], [0, 4, 2], [1, 0, 2], [1, 3, 3]]
+    first = EdgeMetrics(edges_per_worker=(8, 12), minibatch_edges=14, local_edges=9)   # skew 0.4
+    second = EdgeMetrics(edges_per_worker=(5, 5), minibatch_edges=10, local_edges=10)  # skew 0
+    epoch = epoch_edge_metrics([first, second])
+    assert (epoch["edges_computed"], epoch["minibatch_edges"], epoch["local_edges"]) == (30, 24, 19)
+    assert epoch["redundancy"] == pytest.approx(30 / 24 - 1) and epoch["edge_skew"] == pytest.approx(0.2)
+    assert epoch["iterations"] == 2 and epoch_edge_metrics([]) == {"iterations": 0}
+
+
 def test_data_parallel_errors(tiny_blocks):
     graph, blocks = tiny_blocks
     with pytest.raises(ValueError, match="micro_batches: expected one list of blocks per worker"):
@@ -304,6 +333,7 @@ class _WholeLayer:
     def __init__(self, block):
         self.block, self.calls = block, {"aggregate_sum": 0, "gather_sources": 0}
         self.num_dst, self.num_src, self.indices = block.num_dst, block.num_src, block.indices
+        self.edge_weight = None
 
     def in_degrees(self):
         return self.block.in_degrees()

@@ -17,11 +17,11 @@ file) into the same clear error on every worker instead of a hang.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -59,10 +59,15 @@ class _Counts:
     calls: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+    seconds: float = 0.0
 
 
 class CommStats:
-    """Rounds, collective calls and bytes per category since the last :meth:`snapshot_and_reset`."""
+    """Rounds, collective calls, bytes and seconds per category since the last :meth:`snapshot_and_reset`.
+
+    Seconds are the wall-clock time spent inside the category's collective calls (waiting for slower
+    peers included): e.g. the ``"shuffle"`` share of a split-parallel forward+backward pass.
+    """
 
     def __init__(self) -> None:
         self._counts = {c: _Counts() for c in CATEGORIES}
@@ -74,12 +79,16 @@ class CommStats:
         c.bytes_sent += bytes_sent
         c.bytes_received += bytes_received
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        """``{category: {"rounds", "calls", "bytes_sent", "bytes_received"}}`` for every category."""
-        return {name: {"rounds": c.rounds, "calls": c.calls, "bytes_sent": c.bytes_sent,
-                       "bytes_received": c.bytes_received} for name, c in self._counts.items()}
+    def add_seconds(self, category: str, seconds: float) -> None:
+        self._counts[category].seconds += seconds
 
-    def snapshot_and_reset(self) -> dict[str, dict[str, int]]:
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """``{category: {"rounds", "calls", "bytes_sent", "bytes_received", "seconds"}}`` for every
+        category (seconds a float, the others ints)."""
+        return {name: {"rounds": c.rounds, "calls": c.calls, "bytes_sent": c.bytes_sent,
+                       "bytes_received": c.bytes_received, "seconds": c.seconds} for name, c in self._counts.items()}
+
+    def snapshot_and_reset(self) -> dict[str, dict[str, float]]:
         """The counts so far (see :meth:`snapshot`), then zero them: call once per iteration."""
         out = self.snapshot()
         self._counts = {c: _Counts() for c in CATEGORIES}
@@ -154,17 +163,47 @@ class Comm:
             recv_rows = self._check_recv_rows(recv_rows)
             size_bytes, calls = 0, 1
         payload = torch.cat([t.reshape(-1, *trailing) for t in send]).to(self.device, dtype)
-        out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=self.device)
-        # Collective: the payload itself, split by the row counts just exchanged.
+        out = self._payload_round(payload, send_rows, recv_rows, category, calls=calls, size_bytes=size_bytes)
+        return list(out.split(recv_rows))
+
+    def exchange_rows(self, rows: Tensor, send_rows: Sequence[int], recv_rows: Sequence[int], category: str) -> Tensor:
+        """One round, one collective call, when both sides know the sizes (split parallelism's shuffles):
+        ``rows`` holds, one after the other, the ``send_rows[j]`` rows for worker ``j`` (rank order);
+        returns one tensor with the ``recv_rows[j]`` rows from worker ``j``, in rank order.
+
+        The same round as :meth:`all_to_allv` with ``recv_rows``, without its per-peer lists: ``rows``
+        is sent as it is (no concatenation) and the reply is returned as received (no splitting).
+
+        Args:
+            rows: [sum(send_rows)] or [sum(send_rows), d], on ``self.device``; the same dtype and row
+                width on every worker.
+            send_rows, recv_rows: ``world_size`` non-negative ints each.
+            category: one of :data:`CATEGORIES`.
+        """
+        self._check_category(category)
+        if not isinstance(rows, Tensor) or rows.dim() not in (1, 2):
+            raise ValueError(f"rows: expected a 1-D or 2-D tensor, got "
+                             f"{tuple(rows.shape) if isinstance(rows, Tensor) else type(rows).__name__}")
+        send_rows, recv_rows = self._check_recv_rows(send_rows, "send_rows"), self._check_recv_rows(recv_rows)
+        if rows.shape[0] != sum(send_rows):
+            raise ValueError(f"rows: expected sum(send_rows) = {sum(send_rows)} rows, got {rows.shape[0]}")
+        return self._payload_round(rows.contiguous().to(self.device), send_rows, recv_rows, category, calls=1,
+                                   size_bytes=0)
+
+    def _payload_round(self, payload: Tensor, send_rows: list[int], recv_rows: list[int], category: str, *,
+                       calls: int, size_bytes: int) -> Tensor:
+        trailing = tuple(payload.shape[1:])
+        out = torch.empty((sum(recv_rows), *trailing), dtype=payload.dtype, device=self.device)
+        # Collective: the payload itself, split by the row counts both sides know.
         self._run("all_to_allv (payload)", category,
                   lambda: dist.all_to_all_single(out, payload, output_split_sizes=recv_rows,
                                                  input_split_sizes=send_rows, group=self.group))
-        row_bytes = dtype.itemsize * (trailing[0] if trailing else 1)
+        row_bytes = payload.dtype.itemsize * (trailing[0] if trailing else 1)
         others = [j for j in range(self.world_size) if j != self.rank]
         self.stats.record(category, rounds=1, calls=calls,
                           bytes_sent=size_bytes + row_bytes * sum(send_rows[j] for j in others),
                           bytes_received=size_bytes + row_bytes * sum(recv_rows[j] for j in others))
-        return list(out.split(recv_rows))
+        return out
 
     def all_reduce_(self, tensor: Tensor, op: dist.ReduceOp, category: str) -> Tensor:
         """One round: reduce ``tensor`` in place over all workers (``op``: ``dist.ReduceOp.SUM``, ...)."""
@@ -236,22 +275,26 @@ class Comm:
         self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes, group=self.group))
         return recv_sizes.tolist()  # host sync: the split sizes must be Python ints
 
-    def _check_recv_rows(self, recv_rows: Sequence[int]) -> list[int]:
+    def _check_recv_rows(self, recv_rows: Sequence[int], name: str = "recv_rows") -> list[int]:
         if not isinstance(recv_rows, Sequence) or len(recv_rows) != self.world_size:
-            raise ValueError(f"recv_rows: expected world_size = {self.world_size} row counts, got {recv_rows!r}")
+            raise ValueError(f"{name}: expected world_size = {self.world_size} row counts, got {recv_rows!r}")
         if any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in recv_rows):
-            raise ValueError(f"recv_rows: expected non-negative ints, got {list(recv_rows)}")
+            raise ValueError(f"{name}: expected non-negative ints, got {list(recv_rows)}")
         return list(recv_rows)
 
     def _run(self, op: str, category: str, fn: Callable[[], T]) -> T:
-        """Run one collective; a backend failure (dead or hung peer) becomes a PeerFailure."""
+        """Run one collective, its seconds counted in ``category``; a backend failure (dead or hung peer)
+        becomes a PeerFailure."""
+        start = time.perf_counter()
         try:
-            return fn()
+            out = fn()
         except RuntimeError as err:  # gloo and NCCL raise RuntimeError (DistBackendError) for both
             raise PeerFailure(
                 f"rank {self.rank} of {self.world_size}: collective {op} (category {category!r}) failed: "
                 f"{backend_reason(err)}; another worker died or did not answer within --timeout. Stopping the run."
             ) from err
+        self.stats.add_seconds(category, time.perf_counter() - start)
+        return out
 
     def _check_category(self, category: str) -> None:
         if category not in CATEGORIES:

@@ -14,19 +14,19 @@ a gradient, one backward that returns every received row's gradient to its sende
 per layer (layer 0 of SAGE/GCN shuffles sums of input features, which need no gradient: 1). Both
 sides of every exchange come from the split's plan, so no sizes are exchanged.
 
-Training on splits (:func:`split_loss`, :func:`sum_gradients`): each worker sums the cross-entropy of
-the seeds it owns and divides by the global batch size; summing gradients over workers then gives
-exactly the gradient of the mean loss of the whole mini-batch.
+Training on splits (:func:`split_loss`): each worker sums the cross-entropy of the seeds it owns and
+divides by the global batch size; summing gradients over workers
+(:func:`gnnscale.distributed.gradients.all_reduce_gradients` with divisor 1) then gives exactly the
+gradient of the mean loss of the whole mini-batch.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -47,17 +47,43 @@ class Shuffle(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rows: Tensor, comm: Comm, send_counts: tuple[int, ...], recv_counts: tuple[int, ...]) -> Tensor:
         ctx.comm, ctx.send_counts, ctx.recv_counts = comm, send_counts, recv_counts
-        return _exchange(comm, rows, send_counts, recv_counts)
+        # Collective: one all_to_allv, sizes known on both sides from the plan.
+        return comm.exchange_rows(rows, send_counts, recv_counts, CATEGORY)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        return _exchange(ctx.comm, grad.contiguous(), ctx.recv_counts, ctx.send_counts), None, None, None
+        # Collective: every received row's gradient back to its sender.
+        return ctx.comm.exchange_rows(grad, ctx.recv_counts, ctx.send_counts, CATEGORY), None, None, None
 
 
-def _exchange(comm: Comm, rows: Tensor, send_counts: tuple[int, ...], recv_counts: tuple[int, ...]) -> Tensor:
-    # Collective: one all_to_allv, sizes known on both sides from the plan.
-    received = comm.all_to_allv(list(rows.split(send_counts)), CATEGORY, recv_rows=recv_counts)
-    return torch.cat(received)
+class PartialSums(torch.autograd.Function):
+    """``"partial_sums"``: [num_rows, d] partial neighbor sums (this worker's edges, owned destinations
+    first, then the reference rows grouped by owner) -> [num_dst, d] complete sums of the owned
+    destinations. Forward: the reference rows go to their owners, the rows received are added to the
+    owned destinations (one shuffle). Backward: each owned destination's gradient is its own rows'
+    gradient, and goes back, for every row received, to the worker that sent it (one shuffle).
+
+    One Function rather than slicing, :class:`Shuffle` and ``index_add`` through autograd: the backward
+    then builds the input's gradient with one concatenation instead of zero-filled full-size buffers for
+    each of the three steps.
+    """
+
+    @staticmethod
+    def forward(ctx, partial: Tensor, comm: Comm, num_dst: int, recv_index: Tensor, send_counts: tuple[int, ...],
+                recv_counts: tuple[int, ...]) -> Tensor:
+        ctx.comm, ctx.send_counts, ctx.recv_counts = comm, send_counts, recv_counts
+        ctx.save_for_backward(recv_index)
+        # Collective: the reference rows (contiguous, grouped by owner) to their owners.
+        received = comm.exchange_rows(partial[num_dst:], send_counts, recv_counts, CATEGORY)
+        return partial[:num_dst].index_add(0, recv_index, received)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None, None]:
+        (recv_index,) = ctx.saved_tensors
+        # Collective: the gradient of every row received, back to its sender's reference row.
+        grad_reference = ctx.comm.exchange_rows(grad.index_select(0, recv_index), ctx.recv_counts, ctx.send_counts,
+                                                CATEGORY)
+        return torch.cat([grad, grad_reference]), None, None, None, None, None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +98,7 @@ class CooperativeBlock:
 
     split: SplitBlock
     comm: Comm
+    edge_weight: None = field(default=None, init=False)  # unweighted: see SplitAwareBlock
 
     def __post_init__(self) -> None:
         if not isinstance(self.split, SplitBlock):
@@ -81,6 +108,10 @@ class CooperativeBlock:
         if self.split.rank != self.comm.rank or len(self.split.plan.send_counts) != self.comm.world_size:
             raise ValueError(f"split: built for rank {self.split.rank} of {len(self.split.plan.send_counts)}, "
                              f"but this worker is rank {self.comm.rank} of {self.comm.world_size}")
+        split = self.split
+        if split.kind == "partial_sums" and sum(split.plan.send_counts) != split.num_rows - split.num_dst:
+            raise ValueError(f"split: a partial_sums split sends its reference rows [num_dst, num_rows) = "
+                             f"{split.num_rows - split.num_dst} rows, but its plan sends {sum(split.plan.send_counts)}")
 
     @property
     def num_dst(self) -> int:
@@ -108,9 +139,13 @@ class CooperativeBlock:
         if split.kind == "source_features":
             return _csr_sum(split.indptr, split.indices, split.num_dst, self.gather_sources(x_src))
         partial = _csr_sum(split.indptr, split.indices, split.num_rows, x_src)  # owned rows, then reference rows
-        received = Shuffle.apply(partial.index_select(0, plan.send_index), self.comm, plan.send_counts,
-                                 plan.recv_counts)
-        return partial[: split.num_dst].index_add(0, plan.recv_index, received)
+        if torch.is_grad_enabled() and partial.requires_grad:
+            return PartialSums.apply(partial, self.comm, split.num_dst, plan.recv_index, plan.send_counts,
+                                     plan.recv_counts)
+        # No gradient (layer 0 sums input features; inference): add the received rows in place, no copy.
+        # Collective: the reference rows (contiguous, grouped by owner) to their owners.
+        received = self.comm.exchange_rows(partial[split.num_dst:], plan.send_counts, plan.recv_counts, CATEGORY)
+        return partial[: split.num_dst].index_add_(0, plan.recv_index, received)
 
     def gather_sources(self, x_src: Tensor) -> Tensor:
         """[num_src, d] -> [num_src + num_reference, d]: ``x_src``, then the remote sources' rows."""
@@ -168,13 +203,3 @@ def split_loss(logits: Tensor, labels: Tensor, global_batch_size: int) -> Tensor
         raise ValueError(f"labels: expected shape [{logits.shape[0]}] (one per row of logits), got "
                          f"{list(labels.shape)} for logits {list(logits.shape)}")
     return F.cross_entropy(logits, labels, reduction="sum") / global_batch_size
-
-
-def sum_gradients(model: torch.nn.Module, comm: Comm) -> None:
-    """Sum every parameter's gradient over workers (no division: each worker's loss is already its
-    share of the mini-batch's mean, see :func:`split_loss`), in one all-reduce of one flat buffer."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    comm.all_reduce_(flat, dist.ReduceOp.SUM, "grad")  # collective: every worker's share of the gradient
-    for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)

@@ -51,7 +51,9 @@ class ShufflePlan:
 
     Args:
         send_index: int64 [sum(send_counts)]; rows sent, grouped by receiver in rank order: rows of the
-            partial-sum table (``"partial_sums"``) or owned source ids (``"source_features"``).
+            partial-sum table (``"partial_sums"``: always its reference rows ``num_dst .. num_rows - 1``
+            in order, so the layers send them as one contiguous slice) or owned source ids
+            (``"source_features"``).
         send_counts: rows sent to each worker, ``world_size`` ints (0 to itself).
         recv_index: int64 [sum(recv_counts)]; where each received row goes, grouped by sender in rank
             order: the owned destination it is added to (``"partial_sums"``), or the source column it
@@ -225,7 +227,7 @@ def _mask_dtype(num_parts: int) -> np.dtype:
 # -- kernels ----------------------------------------------------------------------------------------
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)  # nogil: it runs in the loading thread beside training
 def _owners_and_local_ids(nodes, offsets, owner, local):
     num_parts = offsets.shape[0] - 1
     seen = np.zeros(num_parts, dtype=np.int64)
@@ -242,7 +244,7 @@ def _owners_and_local_ids(nodes, offsets, owner, local):
         seen[lo] += 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _exclusive_prefix(counts):
     starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     for q in range(counts.shape[0]):
@@ -250,7 +252,7 @@ def _exclusive_prefix(counts):
     return starts
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _split_by_source(indptr, indices, num_dst, owner, local, me, num_parts, num_own):
     """``"partial_sums"``: this worker computes the edges whose source it owns.
 
@@ -315,7 +317,7 @@ def _split_by_source(indptr, indices, num_dst, owner, local, me, num_parts, num_
     return rows_ptr, rows_idx, ref_pos, send_index, ref_counts, recv_index, recv_counts
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _split_by_destination(indptr, indices, num_dst, num_src, owner, local, me, num_parts, num_own, num_own_src,
                           needs):
     """``"source_features"``: this worker computes every in-edge of the destinations it owns.

@@ -106,15 +106,82 @@ def data_parallel_edge_metrics(micro_batches: Sequence[Sequence[Block]], book: P
     depths = {len(blocks) for blocks in micro_batches}
     if len(depths) != 1:
         raise ValueError(f"micro_batches: expected the same number of layers in every micro-batch, got {sorted(depths)}")
-    owners = [book.owner(check_minibatch(blocks, book)) for blocks in micro_batches]
     per_worker = [sum(b.num_edges for b in blocks) for blocks in micro_batches]
-    local = 0
-    for blocks, owner in zip(micro_batches, owners):
-        for block in blocks:
-            src_owner, dst_owner = _edge_owners(block, owner)
-            local += int(np.count_nonzero(src_owner == dst_owner))
-    union = sum(_union_layer_edges([blocks[l] for blocks in micro_batches], l) for l in range(depths.pop()))
+    local = sum(local_edges(blocks, book) for blocks in micro_batches)
+    union = union_minibatch_edges([minibatch_signature(blocks) for blocks in micro_batches])
     return EdgeMetrics(edges_per_worker=tuple(per_worker), minibatch_edges=union, local_edges=local)
+
+
+def local_edges(blocks: Sequence[Block], book: PartitionBook) -> int:
+    """Edges of one (micro-)batch whose source and destination have the same owner, all layers."""
+    owner = book.owner(check_minibatch(blocks, book))
+    count = 0
+    for block in blocks:
+        src_owner, dst_owner = _edge_owners(block, owner)
+        count += int(np.count_nonzero(src_owner == dst_owner))
+    return count
+
+
+def split_edge_counts(splits: Sequence) -> tuple[int, int]:
+    """``(computed, local)``: the edges one worker's splits of a mini-batch aggregate (all layers), and how
+    many of them cross no worker, read off the splits themselves (no pass over the edges).
+
+    ``splits`` are :class:`gnnscale.distributed.split.SplitBlock` s of one worker. A ``"partial_sums"``
+    split computes the edges of its owned sources: the local ones are those of its owned destination rows
+    (the first ``num_dst`` rows); a ``"source_features"`` split computes its owned destinations' in-edges:
+    the local ones read an owned source column (below ``num_src``).
+    """
+    computed = local = 0
+    for split in splits:
+        computed += split.num_edges
+        if split.kind == "partial_sums":
+            local += int(split.indptr[split.num_dst])
+        else:
+            local += int(np.count_nonzero(split.indices.numpy() < split.num_src))
+    return computed, local
+
+
+def minibatch_signature(blocks: Sequence[Block]) -> np.ndarray:
+    """int64 [sum of num_dst, 3]: one ``(layer, destination id, sampled in-degree)`` row per destination of
+    every layer of one (micro-)batch: all :func:`union_minibatch_edges` needs of it (a fraction of its edges'
+    size, so it can be sent to another worker)."""
+    rows = []
+    for layer, block in enumerate(blocks):
+        degrees = np.diff(block.indptr.numpy())
+        rows.append(np.stack([np.full(block.num_dst, layer, dtype=np.int64), block.dst_ids.numpy(), degrees], axis=1))
+    return np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+
+
+def union_minibatch_edges(signatures: Sequence[np.ndarray]) -> int:
+    """Edges of the union of several micro-batches (:func:`minibatch_signature` of each): every distinct
+    (layer, destination) once with its sampled in-degree. Raises ``ValueError`` when one (layer, vertex)
+    has two different sampled in-degrees (different fanouts or graphs: no common mini-batch)."""
+    rows = np.concatenate([np.asarray(s, dtype=np.int64).reshape(-1, 3) for s in signatures])
+    order = np.lexsort((rows[:, 1], rows[:, 0]))  # by layer, then destination id
+    layers, ids, degrees = rows[order, 0], rows[order, 1], rows[order, 2]
+    first = np.ones(ids.shape[0], dtype=bool)
+    first[1:] = (ids[1:] != ids[:-1]) | (layers[1:] != layers[:-1])
+    clash = ~first & (degrees != np.roll(degrees, 1))
+    if np.any(clash):
+        where = np.flatnonzero(clash)[0]
+        raise ValueError(f"micro_batches: node {int(ids[where])} has different sampled in-degrees in layer "
+                         f"{int(layers[where])} of two micro-batches; were they sampled with different fanouts or "
+                         "from different graphs?")
+    return int(degrees[first].sum())
+
+
+def epoch_edge_metrics(iterations: Sequence[EdgeMetrics]) -> dict:
+    """An epoch's edge metrics for the metrics JSON: the counts summed over ``iterations`` and the ratios
+    of the sums (:meth:`EdgeMetrics.to_dict`), except ``edge_skew``: the mean of the iterations' skews
+    (every iteration synchronises the workers, so the imbalance that costs time is per iteration; the
+    epoch totals would average it away). ``iterations`` is how many iterations were measured."""
+    if not iterations:
+        return {"iterations": 0}
+    total = iterations[0]
+    for m in iterations[1:]:
+        total = total.merge(m)
+    return {**total.to_dict(), "edge_skew": float(np.mean([m.edge_skew for m in iterations])),
+            "iterations": len(iterations)}
 
 
 def _edge_owners(block: Block, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,19 +189,3 @@ def _edge_owners(block: Block, owner: np.ndarray) -> tuple[np.ndarray, np.ndarra
     src_owner = owner[block.indices.numpy()]
     dst_owner = np.repeat(owner[: block.num_dst], np.diff(block.indptr.numpy()))
     return src_owner, dst_owner
-
-
-def _union_layer_edges(layer_blocks: list[Block], layer: int) -> int:
-    """Sum of sampled in-degrees over the distinct destinations of one layer's blocks (one per worker)."""
-    ids = np.concatenate([b.dst_ids.numpy() for b in layer_blocks])
-    degrees = np.concatenate([np.diff(b.indptr.numpy()) for b in layer_blocks])
-    order = np.argsort(ids, kind="stable")
-    ids, degrees = ids[order], degrees[order]
-    first = np.ones(ids.shape[0], dtype=bool)
-    first[1:] = ids[1:] != ids[:-1]
-    clash = ~first & (degrees != np.roll(degrees, 1))
-    if np.any(clash):
-        node = int(ids[np.flatnonzero(clash)[0]])
-        raise ValueError(f"micro_batches: node {node} has different sampled in-degrees in layer {layer} of two "
-                         "micro-batches; were they sampled with different fanouts or from different graphs?")
-    return int(degrees[first].sum())

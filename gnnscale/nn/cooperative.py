@@ -22,11 +22,14 @@ class SplitAwareBlock(Protocol):
         num_src: sources owned here (rows of ``x_src``); the first ``num_dst`` are the destinations.
         indices: int64 [num_edges], source column of every edge this worker computes, into the rows
             that :meth:`gather_sources` returns.
+        edge_weight: always None: split layers are unweighted (weighted LADIES blocks train in one
+            process only), so the layers normalise by :meth:`in_degrees`.
     """
 
     num_dst: int
     num_src: int
     indices: Tensor
+    edge_weight: None
 
     def in_degrees(self) -> Tensor:
         """int64 [num_dst]: sampled in-degree of every owned destination in the whole mini-batch."""

@@ -106,3 +106,13 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
                 return found
         return None
     return None if saved == current else (prefix.rstrip("."), saved, current)
+def save_model(path: str | Path, model: torch.nn.Module) -> None:
+    """Write ``model.state_dict()`` (``torch.load`` reads it back) atomically, like :func:`save_checkpoint`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(model.state_dict(), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

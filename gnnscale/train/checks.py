@@ -60,12 +60,15 @@ def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path 
                          "to start over and replace it")
 
 
-def check_partition_launch(partition_dir: str | Path, world_size: int, batch_size: int) -> dict:
+def check_partition_launch(partition_dir: str | Path, world_size: int, batch_size: int, *,
+                           per_worker_batches: bool = True) -> dict:
     """Check, from the manifest alone, that ``world_size`` workers can train on ``partition_dir``.
 
-    Every worker loads part ``RANK``, so the part count must equal the worker count; and every worker
-    runs the same number of iterations per epoch (enough for the part with most training nodes), so
-    every part needs at least that many training nodes. Returns the manifest.
+    Every worker loads part ``RANK``, so the part count must equal the worker count. With
+    ``per_worker_batches`` (data parallelism) every worker draws micro-batches from its own training
+    nodes and runs the same number of iterations per epoch (enough for the part with most training
+    nodes), so every part needs at least that many training nodes; split parallelism draws from all
+    training nodes and needs none per part. Returns the manifest.
     """
     manifest = read_manifest(partition_dir)
     num_parts = manifest["num_parts"]
@@ -73,6 +76,8 @@ def check_partition_launch(partition_dir: str | Path, world_size: int, batch_siz
         raise ValueError(f"partitions: {partition_dir} has {num_parts} parts but {world_size} workers were launched; "
                          f"launch one worker per part (torchrun --nnodes N --nproc-per-node M with N x M = "
                          f"{num_parts}), or repartition with gnnscale partition --parts {world_size}")
+    if not per_worker_batches:
+        return manifest
     train = manifest["split_sizes"]["train_idx"]
     largest = max(range(num_parts), key=lambda p: train[p])
     smallest = min(range(num_parts), key=lambda p: train[p])

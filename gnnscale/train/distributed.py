@@ -1,14 +1,16 @@
 """Distributed training over a partition directory, one worker per part (torchrun).
 
-The loop is the same for every layout (:mod:`gnnscale.train.layouts` says what each worker samples,
-fetches and computes): per iteration, take the next prepared batch, forward+backward, all-reduce the
-gradients, step. Batches are prepared ``--prefetch`` iterations ahead by a background stage whose
-collectives (remote sampling, the feature fetch) run on a process group of their own, so they
-overlap the training step and never interleave with its gradient all-reduce.
+The loop is the same for every layout (:mod:`gnnscale.train.layouts` and
+:mod:`gnnscale.train.split_layout` say what each worker samples, fetches and computes): per
+iteration, take the next prepared batch, forward+backward, all-reduce the gradients, step. Batches
+are prepared ``--prefetch`` iterations ahead by a background stage whose collectives (remote
+sampling, the feature fetch) run on a process group of their own, so they overlap the training step
+and never interleave with its gradient all-reduce (or split parallelism's shuffles).
 
 ``hybrid`` and ``vanilla`` give identical blocks for the same key (counter-based randomness), so they
 train identically: only the communication differs. With one worker this is exactly the
-single-machine trainer.
+single-machine trainer. ``split`` trains, on P workers, the single-machine trainer's mini-batches of
+``P x batch_size`` seeds, each vertex computed by one worker.
 """
 
 from __future__ import annotations
@@ -22,26 +24,31 @@ from tqdm import tqdm
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, shutdown, world_size_from_env
+from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
+from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import DATA_PARALLEL_LAYOUTS, DataParallel, Step, _add_counts, build_data_parallel
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.prefetch import stream_in_groups
 from gnnscale.train.run import TrainReport, summarize
+from gnnscale.train.split_layout import SplitParallel, build_split_parallel
 
-LAYOUTS = DATA_PARALLEL_LAYOUTS
+LAYOUTS = (*DATA_PARALLEL_LAYOUTS, "split")
+Layout = DataParallel | SplitParallel
 
 
 def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
     """Load this worker's part; if any worker fails (missing or corrupt file, wrong worker count),
-    every worker raises with that worker's message instead of waiting forever for it."""
+    every worker raises with that worker's message instead of waiting forever for it. The ``split``
+    layout reads the hybrid one's files (the whole topology)."""
     part, error = None, ""
     try:
-        part = load_partition(partition_dir, comm.rank, layout)
+        part = load_partition(partition_dir, comm.rank, "vanilla" if layout == "vanilla" else "hybrid")
         if part.num_parts != comm.world_size:
             raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} "
                              f"workers were launched; use --nproc-per-node {part.num_parts}")
@@ -51,18 +58,7 @@ def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> 
     return part
 
 
-def all_reduce_gradients(model: torch.nn.Module, comm: Comm, divisor: int) -> None:
-    """Sum gradients over workers in one all-reduce of one flat buffer, then divide by ``divisor``."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    comm.all_reduce_(flat, dist.ReduceOp.SUM, "grad")  # collective: every worker's gradient
-    if divisor != 1:
-        flat /= divisor
-    for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)
-
-
-def prepared_batches(layout: DataParallel, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer, *,
+def prepared_batches(layout: Layout, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer, *,
                      training: bool = True):
     """The layout's batches for ``steps``, prepared ``cfg.prefetch`` groups ahead in the background
     stage (its collectives on the loader's own process group). ``timer`` gets the stage's busy time
@@ -74,38 +70,41 @@ def prepared_batches(layout: DataParallel, steps: list[Step], cfg: TrainConfig, 
     timer.merge(loader)
 
 
-def train_epoch(model, optimizer, layout: DataParallel, comm: Comm, cfg: TrainConfig, epoch: int,
+def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, epoch: int,
                 num_batches: int, timer: PhaseTimer, progress: bool) -> dict:
     """One epoch of ``num_batches`` iterations (the same on every worker). Returns this worker's sums
-    and the communication counted per iteration (loader and training groups together)."""
+    (per iteration too), the communication counted per iteration (loader and training groups
+    together) and the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
     model.train()
     torch.manual_seed(derive_key(cfg.seed, epoch, 0, comm.rank, STREAM_DROPOUT))
     steps = layout.plan_epoch(epoch, num_batches)
-    loss_sum = torch.zeros((), dtype=torch.float64)
+    loss_sums, counts, per_iteration = [], [], []
     correct = torch.zeros((), dtype=torch.long)
-    edges, count, per_iteration = 0, 0, []
+    edges = 0
     comm.stats.snapshot_and_reset()
     batches = prepared_batches(layout, steps, cfg, timer)
     for batch in tqdm(batches, total=len(steps), desc=f"epoch {epoch}", leave=False, disable=not progress):
-        with timer.phase("forward_backward"):
+        with timer.phase("forward_backward"):  # split parallelism: its shuffles included
             logits = model(batch.blocks, batch.x)
             loss = layout.loss(logits, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         with timer.phase("grad_sync"):
-            all_reduce_gradients(model, comm, layout.gradient_divisor)
+            all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
         optimizer.step()
         per_iteration.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
         edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach().double() * batch.y.numel()
+        loss_sums.append(layout.loss_sum(loss, batch))
         correct += (logits.detach().argmax(1) == batch.y).sum()
-        count += batch.y.numel()
-    return {"loss_sum": loss_sum, "correct": correct, "count": count, "edges": edges, "comm": per_iteration}
+        counts.append(batch.y.numel())
+    extra = layout.finish_epoch(comm)
+    return {"loss_sums": loss_sums, "correct": correct, "counts": counts, "edges": edges, "comm": per_iteration,
+            "layout": extra}
 
 
 @torch.no_grad()
-def evaluate(model, layout: DataParallel, comm: Comm, node_ids, cfg: TrainConfig) -> float:
+def evaluate(model, layout: Layout, comm: Comm, node_ids, cfg: TrainConfig) -> float:
     """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
     are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
     model.eval()
@@ -122,66 +121,98 @@ def evaluate(model, layout: DataParallel, comm: Comm, node_ids, cfg: TrainConfig
 
 
 def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, test_acc: float, comm: Comm) -> dict:
-    """Global loss/accuracy (one all-reduce of this worker's sums) and this worker's time split and
-    communication per iteration."""
-    totals = torch.stack([sums["loss_sum"], sums["correct"].double(), torch.tensor(float(sums["count"]))])
-    comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: epoch totals over workers
+    """Global loss (of the epoch and of every iteration) and accuracy (one all-reduce of this worker's
+    sums), this worker's time split and communication per iteration, and the layout's metrics."""
+    n = len(sums["counts"])
+    # The epoch's loss summed in iteration order, as the single-machine trainer does (same rounding).
+    epoch_totals = torch.stack([sum(sums["loss_sums"]), sums["correct"].double(),
+                                torch.tensor(float(sum(sums["counts"])))])
+    local = torch.cat([epoch_totals, torch.stack(sums["loss_sums"]), torch.tensor(sums["counts"], dtype=torch.float64)])
+    comm.all_reduce_(local, dist.ReduceOp.SUM, "eval")  # collective: epoch and iteration totals over workers
+    totals, iteration_losses = local[:3], (local[3:3 + n] / local[3 + n:]).tolist()
     per_iter = sums["comm"]
     comm_mean = {c: {k: sum(it[c][k] for it in per_iter) / len(per_iter) for k in per_iter[0][c]}
                  for c in per_iter[0]}
     seconds = timer.seconds
     return {
-        "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "fetch_s": seconds.get("fetch", 0.0),
-        "forward_backward_s": seconds.get("forward_backward", 0.0), "grad_sync_s": seconds.get("grad_sync", 0.0),
+        "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "split_s": seconds.get("split", 0.0),
+        "fetch_s": seconds.get("fetch", 0.0), "forward_backward_s": seconds.get("forward_backward", 0.0),
+        # Inside forward_backward: the cooperative layers' collectives (split parallelism).
+        "shuffle_s": comm_mean["shuffle"]["seconds"] * len(per_iter),
+        "grad_sync_s": seconds.get("grad_sync", 0.0), "metrics_s": seconds.get("metrics", 0.0),
         "wait_s": seconds.get("wait", 0.0),
         "epoch_s": seconds["epoch"], "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
+        "iteration_losses": iteration_losses,
         "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
         "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
         "rounds_per_iteration": {c: v["rounds"] for c, v in comm_mean.items()},
         "bytes_per_iteration": {c: v["bytes_sent"] + v["bytes_received"] for c, v in comm_mean.items()},
         "comm_per_iteration": comm_mean,
+        **sums["layout"],
     }
 
 
-def agreed_num_batches(layout: DataParallel, part: LocalPartition, comm: Comm) -> int:
-    """Iterations per epoch, the same on every worker: enough for the worker with most training nodes."""
-    local = part.train_idx.shape[0]
+def agreed_num_batches(layout: Layout, comm: Comm) -> int:
+    """Iterations per epoch, the same on every worker: enough for the worker that needs most."""
     # Collective: every worker must run the same number of iterations.
     num_batches = comm.all_reduce_max_int(layout.local_batches(), "setup")
-    ok = local >= num_batches
-    comm.agree(ok, f"part {comm.rank} has {local} training nodes, fewer than the {num_batches} iterations per "
-                   "epoch the largest part needs; repartition with --method metis (it balances training nodes) "
-                   "or raise --batch-size")
+    error = layout.check_num_batches(num_batches)
+    comm.agree(not error, error)
     return num_batches
+
+
+def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm, loader: Comm,
+                 cache_fraction: float) -> Layout:
+    """This worker's layout; data loading's collectives on ``loader``, split parallelism's shuffles on ``comm``."""
+    if layout == "split":
+        return build_split_parallel(part, cfg, model_name, comm, loader)
+    return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction)
+
+
+def check_options(layout: str, cfg: TrainConfig, cache_fraction: float) -> None:
+    """Reject option combinations that cannot run, before any worker starts."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if cfg.sampler in ("matrix", "ladies"):
+        raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
+                         "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
+    if layout == "vanilla" and cfg.sampler != "fused":
+        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid or split (the "
+                         "vanilla layout samples remote hops through their owners)")
+    if isinstance(cache_fraction, bool) or not isinstance(cache_fraction, (int, float)) \
+            or not 0.0 <= cache_fraction <= 1.0:
+        raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1] (--cache-fraction), got "
+                         f"{cache_fraction!r}")
+    if layout == "split" and cache_fraction > 0:
+        raise ValueError("cache_fraction: --layout split reads only the feature rows its worker owns (no fetch), "
+                         "so a cache has nothing to save; drop --cache-fraction or use --layout hybrid/vanilla")
 
 
 def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
                              metrics_out: str | Path | None = None, progress: bool = True,
-                             timeout_s: float = 120.0, overwrite: bool = False) -> TrainReport:
+                             timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
+                             model_out: str | Path | None = None) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
         partition_dir: written by ``gnnscale partition``; one part per worker.
-        layout: ``"hybrid"`` or ``"vanilla"``.
+        layout: ``"hybrid"``, ``"vanilla"`` or ``"split"``.
         model_options: ModelConfig fields other than in_dim, num_classes and num_layers.
-        cfg: training settings; ``batch_size`` is per worker.
+        cfg: training settings; ``batch_size`` is per worker (split: a mini-batch has P x batch_size seeds).
         metrics_out: rank 0 writes the metrics JSON here.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
         overwrite: replace an existing ``metrics_out`` file (else it is an error, raised at start-up).
+        cache_fraction: hybrid/vanilla: every worker caches the features of the highest in-degree remote
+            nodes, this fraction of all nodes (0: no cache).
+        model_out: rank 0 writes the trained model's ``state_dict`` here.
     """
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-        if cfg.sampler in ("matrix", "ladies"):
-            raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
-                             "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
-        if layout == "vanilla" and cfg.sampler != "fused":
-            raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the "
-                             "vanilla layout samples remote hops through their owners)")
+        check_options(layout, cfg, cache_fraction)
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
-        check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size)
+        check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
+                               per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
     except ValueError as err:
         raise LaunchError(str(err)) from err
     ctx = init_from_env(timeout_s=timeout_s)
@@ -192,14 +223,14 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         part = load_local_partition(partition_dir, layout, comm)
         # The data-loading stage's collectives run on a group of their own, beside the training step's.
         loader = comm.new_group()
-        strategy = build_data_parallel(layout, part, cfg, loader)
+        strategy = build_layout(layout, part, cfg, model_options["name"], comm, loader, cache_fraction)
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         model_cfg = ModelConfig(in_dim=part.feature_dim, num_classes=part.num_classes, num_layers=cfg.num_layers,
                                 **model_options)
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        num_batches = agreed_num_batches(strategy, part, comm)
+        num_batches = agreed_num_batches(strategy, comm)
         lead = progress and ctx.rank == 0
         history = []
         for epoch in range(cfg.epochs):
@@ -214,10 +245,13 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
             if lead:
                 print_epoch(history[-1])
         report = summarize(history)
-        if metrics_out is not None and ctx.rank == 0:
-            write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
-                                            "world_size": ctx.world_size, "model": asdict(model_cfg),
-                                            "train": asdict(cfg), **report.to_json()})
+        if ctx.rank == 0:
+            if metrics_out is not None:
+                write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
+                                                "world_size": ctx.world_size, "cache_fraction": cache_fraction,
+                                                "model": asdict(model_cfg), "train": asdict(cfg), **report.to_json()})
+            if model_out is not None:
+                save_model(model_out, model)
         # Collective: nobody tears the group down while a peer is still in its last collective.
         comm.barrier("setup")
         return report
@@ -227,7 +261,10 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
 
 def print_epoch(m: dict) -> None:
     rounds = m["rounds_per_iteration"]
+    edges = m.get("edge_metrics", {})
+    redundancy = f"  redundancy {edges['redundancy']:.1%}" if edges.get("iterations") else ""
     print(f"epoch {m['epoch']:3d}  loss {m['loss']:.4f}  train {m['train_acc']:.4f}  val {m['val_acc']:.4f}  "
-          f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, fetch {m['fetch_s']:.1f}, "
-          f"fwd+bwd {m['forward_backward_s']:.1f}, grad sync {m['grad_sync_s']:.1f}, wait {m['wait_s']:.1f})  rounds/iter "
-          f"sample {rounds['sample']:g} + feature {rounds['feature']:g}", flush=True)
+          f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, split {m['split_s']:.1f}, "
+          f"fetch {m['fetch_s']:.1f}, fwd+bwd {m['forward_backward_s']:.1f} of which shuffle {m['shuffle_s']:.1f}, "
+          f"grad sync {m['grad_sync_s']:.1f}, wait {m['wait_s']:.1f})  rounds/iter sample {rounds['sample']:g} + "
+          f"feature {rounds['feature']:g} + shuffle {rounds['shuffle']:g}{redundancy}", flush=True)

@@ -109,9 +109,9 @@ def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: li
 
 
 def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: TrainConfig, epoch: int,
-                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int, int]:
-    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches,
-    sampler calls: groups of ``sampler.bulk`` batches)."""
+                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int, list[float]]:
+    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, sampler
+    calls: groups of ``sampler.bulk`` batches, every iteration's mean loss)."""
     model.train()
     # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
     torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
@@ -119,7 +119,7 @@ def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: T
     keys = [derive_key(cfg.seed, epoch, step, 0) for step in range(len(batches))]
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
-    edges = 0
+    edges, losses = 0, []
     stream = batch_stream(sampler, data, batches, keys, prefetch=cfg.prefetch, timer=timer)
     for batch in tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False, disable=not progress):
         with timer.phase("forward_backward"):
@@ -132,8 +132,9 @@ def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: T
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
         loss_sum += loss.detach().double() * batch.seeds.numel()
         correct += (logits.detach().argmax(1) == batch.y).sum()
+        losses.append(loss.detach())
     n = data.train_idx.numel()
-    return float(loss_sum) / n, float(correct) / n, edges, len(batches), -(-len(batches) // sampler.bulk)
+    return float(loss_sum) / n, float(correct) / n, edges, -(-len(losses) // sampler.bulk), torch.stack(losses).tolist()
 
 
 @torch.no_grad()
@@ -159,8 +160,8 @@ def fit(model, optimizer, train_sampler: BatchSampler, eval_sampler: BatchSample
     for epoch in range(start_epoch, cfg.epochs):
         timer = PhaseTimer()
         with timer.phase("epoch"):
-            loss, train_acc, edges, num_batches, num_bulks = train_epoch(model, optimizer, train_sampler, data,
-                                                                         cfg, epoch, timer, progress)
+            loss, train_acc, edges, num_bulks, losses = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
+                                                                    timer, progress)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
             val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
@@ -169,8 +170,8 @@ def fit(model, optimizer, train_sampler: BatchSampler, eval_sampler: BatchSample
             epoch=epoch, sample_s=timer.seconds.get("sample", 0.0), gather_s=timer.seconds.get("gather", 0.0),
             forward_backward_s=timer.seconds.get("forward_backward", 0.0), wait_s=timer.seconds.get("wait", 0.0),
             epoch_s=timer.seconds["epoch"],
-            loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=num_batches,
-            num_bulks=num_bulks, sampled_edges=edges,
+            loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=len(losses),
+            num_bulks=num_bulks, sampled_edges=edges, iteration_losses=losses,
         )
         history.append(metrics)
         if on_epoch_end is not None:

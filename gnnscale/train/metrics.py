@@ -37,6 +37,7 @@ class PhaseTimer:
 class EpochMetrics:
     """One epoch. Times in seconds; accuracies in [0, 1]; sampled_edges summed over the epoch's blocks;
     num_bulks: sampler calls (groups of ``--bulk`` batches sampled together; num_batches when 1).
+    ``iteration_losses`` the mean loss of every iteration, in order.
 
     ``sample_s`` and ``gather_s`` are the busy time of the data-loading stage, which overlaps the
     training step when it runs in the background; ``wait_s`` is the time the training step waited for
@@ -56,6 +57,7 @@ class EpochMetrics:
     num_batches: int
     num_bulks: int
     sampled_edges: int
+    iteration_losses: list[float]
 
     @property
     def sampled_edges_per_s(self) -> float:

@@ -15,7 +15,7 @@ from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling import BatchSampler, NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
-from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.loop import TrainData, fit
@@ -65,8 +65,10 @@ def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: Train
 
 def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig, *,
                  metrics_out: str | Path | None = None, checkpoint: str | Path | None = None,
-                 resume: bool = False, progress: bool = True, overwrite: bool = False) -> TrainReport:
-    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume.
+                 resume: bool = False, progress: bool = True, overwrite: bool = False,
+                 model_out: str | Path | None = None) -> TrainReport:
+    """Train ``model_cfg`` on ``dataset`` with ``train_cfg``; optionally checkpoint each epoch and resume,
+    and write the trained model's ``state_dict`` to ``model_out``.
 
     An existing ``checkpoint`` is continued (``resume``) or replaced (``overwrite``), and an existing
     ``metrics_out`` replaced only with ``overwrite``; otherwise a ValueError before training starts.
@@ -120,6 +122,8 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     if metrics_out is not None:
         write_json_atomic(metrics_out, {"dataset": dataset.summary(), "model": asdict(model_cfg),
                                         "train": asdict(train_cfg), **report.to_json()})
+    if model_out is not None:
+        save_model(model_out, model)
     return report
 
 
