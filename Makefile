@@ -1,6 +1,6 @@
 # Two set-up commands that work on a fresh machine (see README):
 #   make run    create .venv, install, compile the kernels, train GraphSAGE on the built-in synthetic dataset
-#   make test   create .venv, install, compile the kernels, run the test suite
+#   make test   create .venv, install, compile the kernels, run the test suite: the default tier, then the slow tier
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
@@ -24,6 +24,7 @@ run: $(VENV)/.compiled
 
 test: $(VENV)/.compiled
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m slow
 
 bench-cora: $(VENV)/.compiled
 	$(PY) benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid

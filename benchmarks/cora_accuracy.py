@@ -4,9 +4,12 @@
     python benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid --workers 2 [--layout hybrid]
 
 With ``--workers N`` Cora is partitioned with METIS into N parts and every seed is trained by a
-torchrun job of N workers (gloo on 127.0.0.1), each with a batch of 140 / N of its own training nodes,
-so that one iteration per epoch covers the training set as on a single machine. The table then shows
-the single-machine accuracy beside the distributed one.
+torchrun job of N workers (gloo on 127.0.0.1) with ``--batch-size`` 140 / N, so that one iteration
+per epoch covers the training set as on a single machine: with the data-parallel layouts (``hybrid``,
+``vanilla``) each worker's batch is 140 / N of its own training nodes; with ``--layout split`` the
+batch size is per worker too, so the iteration's one mini-batch is N x 140 / N = all 140 training
+nodes, the single machine's batch, split across the workers. The table then shows the
+single-machine accuracy beside the distributed one.
 
 Test accuracy is read at the epoch of best validation accuracy (model selection as in Kipf & Welling
 and Veličković et al.). Hyperparameters follow those papers; GCN and GAT use fanouts above Cora's
@@ -19,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -71,11 +73,9 @@ def cli_args(name: str) -> list[str]:
 
 def distributed_accuracy(partition_dir: Path, workers: int, layout: str, name: str, seed: int, num_train: int,
                          out: Path) -> float:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(workers), "--master-addr",
-           "127.0.0.1", "--master-port", str(port), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
+    # --standalone: torchrun binds a free port itself (a port found free here could be taken before it binds).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+           "-m", "gnnscale", "train", "--partitions", str(partition_dir),
            "--layout", layout, *cli_args(name), "--batch-size", str(math.ceil(num_train / workers)),
            "--seed", str(seed), "--threads", "1", "--quiet", "--metrics-out", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -92,7 +92,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None)
     p.add_argument("--workers", type=int, default=0, help="also train with N torchrun workers (0: single machine only)")
-    p.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"))
+    p.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla", "split"))
     a = p.parse_args()
     dataset = load_dataset("cora", a.data_dir)
     tmp = Path(tempfile.mkdtemp(prefix="cora_parts_"))
@@ -103,8 +103,12 @@ def main() -> None:
         _, _, target, paper = SETTINGS[name]
         start = time.perf_counter()
         accs = [single_machine_accuracy(dataset, name, seed, a.threads) for seed in range(a.seeds)]
+        print(f"{name}: single machine, test accuracy per seed {', '.join(f'{x:.4f}' for x in accs)}", flush=True)
         dist_accs = [distributed_accuracy(tmp / "parts", a.workers, a.layout, name, seed, dataset.train_idx.size,
                                           tmp / f"{name}{seed}.json") for seed in range(a.seeds)] if a.workers else []
+        if dist_accs:
+            print(f"{name}: {a.workers} workers, test accuracy per seed {', '.join(f'{x:.4f}' for x in dist_accs)}",
+                  flush=True)
         rows.append({"model": name, "seeds": a.seeds, "mean_test_acc": statistics.mean(accs),
                      "std_test_acc": statistics.pstdev(accs), "accs": accs, "target": target, "paper": paper,
                      "workers": a.workers, "dist_accs": dist_accs,

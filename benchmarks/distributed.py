@@ -1,15 +1,17 @@
 """Distributed epoch time: hybrid vs vanilla partitioning (FastSample, section 3.3), same data, same run.
 
     python benchmarks/distributed.py [--scale 0.25] [--workers 2,4] [--layouts vanilla,hybrid]
-                                     [--epochs 3] [--fanouts 15,10,5] [--batch-size 1000] [--hidden 256]
-                                     [--json FILE] [--plot FILE.png]
+                                     [--link-gbit inf,10,1] [--epochs 3] [--fanouts 15,10,5]
+                                     [--batch-size 1000] [--hidden 256] [--json FILE] [--plot FILE.png]
 
 The dataset is shaped like ogbn-products (2.45M nodes at scale 1, ~50 in-edges per node, 100
 features, 47 classes, 8% training nodes; the gnnscale synthetic generator at ``--scale``). It is built
 once and cached under benchmarks/.cache as a dataset directory, then partitioned with METIS once per
 worker count (``gnnscale partition --dataset dir``, also cached). For every (workers, layout) the
 script launches ``torchrun -m gnnscale train --partitions DIR --layout L`` on this machine (gloo over
-127.0.0.1, one thread per worker) and reads rank 0's metrics JSON.
+127.0.0.1, one thread per worker) and reads rank 0's metrics JSON. With ``--link-gbit R`` every launch
+runs over an emulated link of R Gbit/s that all workers share (benchmarks/emulated_link.py: a
+rate-limited loopback in a private network namespace); ``inf``, the default, is the host loopback.
 
 Both layouts train identically (same blocks for the same keys); only the communication differs:
 vanilla costs 2 rounds per hop after the first plus 2 feature rounds (2L per iteration), hybrid only
@@ -34,6 +36,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from emulated_link import (  # noqa: E402  (benchmarks/ is not a package)
+    add_link_argument, check_link_support, link_command, link_label, read_link_stats)
+
 LAYOUTS = ("vanilla", "hybrid")
 # Phases of the epoch time split, in stacking order: (metrics key, label).
 PHASES = (("sample_s", "sample"), ("fetch_s", "fetch"), ("forward_backward_s", "fwd+bwd"),
@@ -160,36 +166,54 @@ def train_command(partition_dir: Path, workers: int, layout: str, a: argparse.Na
             "--metrics-out", str(metrics)]
 
 
-def run_training(partition_dir: Path, workers: int, layout: str, a: argparse.Namespace, scratch: Path) -> dict:
-    """Launch one distributed run and return rank 0's metrics JSON."""
-    metrics = scratch / f"metrics_w{workers}_{layout}.json"
-    cmd = train_command(partition_dir, workers, layout, a, metrics)
+def run_training(partition_dir: Path, workers: int, layout: str, link_gbit: float, a: argparse.Namespace,
+                 scratch: Path) -> dict:
+    """Launch one distributed run over the emulated link and return rank 0's metrics JSON, with the
+    link's counters under ``"link"`` (None on the host loopback)."""
+    name = f"w{workers}_{layout}_link{link_label(link_gbit)}"
+    metrics, link_stats = scratch / f"metrics_{name}.json", scratch / f"link_{name}.txt"
+    cmd = link_command(train_command(partition_dir, workers, layout, a, metrics), link_gbit, stats_path=link_stats)
     # One thread per worker: the workers already share the cores; more threads would only fight.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     if a.tune_malloc:
         env.update(GLIBC_KEEP_MEMORY)
     start = time.perf_counter()
-    output = run_checked(cmd, env=env, timeout_s=a.timeout, what=f"training ({workers} workers, {layout})")
+    output = run_checked(cmd, env=env, timeout_s=a.timeout,
+                         what=f"training ({workers} workers, {layout}, link {link_label(link_gbit)} Gbit/s)")
     if not metrics.is_file():
         fail("training finished but wrote no metrics file", cmd, output)
     report = json.loads(metrics.read_text(encoding="utf-8"))
     report["wall_s"] = time.perf_counter() - start
+    report["link"] = read_link_stats(link_stats) if link_stats.is_file() else None
     return report
 
 
 # --- summarising ----------------------------------------------------------------------------------
 
 
-def summarize_run(report: dict, workers: int, layout: str, num_layers: int) -> dict:
+def print_run(row: dict, report: dict) -> None:
+    """One progress line per launch: wall time, every epoch's time, and what the shaped link carried."""
+    link = "" if row["link_mb"] is None else \
+        f"; link carried {row['link_mb']:,.0f} MB, dropped {row['link_drops']} packets"
+    print(f"  ran {row['link_gbit']} Gbit/s, {row['workers']} workers {row['layout']}: {row['wall_s']:.0f}s wall, "
+          "epochs " + ", ".join(f"{h['epoch_s']:.1f}" for h in report["history"]) + f" s{link}", flush=True)
+
+
+def summarize_run(report: dict, workers: int, layout: str, link_gbit: float, num_layers: int) -> dict:
     """One table row: medians over the epochs after the first (warm-up), rank 0's times."""
     timed = report["history"][1:]
 
     def median(key: str) -> float:
         return statistics.median(h[key] for h in timed)
 
-    row = {"workers": workers, "layout": layout, "epochs_timed": len(timed), "num_batches": timed[0]["num_batches"],
-           "epoch_s": median("epoch_s"), "warmup_epoch_s": report["history"][0]["epoch_s"],
-           "wall_s": report["wall_s"]}
+    row = {"link_gbit": link_label(link_gbit), "workers": workers, "layout": layout, "epochs_timed": len(timed),
+           "num_batches": timed[0]["num_batches"], "epoch_s": median("epoch_s"),
+           "warmup_epoch_s": report["history"][0]["epoch_s"], "wall_s": report["wall_s"]}
+    link = report["link"]
+    # What the shaped link carried over the whole launch (all workers, both directions, headers and
+    # start-up included) and what its queue dropped (expected 0; see emulated_link.QUEUE_BYTES).
+    row["link_mb"] = None if link is None else link.qdisc_bytes / MB
+    row["link_drops"] = None if link is None else link.qdisc_drops
     for key, _ in PHASES:
         row[key] = median(key)
     row["other_s"] = row["epoch_s"] - sum(row[key] for key, _ in PHASES)
@@ -204,41 +228,50 @@ def summarize_run(report: dict, workers: int, layout: str, num_layers: int) -> d
     return row
 
 
-def add_ratios(rows: list[dict]) -> dict[int, float]:
-    """Each row's epoch time over the vanilla row's of the same worker count; {workers: hybrid/vanilla}."""
-    vanilla = {r["workers"]: r["epoch_s"] for r in rows if r["layout"] == "vanilla"}
+def add_ratios(rows: list[dict]) -> dict[tuple[str, int], float]:
+    """Each row's epoch time over the vanilla row's of the same link and worker count;
+    {(link, workers): hybrid/vanilla}."""
+    vanilla = {(r["link_gbit"], r["workers"]): r["epoch_s"] for r in rows if r["layout"] == "vanilla"}
     ratios = {}
     for r in rows:
-        r["x_vanilla"] = r["epoch_s"] / vanilla[r["workers"]] if r["workers"] in vanilla else None
+        key = (r["link_gbit"], r["workers"])
+        r["x_vanilla"] = r["epoch_s"] / vanilla[key] if key in vanilla else None
         if r["layout"] == "hybrid" and r["x_vanilla"] is not None:
-            ratios[r["workers"]] = r["x_vanilla"]
+            ratios[key] = r["x_vanilla"]
     return ratios
 
 
-HEADER = (f"{'workers':>7} {'layout':>7} {'iters':>5} {'epoch s':>8} {'sample':>7} {'fetch':>7} {'fwd+bwd':>7} "
-          f"{'grad':>7} {'other':>7} {'rounds s+f':>10} {'grad':>4} {'MB smp':>7} {'MB feat':>7} {'x vanilla':>9}")
+HEADER = (f"{'Gbit/s':>6} {'workers':>7} {'layout':>7} {'iters':>5} {'epoch s':>8} {'sample':>7} {'fetch':>7} "
+          f"{'fwd+bwd':>7} {'grad':>7} {'other':>7} {'rounds s+f':>10} {'grad':>4} {'MB smp':>7} {'MB feat':>7} "
+          f"{'x vanilla':>9}")
 
 
 def print_row(r: dict) -> None:
     rounds_ok = "" if r["rounds_sample_feature"] == r["rounds_expected"] and r["rounds_constant"] else "!"
     ratio = f"{r['x_vanilla']:.2f}" if r["x_vanilla"] is not None else "-"
     mb = r["mb_per_iteration"]
-    print(f"{r['workers']:7d} {r['layout']:>7} {r['num_batches']:5d} {r['epoch_s']:8.2f} {r['sample_s']:7.2f} "
+    print(f"{r['link_gbit']:>6} {r['workers']:7d} {r['layout']:>7} {r['num_batches']:5d} {r['epoch_s']:8.2f} "
+          f"{r['sample_s']:7.2f} "
           f"{r['fetch_s']:7.2f} {r['forward_backward_s']:7.2f} {r['grad_sync_s']:7.2f} {r['other_s']:7.2f} "
           f"{r['rounds_sample_feature']:>9g}{rounds_ok:1} {r['rounds']['grad']:4g} {mb['sample']:7.2f} "
           f"{mb['feature']:7.2f} {ratio:>9}", flush=True)
 
 
-def print_verdict(rows: list[dict], ratios: dict[int, float], num_layers: int) -> None:
-    """The issue's two done-when checks, stated plainly."""
+def print_verdict(rows: list[dict], ratios: dict[tuple[str, int], float], num_layers: int) -> None:
+    """The issue's two done-when checks, and the emulated link's health, stated plainly."""
     bad = [r for r in rows if r["rounds_sample_feature"] != r["rounds_expected"] or not r["rounds_constant"]]
     print(f"rounds per iteration (sample + feature): expected {2 * num_layers} (vanilla, 2L) and 2 (hybrid): "
           + ("all rows match" if not bad else
              "MISMATCH in " + ", ".join(f"{r['workers']} workers {r['layout']}" for r in bad)))
-    for workers, ratio in sorted(ratios.items()):
+    dropped = [r for r in rows if r["link_drops"]]
+    if any(r["link_drops"] is not None for r in rows):
+        print("emulated link: " + ("no packet dropped" if not dropped else "DROPPED packets (the queue was too "
+              "small; times include TCP's recovery) in " + ", ".join(
+                  f"{r['link_gbit']} Gbit/s {r['workers']} workers {r['layout']}: {r['link_drops']}" for r in dropped)))
+    for (link, workers), ratio in ratios.items():
         target = f" (target <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'})" \
             if workers == TARGET_WORKERS else ""
-        print(f"{workers} workers: hybrid / vanilla epoch time = {ratio:.2f}{target}")
+        print(f"link {link} Gbit/s, {workers} workers: hybrid / vanilla epoch time = {ratio:.2f}{target}")
 
 
 # --- plot -----------------------------------------------------------------------------------------
@@ -253,7 +286,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 
     parts = [*PHASES, ("other_s", "other")]
     colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#b0b0b0"]
-    labels = [f"{r['workers']} workers\n{r['layout']}" for r in rows]
+    labels = [f"{r['link_gbit']} Gbit/s\n{r['workers']} workers\n{r['layout']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2.5), 4.8))
     bottom = [0.0] * len(rows)
     for (key, name), color in zip(parts, colors):
@@ -285,6 +318,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=0.25, help="fraction of products' 2.45M nodes (default 0.25)")
     p.add_argument("--workers", default="2,4", help="worker counts, comma-separated (default 2,4)")
     p.add_argument("--layouts", default="vanilla,hybrid", help="layouts, comma-separated (default vanilla,hybrid)")
+    add_link_argument(p)
     p.add_argument("--epochs", type=int, default=3, help="epochs per run, the first one warm-up (default 3)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1000, help="seed nodes per worker per iteration")
@@ -318,6 +352,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     a = parse_args()
+    try:
+        check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
+    except RuntimeError as err:
+        sys.exit(str(err))
     cache = HERE / ".cache"
     dataset_dir = cached_dataset(a.scale, a.seed, cache)
     meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
@@ -332,15 +370,17 @@ def main() -> None:
               f"in-edge balance {info['balance']['edges']:.3f}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="gnnscale-bench-") as scratch:
-        for w in a.worker_counts:
-            for layout in a.layout_list:
-                report = run_training(partitions[w], w, layout, a, Path(scratch))
-                rows.append(summarize_run(report, w, layout, len(a.fanout_list)))
-                print(f"  ran {w} workers {layout}: {rows[-1]['wall_s']:.0f}s wall, epochs "
-                      + ", ".join(f"{h['epoch_s']:.1f}" for h in report["history"]) + " s", flush=True)
+        # Rates outermost: the two layouts of one (rate, workers) run back to back, under the same load.
+        for rate in a.link_gbit:
+            for w in a.worker_counts:
+                for layout in a.layout_list:
+                    report = run_training(partitions[w], w, layout, rate, a, Path(scratch))
+                    rows.append(summarize_run(report, w, layout, rate, len(a.fanout_list)))
+                    print_run(rows[-1], report)
     ratios = add_ratios(rows)
     print(f"\nmedian over epochs 1..{a.epochs - 1}, rank 0's seconds per epoch; rounds and MB per iteration; "
-          "x vanilla: epoch time over the same worker count's vanilla run")
+          "Gbit/s: the emulated link all workers share (inf: host loopback); x vanilla: epoch time over the vanilla "
+          "run of the same link and worker count")
     print(HEADER)
     for r in rows:
         print_row(r)
@@ -350,12 +390,13 @@ def main() -> None:
                            f"batch {a.batch_size}/worker, {os.cpu_count()} cores"
                            + (", --tune-malloc" if a.tune_malloc else ""))
     if a.json:
-        payload = {"settings": {k: v for k, v in vars(a).items() if k not in ("worker_counts", "fanout_list",
-                                                                             "layout_list")},
+        settings = {k: v for k, v in vars(a).items() if k not in ("worker_counts", "fanout_list", "layout_list")}
+        settings["link_gbit"] = [link_label(rate) for rate in a.link_gbit]  # JSON has no inf
+        payload = {"settings": settings,
                    "dataset": {k: meta[k] for k in ("num_nodes", "num_edges", "feature_dim", "num_classes")},
                    "partitions": {str(w): partition_info(p) for w, p in partitions.items()},
-                   "cpu_count": os.cpu_count(), "rows": rows, "hybrid_over_vanilla": {str(w): r for w, r in
-                                                                                      ratios.items()}}
+                   "cpu_count": os.cpu_count(), "rows": rows,
+                   "hybrid_over_vanilla": {f"{link} Gbit/s, {w} workers": r for (link, w), r in ratios.items()}}
         with open(a.json, "w") as f:
             json.dump(payload, f, indent=2)
 

@@ -20,6 +20,10 @@ thread count, without evaluation:
   ratios are against the faster DGL run of the two.
 
 Each run is a separate process; the first epoch is warm-up, the table shows the median of the others.
+``--iterations K`` shortens every epoch, on both sides alike, to K iterations: the runs read a copy
+of the dataset directory (links to the same graph and features) whose training nodes are the first
+K x batch-size of the full set, so an "epoch" is K batches of the same graph (whole epochs take
+minutes per run on a busy 2-core machine); the table header says so.
 Ratios: DGL's epoch time / gnnscale's (> 1: gnnscale faster), per phase as well. With overlap
 (prefetch 1), ``overlap`` is gnnscale's epoch time / max(sample + gather, forward+backward) of the
 same run: 1.0 is perfect overlap, and sample + gather + forward+backward over the same max is what
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,6 +62,32 @@ def run_json_lines(cmd: list[str], env: dict, a) -> str:
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-4000:]}")
     return done.stdout
+
+
+def with_fewer_iterations(dataset: Path, iterations: int, batch_size: int) -> Path:
+    """A dataset directory beside ``dataset`` with the same graph, features and labels (symbolic links)
+    and only the first ``iterations * batch_size`` training nodes: an epoch of ``iterations`` batches."""
+    import numpy as np
+
+    keep = iterations * batch_size
+    out = dataset.with_name(f"{dataset.name}_train{keep}")
+    if (out / "meta.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    meta = json.loads((dataset / "meta.json").read_text())
+    train_idx = np.load(dataset / "train_idx.npy")
+    if keep > train_idx.shape[0]:
+        sys.exit(f"--iterations: {iterations} x {batch_size} exceeds the {train_idx.shape[0]} training nodes")
+    np.save(tmp / "train_idx.npy", train_idx[:keep])
+    meta["shapes"]["train_idx"] = [keep]
+    for item in dataset.iterdir():
+        if item.name not in ("train_idx.npy", "meta.json"):
+            (tmp / item.name).symlink_to(item.resolve())
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    tmp.rename(out)
+    return out
 
 
 def hidden_for(model: str, hidden: int) -> int:
@@ -101,10 +132,11 @@ def summarize(system: str, history: list[dict]) -> dict:
     return row
 
 
-def print_table(model: str, rows: list[dict]) -> None:
+def print_table(model: str, rows: list[dict], iterations: int | None) -> None:
     dgl_rows = [r for r in rows if r["system"].startswith("dgl")]
     best_dgl = min(dgl_rows, key=lambda r: r["epoch_s"]) if dgl_rows else None
-    print(f"\n{model}: median over epochs after the first (seconds per epoch)")
+    unit = f"{iterations} iterations per 'epoch', both sides" if iterations else "whole epochs"
+    print(f"\n{model}: median over epochs after the first (seconds per epoch; {unit})")
     print(f"{'system':28} {'epoch':>7} {'sample':>7} {'gather':>7} {'fwd+bwd':>8} {'wait':>6} {'overlap':>8} "
           f"{'x dgl epoch':>11} {'x dgl fwd+bwd':>13}")
     for r in rows:
@@ -130,6 +162,9 @@ def main() -> None:
     p.add_argument("--dgl-malloc", default="default,tuned",
                    help="DGL runs: glibc's default malloc and/or the settings gnnscale's trainer uses")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iterations", type=int, default=None,
+                   help="iterations per epoch on both sides (the first K x batch-size training nodes); "
+                        "default: whole epochs")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--lock", default=None,
                    help="hold this lock file (flock) during each training process, e.g. on a shared machine")
@@ -137,7 +172,11 @@ def main() -> None:
     a = p.parse_args()
     if a.epochs < 2:
         p.error("--epochs: at least 2 (the first is warm-up)")
+    if a.iterations is not None and a.iterations < 1:
+        p.error("--iterations: expected an int >= 1")
     dataset = cached_dataset(a.scale, a.seed, HERE / ".cache")
+    if a.iterations:
+        dataset = with_fewer_iterations(dataset, a.iterations, a.batch_size)
     results = {}
     for model in a.models.split(","):
         rows = []
@@ -146,7 +185,7 @@ def main() -> None:
         if a.dgl_python:
             for malloc in (m for m in a.dgl_malloc.split(",") if m):
                 rows.append(summarize(f"dgl 2.1 malloc {malloc}", dgl_epochs(dataset, model, a, malloc)))
-        print_table(model, rows)
+        print_table(model, rows, a.iterations)
         results[model] = rows
     if a.json:
         Path(a.json).write_text(json.dumps({"config": vars(a), "dataset": str(dataset), "results": results},

@@ -110,17 +110,22 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--cache-dir", default=str(HERE / ".cache"), help="where sampling.py's graph and seeds are cached")
     a = p.parse_args()
     from sampling import cached_graph, seed_batches  # the benchmark's own cached graph and seeds
 
-    cache = HERE / ".cache"
+    cache = Path(a.cache_dir)
     graph, _ = cached_graph(a.scale, 0, cache)
     batches, _ = seed_batches(graph.num_nodes, a.batch_size, 0, cache)  # 8 batches
     fanouts = tuple(int(f) for f in a.fanouts.split(","))
     set_sampler_threads(1)
     sampler = NeighborSampler(graph, fanouts)
     rng = np.random.default_rng(0)
+    print("measuring the memory system (1 thread)...", flush=True)
     m = machine(rng, graph.num_nodes, sampler.workspace.node_map.itemsize)
+    print(f"machine (1 thread): stream read {m['bandwidth_gb_s']:.1f} GB/s, dependent random read "
+          f"{m['dependent_read_ns']:.0f} ns, independent random read {m['independent_read_ns']:.1f} ns/access, "
+          f"mapping-array lookup {m['mapping_lookup_ns']:.1f} ns/access", flush=True)
     sampler.sample(batches[0], derive_key(0))
     per_batch = []
     for r in range(a.repeat):
@@ -136,9 +141,6 @@ def main() -> None:
     floor_map = t["mapping_lookups"] * m["mapping_lookup_ns"] * 1e-6
     floor_seq = t["sequential_bytes"] / (m["bandwidth_gb_s"] * 1e9) * 1e3
     floor_ms = floor_random + floor_map + floor_seq
-    print(f"machine (1 thread): stream read {m['bandwidth_gb_s']:.1f} GB/s, dependent random read "
-          f"{m['dependent_read_ns']:.0f} ns, independent random read {m['independent_read_ns']:.1f} ns/access, "
-          f"mapping-array lookup {m['mapping_lookup_ns']:.1f} ns/access")
     print(f"per batch (batch {a.batch_size}, fanouts {a.fanouts}): {t['edges']:.0f} edges, "
           f"{t['random_dram_lines']:.0f} random DRAM lines ({t['random_dram_lines'] / t['edges']:.2f}/edge), "
           f"{t['mapping_lookups']:.0f} mapping lookups, {t['sequential_bytes'] / 1e6:.1f} MB sequential "

@@ -101,8 +101,10 @@ def main() -> None:
     p.add_argument("--dgl-python", default=None, help="python of the anchor environment (shared/tools/anchors)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
+    p.add_argument("--cache-dir", default=str(HERE / ".cache"), help="where the graph and seed batches are cached "
+                   "(default benchmarks/.cache; the full-size graph takes about 1.5 GB)")
     a = p.parse_args()
-    cache = HERE / ".cache"
+    cache = Path(a.cache_dir)
     graph, graph_path = cached_graph(a.scale, a.seed, cache)
     print(f"graph: {graph.num_nodes} nodes, {graph.num_edges} edges, indices {graph.indices.dtype}", flush=True)
     rows = []

@@ -47,12 +47,12 @@ def apply_variant(variant: str) -> None:
         fused.CHUNK_EDGES = NEVER
 
 
-def child(variant: str, scale: float, batch_size: int, fanouts: str, threads: str, repeat: int) -> None:
+def child(variant: str, scale: float, batch_size: int, fanouts: str, threads: str, repeat: int, cache: Path) -> None:
     apply_variant(variant)
     from sampling import cached_graph, seed_batches, time_gnnscale
 
-    graph, _ = cached_graph(scale, 0, HERE / ".cache")
-    batches, _ = seed_batches(graph.num_nodes, batch_size, 0, HERE / ".cache")
+    graph, _ = cached_graph(scale, 0, cache)
+    batches, _ = seed_batches(graph.num_nodes, batch_size, 0, cache)
     for t in (int(x) for x in threads.split(",")):
         row = time_gnnscale(graph, batches, tuple(int(f) for f in fanouts.split(",")), t, "fused", repeat)
         print(json.dumps({"variant": variant, "threads": t, **row}), flush=True)
@@ -66,10 +66,11 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--cache-dir", default=str(HERE / ".cache"), help="where sampling.py's graph and seeds are cached")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        child(a.child, a.scale, a.batch_size, a.fanouts, a.threads, a.repeat)
+        child(a.child, a.scale, a.batch_size, a.fanouts, a.threads, a.repeat, Path(a.cache_dir))
         return
     samples: dict[tuple[str, int], list[dict]] = {}
     for r in range(a.rounds):
@@ -78,6 +79,8 @@ def main() -> None:
         for variant in VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]:
             for row in run_child(variant, a):
                 samples.setdefault((variant, row["threads"]), []).append(row)
+                print(f"round {r + 1}/{a.rounds}: {variant} {row['threads']} thread(s) {row['ms_per_batch']:.1f} ms",
+                      flush=True)
     ms = {k: statistics.median(r["ms_per_batch"] for r in rows) for k, rows in samples.items()}
     print(f"batch {a.batch_size}, fanouts {a.fanouts}, scale {a.scale}, median of {a.rounds} rounds")
     print(f"{'variant':12} {'thr':>3} {'ms/batch':>9} {'Medges/s':>9} {'x full':>7}   per round")
@@ -92,7 +95,7 @@ def run_child(variant: str, a) -> list[dict]:
     with tempfile.TemporaryDirectory() as cache_dir:
         out = subprocess.run([sys.executable, __file__, "--child", variant, "--scale", str(a.scale),
                               "--batch-size", str(a.batch_size), "--fanouts", a.fanouts, "--threads", a.threads,
-                              "--repeat", str(a.repeat)],
+                              "--repeat", str(a.repeat), "--cache-dir", a.cache_dir],
                              check=True, capture_output=True, text=True,
                              env={**os.environ, "NUMBA_CACHE_DIR": cache_dir}).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]

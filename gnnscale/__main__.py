@@ -1,5 +1,3 @@
-import sys
+from gnnscale.cli import entry_point
 
-from gnnscale.cli import main
-
-sys.exit(main())
+entry_point()

@@ -6,15 +6,23 @@ import argparse
 import json
 import os
 import sys
+import time
+from pathlib import Path
 
+from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
-from gnnscale.train.config import TrainConfig
-from gnnscale.train.distributed import run_distributed_training
+from gnnscale.train.checks import LaunchError, check_run_outputs
+from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
+from gnnscale.train.distributed import LAYOUTS, run_distributed_training
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
+
+
+EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
+EXIT_BAD_INPUT = 2  # bad input, reported before any work (argparse's own errors exit with 2 too)
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -34,8 +42,18 @@ def key_value(text: str) -> tuple[str, object]:
         return key.replace("-", "_"), value
 
 
+class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every default, except for switches and options whose default is "not given"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == [] \
+                or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_dataset_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default="synthetic", help=f"one of {', '.join(DATASETS)} (default synthetic)")
+    p.add_argument("--dataset", default=None, help=f"one of {', '.join(DATASETS)} (synthetic when not given)")
     p.add_argument("--data-dir", default=None, help="folder (or .npz file) holding the dataset's files")
     p.add_argument("--option", "-o", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="dataset option, e.g. -o num_nodes=100000 for synthetic (repeatable)")
@@ -45,40 +63,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gnnscale", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train a GNN by mini-batch neighbor sampling")
+    t = sub.add_parser("train", help="train a GNN by mini-batch neighbor sampling", formatter_class=HelpWithDefaults)
     add_dataset_args(t)
-    t.add_argument("--model", default="sage", help=f"one of {', '.join(MODELS)} (default sage)")
-    t.add_argument("--fanouts", type=int_list, default=(10, 5), help="per hop from the seeds outwards (10,5)")
+    t.add_argument("--model", default="sage", help=f"one of {', '.join(MODELS)}")
+    t.add_argument("--fanouts", type=int_list, default="10,5", help="neighbors per hop, from the seeds outwards")
     t.add_argument("--eval-fanouts", type=int_list, default=None, help="inference fanouts (default: --fanouts)")
     t.add_argument("--layers", type=int, default=None, help="GNN layers (default: number of fanouts)")
-    t.add_argument("--batch-size", type=int, default=512)
+    t.add_argument("--batch-size", type=int, default=512, help="seed nodes per mini-batch (per worker)")
     t.add_argument("--hidden", type=int, default=128, help="hidden size (per head for GAT)")
     t.add_argument("--heads", type=int, default=8, help="GAT attention heads in hidden layers")
-    t.add_argument("--dropout", type=float, default=0.5)
-    t.add_argument("--input-dropout", type=float, default=0.0)
-    t.add_argument("--attn-dropout", type=float, default=0.0)
-    t.add_argument("--lr", type=float, default=0.003)
-    t.add_argument("--weight-decay", type=float, default=0.0)
-    t.add_argument("--epochs", type=int, default=5)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--sampler", default="fused", choices=("fused", "two_step"))
+    t.add_argument("--dropout", type=float, default=0.5, help="dropout between layers")
+    t.add_argument("--input-dropout", type=float, default=0.0, help="dropout on the input features")
+    t.add_argument("--attn-dropout", type=float, default=0.0, help="GAT dropout on attention weights")
+    t.add_argument("--lr", type=float, default=0.003, help="Adam learning rate")
+    t.add_argument("--weight-decay", type=float, default=0.0, help="Adam L2 penalty")
+    t.add_argument("--epochs", type=int, default=5, help="passes over the training nodes")
+    t.add_argument("--seed", type=int, default=0, help="root of every random choice")
+    t.add_argument("--threads", type=int, default=2, help="CPU threads for the sampler and torch")
+    t.add_argument("--sampler", default="fused", choices=SAMPLERS,
+                   help="fused kernel, two-step reference, matrix (GraphSAGE by sparse products, --bulk batches at "
+                        "a time; the fused blocks) or ladies (layer-wise LADIES by sparse products)")
+    t.add_argument("--bulk", type=int, default=1,
+                   help="matrix/ladies: consecutive batches sampled by one set of sparse products")
+    t.add_argument("--layer-size", type=int, default=None,
+                   help=f"ladies: nodes drawn per batch per layer (default {DEFAULT_LAYER_SIZE})")
     t.add_argument("--replace", action="store_true", help="sample neighbors with replacement")
     t.add_argument("--metrics-out", default=None, help="write per-epoch metrics as JSON here")
     t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
-    t.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    t.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --checkpoint (without --resume) or --metrics-out file")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     t.add_argument("--no-eval", action="store_true", help="skip validation/test accuracy (timing runs)")
     t.add_argument("--prefetch", type=int, default=1,
                    help="batches sampled and gathered ahead in a background thread while one trains (0: none)")
     t.add_argument("--partitions", default=None,
-                   help="distributed: a directory from `gnnscale partition`; launch one worker per part with torchrun")
-    t.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"),
-                   help="distributed: hybrid (topology replicated, 2 rounds/iteration) or vanilla (2L rounds)")
+                   help="distributed: a directory from `gnnscale partition` (it holds the data: no --dataset); "
+                        "launch one worker per part with torchrun")
+    t.add_argument("--layout", default="hybrid", choices=LAYOUTS,
+                   help="distributed: hybrid (topology replicated, 2 rounds/iteration), vanilla (2L rounds), or split "
+                        "(one mini-batch of P x --batch-size seeds split across workers, no feature fetch)")
+    t.add_argument("--cache-fraction", type=float, default=0.0,
+                   help="distributed hybrid/vanilla: each worker caches the features of the highest in-degree remote "
+                        "nodes, this fraction of all nodes (0: no cache)")
+    t.add_argument("--save-model", default=None, help="write the trained model's state_dict here (torch.load reads it)")
     t.add_argument("--timeout", type=float, default=120.0,
                    help="distributed: seconds a worker waits for its peers before stopping with an error")
 
-    i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes")
+    i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes",
+                       formatter_class=HelpWithDefaults)
     add_dataset_args(i)
 
     add_partition_parser(sub)
@@ -86,13 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_partition_parser(sub) -> None:
-    p = sub.add_parser("partition", help="split a dataset into parts and write a partition directory")
+    p = sub.add_parser("partition", help="split a dataset into parts and write a partition directory",
+                       formatter_class=HelpWithDefaults)
     add_dataset_args(p)
     p.add_argument("--parts", type=int, required=True, help="number of parts (workers)")
-    p.add_argument("--method", default="metis", help=f"one of {', '.join(METHODS)} (default metis)")
+    p.add_argument("--method", default="metis", help=f"one of {', '.join(METHODS)}")
     p.add_argument("--out", required=True, help="the partition directory to write")
     p.add_argument("--seed", type=int, default=0, help="seed of METIS / the random assignment")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+
+
+def load_cli_dataset(args) -> NodeDataset:
+    return load_dataset(args.dataset or "synthetic", args.data_dir, **dict(args.option))
 
 
 def fanouts_for(args) -> tuple[int, ...]:
@@ -104,27 +142,51 @@ def fanouts_for(args) -> tuple[int, ...]:
     raise ValueError(f"layers: {args.layers} layers but {len(args.fanouts)} fanouts ({args.fanouts})")
 
 
-def cmd_train(args) -> None:
-    fanouts = fanouts_for(args)
-    train_cfg = TrainConfig(fanouts=fanouts, eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
+def train_settings(args) -> tuple[TrainConfig, dict]:
+    """The training config and the model options (all ModelConfig fields but the dataset's) from the flags."""
+    train_cfg = TrainConfig(fanouts=fanouts_for(args), eval_fanouts=args.eval_fanouts, batch_size=args.batch_size,
                             epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                            threads=args.threads, sampler=args.sampler, replace=args.replace,
-                            evaluate=not args.no_eval, prefetch=args.prefetch)
+                            threads=args.threads, sampler=args.sampler, bulk=args.bulk, layer_size=args.layer_size,
+                            replace=args.replace, evaluate=not args.no_eval, prefetch=args.prefetch)
     model_options = dict(name=args.model, hidden_dim=args.hidden, dropout=args.dropout,
                          input_dropout=args.input_dropout, heads=args.heads, attn_dropout=args.attn_dropout)
     if args.partitions is not None:
+        given = [flag for flag, value in (("--dataset", args.dataset), ("--data-dir", args.data_dir),
+                                          ("-o", args.option)) if value]
+        if given:
+            raise ValueError(f"partitions: {' and '.join(given)} cannot be used with --partitions (the partition "
+                             "directory holds the dataset); drop them")
         if args.checkpoint is not None:
             raise ValueError("checkpoint: not supported with --partitions yet")
+    return train_cfg, model_options
+
+
+def cmd_train(args) -> None:
+    try:
+        train_cfg, model_options = train_settings(args)
+    except (ValueError, TypeError) as err:
+        # Under torchrun every worker parses the same flags: the same error everywhere.
+        raise (LaunchError(str(err)) if args.partitions is not None else err) from None
+    fanouts = train_cfg.fanouts
+    if args.partitions is not None:
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
         report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
                                           metrics_out=args.metrics_out, progress=not args.quiet,
-                                          timeout_s=args.timeout)
+                                          timeout_s=args.timeout, overwrite=args.overwrite,
+                                          cache_fraction=args.cache_fraction, model_out=args.save_model)
     else:
-        dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
+        if args.cache_fraction:
+            raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
+                             "(--partitions) have")
+        # Before loading the dataset (minutes for a large one): a bad output path fails at once.
+        check_run_outputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
+                          overwrite=args.overwrite)
+        dataset = load_cli_dataset(args)
         model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=dataset.num_classes, num_layers=len(fanouts),
                                 **model_options)
         report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
-                              checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet)
+                              checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet,
+                              overwrite=args.overwrite, model_out=args.save_model)
     if args.partitions is not None and os.environ.get("RANK", "0") != "0":
         return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]
@@ -137,15 +199,18 @@ def cmd_train(args) -> None:
 
 
 def cmd_info(args) -> None:
-    dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
+    dataset = load_cli_dataset(args)
     print(json.dumps(dataset.summary(), indent=2))
 
 
 def cmd_partition(args) -> None:
-    dataset = load_dataset(args.dataset, args.data_dir, **dict(args.option))
-    summary = write_partition_dir(dataset, args.parts, args.method, args.out, args.seed, overwrite=args.overwrite)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:  # checked before loading and partitioning (minutes)
+        raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
+    dataset = load_cli_dataset(args)
+    summary = write_partition_dir(dataset, args.parts, args.method, out, args.seed, overwrite=args.overwrite)
     print(summary.describe())
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,14 +219,49 @@ def main(argv: list[str] | None = None) -> int:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
     except (ValueError, TypeError) as err:
         # Bad input: one clear line, no traceback, non-zero exit.
-        sys.stderr.write(f"gnnscale {args.command}: error: {err}\n")  # one write: workers share a terminal
-        return 2
-    except (PeerFailure, AgreementFailure) as err:
-        # A distributed peer failed: say which and why, and stop this worker too.
-        sys.stderr.write(f"gnnscale {args.command}: stopped: {err}\n")
-        return 1
+        report(f"gnnscale {args.command}: error: {err}", same_on_every_worker=isinstance(err, LaunchError))
+        return EXIT_BAD_INPUT
+    except AgreementFailure as err:
+        # A worker failed a step (its partition file): every worker raised the same message.
+        report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=True)
+        return EXIT_STOPPED
+    except PeerFailure as err:
+        # This worker lost a peer (dead, or silent past --timeout): say so, and stop this worker too.
+        report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=False)
+        return EXIT_STOPPED
     return 0
 
 
+def report(line: str, *, same_on_every_worker: bool) -> None:
+    """Write one line to stderr in one write (workers share a terminal). A message that every worker
+    of a torchrun launch has alike is written by the first worker of each machine only (LOCAL_RANK 0).
+
+    Under torchrun the line also goes to this worker's error file, which torchrun's failure summary
+    shows in place of "To enable traceback see: ...": the summary then names the cause too.
+    """
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        # The layout torch.distributed.elastic's own ErrorHandler writes; py_callstack is what it shows.
+        with open(error_file, "w") as f:
+            json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                  "timestamp": str(int(time.time()))}}}, f)
+    if same_on_every_worker and os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    sys.stderr.write(line + "\n")
+
+
+def entry_point() -> None:
+    """``gnnscale`` and ``python -m gnnscale``: run :func:`main` and exit with its status."""
+    code = main()
+    if code == EXIT_STOPPED:
+        # The run is over (a peer died, went silent, or failed a step): exit without the interpreter's
+        # teardown of torch and numba (seconds on a busy machine), so that torchrun sees this worker
+        # stop at once and stops the others. The process group is already closed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

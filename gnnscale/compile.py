@@ -5,9 +5,9 @@ training run pays for compilation (several seconds per kernel) and a kernel that
 fails the install. It compiles by running the real code paths on tiny data, with every argument type
 they meet in use: int32 and int64 graph indices; graphs in memory (writable arrays) and memory-mapped
 from a dataset or partition directory (read-only arrays, a different numba type); sampling with and
-without replacement, fused and two-step; the three models in training (dropout, attention dropout)
+without replacement, fused, two-step, matrix and LADIES; the three models in training (dropout, attention dropout)
 and inference, aggregating first and transforming first; partitioning (METIS and random); and
-distributed training in both layouts (one worker, gloo on 127.0.0.1). A path added to gnnscale that
+distributed training in every layout (one worker, gloo on 127.0.0.1). A path added to gnnscale that
 calls a new kernel belongs in :data:`WARMUPS`.
 
 Prints one line per step with its seconds and the kernels numba compiled; exits non-zero on failure.
@@ -41,9 +41,9 @@ from gnnscale.train.run import run_training
 TINY = SyntheticConfig(num_nodes=600, avg_degree=6.0, num_classes=4, feature_dim=8, seed=0)
 
 
-def _train(dataset: NodeDataset, **train_overrides) -> None:
+def _train(dataset: NodeDataset, models=MODELS, **train_overrides) -> None:
     """One epoch of every model, with dropout everywhere, then inference (evaluation)."""
-    for name in MODELS:
+    for name in models:
         model_cfg = ModelConfig(name=name, in_dim=dataset.feature_dim, hidden_dim=8, num_classes=dataset.num_classes,
                                 num_layers=2, heads=2, dropout=0.5, input_dropout=0.1, attn_dropout=0.1)
         cfg = TrainConfig(**{**dict(fanouts=(4, 3), batch_size=64, epochs=1, threads=2), **train_overrides})
@@ -62,6 +62,8 @@ def warm_training_in_memory(work: Path) -> None:
     _train(dataset)  # what `make run` does (fused sampler, background loading)
     _train(dataset, sampler="two_step", replace=True, prefetch=0)
     _train(_with_int64_indices(dataset))
+    _train(dataset, models=("sage",), sampler="matrix", bulk=2)
+    _train(dataset, models=("sage", "gcn"), sampler="ladies", bulk=2, layer_size=32)  # weighted blocks: no GAT
 
 
 def warm_training_memory_mapped(work: Path) -> None:
@@ -86,9 +88,9 @@ def warm_layer_orders(work: Path) -> None:
 
 
 def warm_partition_and_distributed(work: Path) -> None:
-    """``gnnscale partition`` (both methods) and one-worker distributed training in both layouts."""
+    """``gnnscale partition`` (both methods) and one-worker distributed training in every layout."""
     from gnnscale.partition import write_partition_dir
-    from gnnscale.train.distributed import run_distributed_training
+    from gnnscale.train.distributed import LAYOUTS, run_distributed_training
 
     dataset = make_synthetic(TINY)
     write_partition_dir(dataset, 2, "random", work / "random")
@@ -98,7 +100,7 @@ def warm_partition_and_distributed(work: Path) -> None:
         port = s.getsockname()[1]
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     options = dict(name="sage", hidden_dim=8, dropout=0.5)
-    for layout in ("hybrid", "vanilla"):
+    for layout in LAYOUTS:
         for replace in (False, True):
             cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace)
             run_distributed_training(work / "metis", layout, options, cfg, progress=False, timeout_s=60)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 # `make run`'s training (synthetic dataset, GraphSAGE, fanouts 10,5; a smaller graph and one epoch:
 # the same argument types reach the kernels) in a fresh process, timing every numba compilation.
 PROBE = r"""
@@ -26,6 +28,8 @@ print(json.dumps({"code": code, "compile_s": seconds[0], "compiled": compiled}))
 """
 
 
+# The install step itself: minutes when the cache is cold (after a source change), more on a busy machine.
+@pytest.mark.timeout(2400)
 def test_make_run_training_compiles_nothing_after_the_install_step():
     install = subprocess.run([sys.executable, "-m", "gnnscale.compile"], capture_output=True, text=True,
                              timeout=1800)

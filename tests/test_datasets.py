@@ -6,6 +6,9 @@ import collections
 import gzip
 import os
 import pickle
+import re
+import types
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from gnnscale.cli import main
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.graph.npz import load_npz, save_npz
@@ -290,6 +294,80 @@ def test_ogb_processed_layout_refuses_foreign_objects(tmp_path):
         load_ogb(tmp_path, "ogbn-arxiv", layout="processed")
 
 
+class Numpy1Pickler(pickle._Pickler):
+    """Pickles numpy arrays the way numpy 1.x does. numpy 2 names its array reconstructor
+    ``numpy._core.multiarray._reconstruct``; numpy 1.x, which wrote every real OGB processed file,
+    named it ``numpy.core.multiarray._reconstruct``. Everything else is pickle's own output."""
+
+    def save_global(self, obj, name=None):
+        module = getattr(obj, "__module__", None) or ""
+        if not module.startswith("numpy._core"):
+            return super().save_global(obj, name)
+        module = "numpy.core" + module[len("numpy._core"):]
+        name = name or obj.__qualname__
+        if self.proto >= 4:
+            self.save(module)
+            self.save(name)
+            self.write(pickle.STACK_GLOBAL)
+        else:
+            self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode("utf-8"))
+        self.memoize(obj)
+
+
+def ogb_like_arrays(name: str, num_nodes: int = 300, avg_degree: int = 6):
+    """Arrays shaped and laid out as OGB's ``read_csv_graph_raw`` builds them from its raw CSVs: pandas'
+    ``.values`` of a numeric frame is Fortran-ordered, ``edge.csv.gz`` is read transposed, products gets
+    every edge followed by its reverse (``add_inverse_edge``), arxiv a ``node_year`` column, num_nodes
+    is a Python int, edge_feat is None. Returns (raw edges [E, 2], graph dict, labels [n, 1])."""
+    rng = np.random.default_rng(len(name))
+    feature_dim, num_classes = (128, 40) if name == "ogbn-arxiv" else (100, 47)
+    edges = rng.integers(0, num_nodes, size=(num_nodes * avg_degree, 2))
+    edge_index = edges.T.astype(np.int64)  # like pd.read_csv(...).values.T.astype(np.int64): F-ordered
+    if name == "ogbn-products":
+        doubled = np.repeat(edge_index, 2, axis=1)
+        doubled[0, 1::2], doubled[1, 1::2] = edge_index[1], edge_index[0]
+        edge_index = doubled
+    node_feat = np.asfortranarray(rng.standard_normal((num_nodes, feature_dim)).astype(np.float32))
+    labels = rng.integers(0, num_classes, size=(num_nodes, 1)).astype(np.int64)
+    graph = {"edge_index": edge_index, "edge_feat": None, "node_feat": node_feat, "num_nodes": num_nodes}
+    if name == "ogbn-arxiv":
+        graph["node_year"] = rng.integers(1990, 2021, size=(num_nodes, 1)).astype(np.int64)
+    return edges, graph, labels
+
+
+@pytest.mark.parametrize("protocol", [2, 4], ids=["protocol2", "protocol4"])
+@pytest.mark.parametrize("name, split", [("ogbn-arxiv", "time"), ("ogbn-products", "sales_ranking")])
+def test_ogb_processed_file_written_by_numpy1_matches_raw(tmp_path, name, split, protocol):
+    # A processed file as OGB writes it (torch.save of numpy arrays; protocol 4 in current OGB, torch's
+    # default 2 before), pickled with numpy 1.x's module names, next to the raw CSVs it came from.
+    edges, graph, labels = ogb_like_arrays(name)
+    n = graph["num_nodes"]
+    folder = tmp_path / name.replace("-", "_")
+    write_csv_gz(folder / "raw" / "edge.csv.gz", edges)
+    write_csv_gz(folder / "raw" / "node-feat.csv.gz", graph["node_feat"])
+    write_csv_gz(folder / "raw" / "node-label.csv.gz", labels)
+    write_csv_gz(folder / "raw" / "num-node-list.csv.gz", [n])
+    write_csv_gz(folder / "raw" / "num-edge-list.csv.gz", [edges.shape[0]])
+    order = np.random.default_rng(1).permutation(n)
+    for part, ids in {"train": order[:180], "valid": order[180:240], "test": order[240:]}.items():
+        write_csv_gz(folder / "split" / split / f"{part}.csv.gz", ids)
+    (folder / "processed").mkdir()
+    processed = folder / "processed" / "data_processed"
+    numpy1 = types.SimpleNamespace(Pickler=Numpy1Pickler, __name__="numpy1_pickle")
+    torch.save({"graph": graph, "labels": labels}, processed, pickle_module=numpy1, pickle_protocol=protocol)
+    with zipfile.ZipFile(processed) as archive:
+        payload = archive.read(next(m for m in archive.namelist() if m.endswith("data.pkl")))
+    assert b"numpy.core.multiarray" in payload and b"numpy._core" not in payload  # the fixture is numpy 1.x's
+
+    from_processed = load_ogb(tmp_path, name, layout="processed")
+    assert_same_dataset(from_processed, load_ogb(tmp_path, name, layout="raw"))
+    np.testing.assert_array_equal(from_processed.features, graph["node_feat"])
+    np.testing.assert_array_equal(from_processed.labels, labels[:, 0])
+    np.testing.assert_array_equal(from_processed.train_idx, np.sort(order[:180]))
+    expected = {(int(s), int(d)) for s, d in edges} | {(int(d), int(s)) for s, d in edges}
+    assert edge_set(from_processed.graph) == expected  # both directions (symmetrize default / products)
+
+
 def test_ogb_papers100m_binary_layout_with_nan_labels(tmp_path):
     folder = tmp_path / "ogbn_papers100M"
     (folder / "raw").mkdir(parents=True)
@@ -376,6 +454,40 @@ def test_npz_errors_name_the_key(tmp_path, drop, extra, match):
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match=match):
         load_npz(tmp_path / "bad.npz")
+
+
+def damaged_copies(good: Path) -> dict[str, Path]:
+    """The ways a downloaded or copied .npz arrives broken: cut short, one byte flipped inside an array
+    (the zip's CRC no longer matches), or not an archive at all."""
+    data = good.read_bytes()
+    cut = good.with_name("truncated.npz")
+    cut.write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[data.index(b"\x93NUMPY") + 200] ^= 0xFF  # inside the first member's array bytes
+    crc = good.with_name("crc.npz")
+    crc.write_bytes(bytes(flipped))
+    text = good.with_name("text.npz")
+    text.write_text("node,label\n0,1\n")
+    return {"truncated": cut, "crc": crc, "text": text}
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncated", r"path: .*truncated.npz is a damaged .npz archive \(truncated or corrupt"),
+    ("crc", r"features: damaged in .*crc.npz \(truncated or corrupt archive: Bad CRC-32"),
+    ("text", r"path: .*text.npz is not an .npz archive \(it does not start like a zip file"),
+], ids=["truncated", "crc", "text"])
+@pytest.mark.parametrize("command", ["train", "info", "partition"])
+def test_damaged_npz_is_one_clear_line_in_every_command(tmp_path, capsys, damage, message, command):
+    good = save_npz(make_synthetic(SyntheticConfig(num_nodes=300, feature_dim=64, seed=2)), tmp_path / "good.npz")
+    path = damaged_copies(good)[damage]
+    extra = {"train": ["--epochs", "1", "--quiet"], "info": [],
+             "partition": ["--parts", "2", "--out", str(tmp_path / "parts")]}[command]
+    assert main([command, "--dataset", "npz", "--data-dir", str(path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"gnnscale {command}: error: "), err
+    assert re.search(message, err), err
+    assert "allow_pickle" not in err
+    assert not (tmp_path / "parts").exists()
 
 
 def test_npz_refuses_object_arrays_and_non_archives(tmp_path):

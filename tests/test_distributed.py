@@ -8,7 +8,6 @@ unexpectedly or outlives the timeout fails the test.
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 import time
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 import dist_workers
+from launch import rendezvous_port
 from gnnscale.distributed import DistContext, init_from_env
 
 RUN_TIMEOUT_S = 120.0  # bound on one whole spawned run (start-up included) on a busy 2-core machine
@@ -31,16 +31,10 @@ class Outcome:
     exitcode: int | None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spawn_run(fn, world_size: int, timeout_s: float = RUN_TIMEOUT_S) -> list[Outcome]:
     """Run ``fn(rank, world_size, port)`` in ``world_size`` spawned processes; every wait is bounded."""
     ctx = mp.get_context("spawn")
-    port = free_port()
+    port = rendezvous_port()  # rank 0 binds it: a port the kernel never hands out itself (see launch.py)
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     procs = [ctx.Process(target=dist_workers.entry, args=(fn, rank, world_size, port, pipes[rank][1]), daemon=True)
              for rank in range(world_size)]

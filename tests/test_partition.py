@@ -357,7 +357,14 @@ def test_cli_partition_writes_a_loadable_directory(tmp_path, capsys):
     manifest = read_manifest(out)
     assert (manifest["num_parts"], manifest["method"], manifest["seed"]) == (3, "metis", 2)
     assert load_partition(out, 2, "vanilla").features.shape[0] == 200
-    assert main(argv) == 2 and "already exists" in capsys.readouterr().err
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"gnnscale partition: error: out: {out} already exists; pass --overwrite to replace it, or choose " \
+                  "another --out\n"
+    # Checked before the dataset is loaded (a large one takes minutes): a dataset that cannot load is not reached.
+    assert main(["partition", "--dataset", "npz", "--data-dir", str(tmp_path / "absent.npz"), "--parts", "2",
+                 "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
     assert main([*argv, "--overwrite", "--method", "random"]) == 0
 
 

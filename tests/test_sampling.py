@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import tracemalloc
 
@@ -11,8 +12,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import Block, NeighborSampler, SamplerWorkspace, derive_key, sample_blocks, set_sampler_threads
+from gnnscale.sampling.fused import pipeline_chunks
+from gnnscale.sampling.keys import GOLDEN, mix64_py
 
 P_MIN = 1e-3  # chi-square p-value threshold; keys are fixed, so every test is deterministic
 
@@ -143,11 +146,18 @@ def test_fused_equals_two_step_for_any_fanout(random_graph, replace, fanouts):
         assert_blocks_equal(fused, two)
 
 
-def test_neighbor_sampler_matches_sample_blocks(random_graph, method):
-    sampler = NeighborSampler(random_graph, [4, 2], replace=True, method=method)
-    seeds = torch.tensor([400 - 1, 20, 30])
-    assert_blocks_equal(sampler.sample(seeds, 11),
-                        sample_blocks(random_graph, seeds, [4, 2], key=11, replace=True, method=method))
+@pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
+def test_neighbor_sampler_batch_after_batch_equals_the_two_step_reference(random_graph, replace):
+    # One fused sampler, one mapping array, batches in a row whose seeds overlap: each must equal the
+    # two-step reference (no mapping array at all) on that batch alone. A mapping entry left over from
+    # an earlier batch would renumber the sources.
+    sampler = NeighborSampler(random_graph, [4, 2], replace=replace, method="fused")
+    rng = np.random.default_rng(21)
+    for step in range(6):
+        seeds = torch.from_numpy(rng.choice(400, 30 + 10 * step, replace=False))
+        key = derive_key(5, 0, step)
+        reference = sample_blocks(random_graph, seeds, [4, 2], key=key, replace=replace, method="two_step")
+        assert_blocks_equal(sampler.sample(seeds, key), reference)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -175,6 +185,39 @@ def test_same_key_same_blocks_any_thread_count(random_graph, method, replace, re
         results.append(sample_blocks(random_graph, seeds, [5, 4], key=key, replace=replace, method=method))
     for r in results[1:]:
         assert_blocks_equal(results[0], r)
+
+
+@functools.cache
+def pipeline_graph(idx_dtype: np.dtype) -> CSCGraph:
+    """20,000 nodes, in-degrees 0..60 (mean ~30), no repeated edge: large enough that one hop spans
+    several CHUNK_EDGES (built once per dtype)."""
+    rng = np.random.default_rng(77)
+    n = 20_000
+    dst = np.repeat(np.arange(n), rng.integers(0, 61, size=n))
+    graph = csc_from_coo(rng.integers(0, n, size=dst.shape[0]), dst, n, remove_duplicates=True)
+    return CSCGraph(indptr=graph.indptr, indices=graph.indices.astype(idx_dtype), num_nodes=n)
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
+def test_pipelined_kernel_equals_two_step_and_one_thread(idx_dtype, replace, restore_threads):
+    # The fused kernel's default path: with 2+ threads a hop is cut into chunks of ~CHUNK_EDGES edges,
+    # thread 0 relabels chunk k while all threads choose chunk k + 1. Small tests never leave the first
+    # chunk; here hop 0 has ~45k edges and hop 1 ~170k (2 and ~6 chunks).
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has a single thread: the pipeline needs two")
+    graph = pipeline_graph(idx_dtype)
+    seeds = torch.from_numpy(np.random.default_rng(3).choice(graph.num_nodes, 3000, replace=False))
+    key = derive_key(13, 2, 5)
+    reference = sample_blocks(graph, seeds, [15, 10], key=key, replace=replace, method="two_step")
+    chunks = [pipeline_chunks(b.indptr.numpy(), 2).shape[0] - 1 for b in reference[::-1]]
+    assert chunks[0] >= 2 and chunks[1] >= 4, chunks  # the test really crosses chunk boundaries
+    by_threads = {}
+    for threads in (2, 1):
+        set_sampler_threads(threads)
+        assert numba.get_num_threads() == threads
+        by_threads[threads] = sample_blocks(graph, seeds, [15, 10], key=key, replace=replace, method="fused")
+    assert_blocks_equal(by_threads[2], reference)
+    assert_blocks_equal(by_threads[2], by_threads[1])
 
 
 def test_set_sampler_threads_rejects_zero():
@@ -426,8 +469,17 @@ def test_graph_must_be_csc(random_graph):
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_derive_key_deterministic_and_in_range():
-    assert derive_key(1, 2, 3, 4) == derive_key(1, 2, 3, 4)
+def test_derive_key_is_splitmix64_and_pinned():
+    # The mixing function is SplitMix64's finaliser: its first output from state 0 is the published
+    # test value 0xE220A8397B1DCDAF (Steele, Lea, Flood; also Vigna's splitmix64.c).
+    assert mix64_py(GOLDEN) == 0xE220A8397B1DCDAF
+    # Keys are part of the reproducibility contract: a seed gives the same run in every version, and a
+    # checkpoint resumes with the keys it was written with. A changed derivation must fail here.
+    assert derive_key(0) == 7343608927378593866
+    assert derive_key(1, 2, 3, 4) == 7466115115297387089
+
+
+def test_derive_key_defaults_and_types():
     assert derive_key(7) == derive_key(7, 0, 0, 0) == derive_key(seed=7, epoch=0, step=0, rank=0)
     assert derive_key(np.int64(5), np.int32(1)) == derive_key(5, 1)
     for args in [(0, 0, 0, 0), (-1, -1, -1, -1), (2**64, 2**63 - 1, 10**30, 3), (1, 2, 3, 4)]:

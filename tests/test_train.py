@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,7 +16,9 @@ from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
+from gnnscale.sampling import NeighborSampler
 from gnnscale.train.loop import TrainData
+from gnnscale.train.metrics import write_json_atomic
 from gnnscale.train.run import run_training
 
 SMALL = dict(num_nodes=1500, avg_degree=8.0, num_classes=5, feature_dim=16, seed=3)
@@ -52,6 +55,32 @@ def test_fused_and_two_step_train_identically(dataset):
     for a, b in zip(fused.history, two_step.history, strict=True):
         assert a["loss"] == b["loss"]
         assert a["val_acc"] == b["val_acc"] and a["sampled_edges"] == b["sampled_edges"]
+
+
+@pytest.mark.parametrize("bulk", [1, 3])
+def test_matrix_sampler_trains_like_fused(dataset, bulk):
+    """The matrix sampler draws the fused blocks and --bulk only groups the sampling: same losses."""
+    fused = run_training(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
+    matrix = run_training(dataset, model_config(dataset), train_config(sampler="matrix", bulk=bulk), progress=False)
+    for a, b in zip(fused.history, matrix.history, strict=True):
+        assert a["loss"] == b["loss"] and a["sampled_edges"] == b["sampled_edges"]
+    assert [h["num_bulks"] for h in matrix.history] == [-(-h["num_batches"] // bulk) for h in matrix.history]
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_ladies_trains_gcn_and_sage_and_bulk_changes_nothing(dataset, name):
+    cfg = train_config(sampler="ladies", layer_size=64, epochs=3)
+    one = run_training(dataset, model_config(dataset, name), cfg, progress=False)
+    bulk = run_training(dataset, model_config(dataset, name), replace(cfg, bulk=4), progress=False)
+    assert [h["loss"] for h in one.history] == [h["loss"] for h in bulk.history]
+    assert one.final_test_acc > 2 / dataset.num_classes
+    assert one.history[-1]["loss"] < one.history[0]["loss"]
+    assert all(h["seconds_per_bulk"] > 0 and h["sampled_edges_per_s"] > 0 for h in bulk.history)
+
+
+def test_ladies_refuses_gat(dataset):
+    with pytest.raises(ValueError, match="sampler.*ladies.*gat"):
+        run_training(dataset, model_config(dataset, "gat"), train_config(sampler="ladies"), progress=False)
 
 
 def test_same_seed_same_run_other_seed_other_run(dataset):
@@ -140,6 +169,11 @@ def test_empty_training_set_is_an_error(dataset):
 @pytest.mark.parametrize("overrides, field", [
     (dict(fanouts=(0, 5)), "fanouts"), (dict(fanouts=(5, -1)), "fanouts"), (dict(batch_size=0), "batch_size"),
     (dict(lr=0.0), "lr"), (dict(sampler="magic"), "sampler"), (dict(eval_fanouts=(5,)), "eval_fanouts"),
+    (dict(sampler="matrix", bulk=0), "bulk.*--bulk"), (dict(sampler="ladies", bulk=-2), "bulk.*--bulk"),
+    (dict(sampler="matrix", bulk=2.5), "bulk.*--bulk"), (dict(sampler="fused", bulk=4), "bulk.*--sampler matrix"),
+    (dict(sampler="ladies", layer_size=0), "layer_size.*--layer-size"),
+    (dict(sampler="matrix", layer_size=64), "layer_size.*--sampler ladies"),
+    (dict(sampler="ladies", replace=True), "replace"),
     (dict(prefetch=-1), "prefetch"),
 ])
 def test_train_config_errors_name_the_field(overrides, field):
@@ -165,6 +199,12 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8",
     (["info", "--dataset", "synthetic", "-o", "num_nodes=-5"], "num_nodes"),
     (["train", "--partitions", "/nonexistent", "--layout", "vanilla", "--sampler", "two_step"], "sampler"),
     (["train", "--partitions", "/nonexistent"], "torchrun"),  # not launched by torchrun: no RANK etc.
+    (["train", *SYNTH, "--sampler", "matrix", "--bulk", "0"], "bulk: expected an int >= 1 \\(--bulk\\), got 0"),
+    (["train", *SYNTH, "--bulk", "8"], "--bulk 8 needs --sampler matrix or ladies"),
+    (["train", *SYNTH, "--sampler", "ladies", "--layer-size", "-1"], "layer_size.*--layer-size.*-1"),
+    (["train", *SYNTH, "--sampler", "fused", "--layer-size", "64"], "--layer-size applies to --sampler ladies"),
+    (["train", *SYNTH, "--sampler", "ladies", "--model", "gat"], "ladies.*gat"),
+    (["train", "--partitions", "/nonexistent", "--sampler", "matrix"], "single-process"),
 ])
 def test_cli_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
@@ -180,6 +220,96 @@ def test_cli_train_writes_metrics_and_resumes(tmp_path, capsys):
     assert "test accuracy" in capsys.readouterr().out
     assert main([*argv[:-4], "--epochs", "2", "--checkpoint", str(tmp_path / "c.pt"), "--resume"]) == 0
     assert len(torch.load(tmp_path / "c.pt", weights_only=True)["history"]) == 2
+
+
+CLI_TRAIN = ["train", *SYNTH, "--fanouts", "4,3", "--threads", "1", "--quiet"]
+
+
+def test_cli_checkpoint_is_never_overwritten_without_overwrite(tmp_path, capsys):
+    ckpt = tmp_path / "c.pt"
+    assert main([*CLI_TRAIN, "--epochs", "1", "--checkpoint", str(ckpt)]) == 0
+    first = ckpt.read_bytes()
+    capsys.readouterr()
+    # Another model on the same path: refused before any work, the file untouched.
+    assert main([*CLI_TRAIN, "--model", "gcn", "--epochs", "1", "--checkpoint", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"gnnscale train: error: checkpoint: {ckpt} already exists; pass --resume to continue that run, "
+                   "or --overwrite to start over and replace it\n")
+    assert ckpt.read_bytes() == first
+    assert main([*CLI_TRAIN, "--model", "gcn", "--epochs", "1", "--checkpoint", str(ckpt), "--overwrite"]) == 0
+    assert torch.load(ckpt, weights_only=True)["run_signature"]["model"]["name"] == "gcn"
+
+
+def test_cli_resume_says_from_which_epoch_and_names_a_changed_setting(tmp_path, capsys):
+    ckpt = tmp_path / "c.pt"
+    train = [a for a in CLI_TRAIN if a != "--quiet"]
+    assert main([*CLI_TRAIN, "--epochs", "1", "--checkpoint", str(ckpt)]) == 0
+    capsys.readouterr()
+    assert main([*train, "--epochs", "2", "--checkpoint", str(ckpt), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming from {ckpt}: 1 of 2 epochs done, continuing at epoch 1" in out
+    assert "epoch   0" not in out and "epoch   1" in out
+    # One setting changed: the message names it, both values and the flag, not two whole configs.
+    assert main([*CLI_TRAIN, "--epochs", "3", "--lr", "0.5", "--checkpoint", str(ckpt), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"gnnscale train: error: checkpoint: {ckpt} was written with train.lr=0.003, this run has "
+                   "train.lr=0.5; resume with the same --lr as the run that wrote it\n")
+    assert main([*CLI_TRAIN, "--epochs", "3", "--hidden", "64", "--checkpoint", str(ckpt), "--resume"]) == 2
+    assert "model.hidden_dim=128, this run has model.hidden_dim=64; resume with the same --hidden" in \
+        capsys.readouterr().err
+    # Nothing left to train: said before training, with the flag to change.
+    assert main([*CLI_TRAIN, "--epochs", "2", "--checkpoint", str(ckpt), "--resume"]) == 2
+    assert "already holds 2 trained epochs; pass --epochs above 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--resume"], r"resume: --resume needs --checkpoint FILE"),
+    (["--checkpoint", "{tmp}/none.pt", "--resume"], r"checkpoint: no file at .*none.pt to resume from"),
+    (["--metrics-out", "{tmp}"], r"metrics_out: .* is a directory; give a file path \(--metrics-out FILE\)"),
+    (["--metrics-out", "{tmp}/exists.json"], r"metrics_out: .*exists.json already exists; pass --overwrite"),
+    (["--metrics-out", "{tmp}/exists.json/m.json"], r"metrics_out: cannot write .*: .*exists.json is a file"),
+    (["--checkpoint", "{tmp}"], r"checkpoint: .* is a directory; give a file path \(--checkpoint FILE\)"),
+    (["--checkpoint", "{tmp}/exists.json"], r"checkpoint: .*exists.json already exists; pass --resume to continue"),
+    (["--partitions", "{tmp}", "--dataset", "cora"], r"partitions: --dataset cannot be used with --partitions"),
+    (["--partitions", "{tmp}", "--data-dir", "x", "-o", "num_nodes=5"],
+     r"partitions: --data-dir and -o cannot be used with --partitions"),
+], ids=["resume-alone", "resume-missing", "metrics-dir", "metrics-exists", "metrics-under-file", "checkpoint-dir",
+        "checkpoint-exists", "partitions-dataset", "partitions-data-dir"])
+def test_cli_output_paths_and_flag_conflicts_fail_before_any_work(tmp_path, capsys, argv, message):
+    (tmp_path / "exists.json").write_text("{}")
+    before = sorted(tmp_path.iterdir())
+    # A dataset that would take long to build: the checks must come first.
+    slow = ["train", "--epochs", "1", "--quiet"] + ([] if "--partitions" in argv else ["-o", "num_nodes=5000000"])
+    assert main([*slow, *(a.replace("{tmp}", str(tmp_path)) for a in argv)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert sorted(tmp_path.iterdir()) == before and (tmp_path / "exists.json").read_text() == "{}"
+
+
+def test_metrics_out_into_a_directory_leaves_no_stray_file(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        write_json_atomic(tmp_path, {"a": 1})
+    assert list(tmp_path.parent.glob(f".{tmp_path.name}.tmp*")) == []
+
+
+def test_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for default in ("(default: 10,5)", "(default: 512)", "(default: sage)", "(default: 0.003)", "(default: 120.0)",
+                    "(default: hybrid)"):
+        assert default in out
+    assert "(default: None)" not in out and "(default: False)" not in out
+
+
+def test_reprs_are_short():
+    ds = make_synthetic(SyntheticConfig(num_nodes=3000, feature_dim=8, seed=1))
+    blocks = NeighborSampler(ds.graph, [5, 5]).sample(torch.from_numpy(ds.train_idx), key=1)
+    for obj in (ds, ds.graph, *blocks):
+        text = repr(obj)
+        assert "\n" not in text and len(text) < 200 and "tensor" not in text and "array" not in text, text
+    assert repr(blocks[-1]) == (f"Block(num_src={blocks[-1].num_src}, num_dst={ds.train_idx.size}, "
+                                f"num_edges={blocks[-1].num_edges}, device=cpu)")
 
 
 def test_python_dash_m_gnnscale_info():

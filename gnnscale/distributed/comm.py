@@ -16,8 +16,11 @@ file) into the same clear error on every worker instead of a hang.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
 import torch
@@ -27,7 +30,7 @@ from torch import Tensor
 from gnnscale.distributed.context import DistContext
 from gnnscale.partition.book import PartitionBook
 
-CATEGORIES = ("sample", "feature", "grad", "setup", "eval")
+CATEGORIES = ("sample", "feature", "shuffle", "grad", "setup", "eval")
 AGREE_BYTES = 1024  # fixed size of one worker's encoded agree() message (status byte + utf-8 text)
 _SIZE_BYTES = 8  # one int64 message size in the size exchange of all_to_allv
 
@@ -56,10 +59,15 @@ class _Counts:
     calls: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+    seconds: float = 0.0
 
 
 class CommStats:
-    """Rounds, collective calls and bytes per category since the last :meth:`snapshot_and_reset`."""
+    """Rounds, collective calls, bytes and seconds per category since the last :meth:`snapshot_and_reset`.
+
+    Seconds are the wall-clock time spent inside the category's collective calls (waiting for slower
+    peers included): e.g. the ``"shuffle"`` share of a split-parallel forward+backward pass.
+    """
 
     def __init__(self) -> None:
         self._counts = {c: _Counts() for c in CATEGORIES}
@@ -71,12 +79,16 @@ class CommStats:
         c.bytes_sent += bytes_sent
         c.bytes_received += bytes_received
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        """``{category: {"rounds", "calls", "bytes_sent", "bytes_received"}}`` for every category."""
-        return {name: {"rounds": c.rounds, "calls": c.calls, "bytes_sent": c.bytes_sent,
-                       "bytes_received": c.bytes_received} for name, c in self._counts.items()}
+    def add_seconds(self, category: str, seconds: float) -> None:
+        self._counts[category].seconds += seconds
 
-    def snapshot_and_reset(self) -> dict[str, dict[str, int]]:
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """``{category: {"rounds", "calls", "bytes_sent", "bytes_received", "seconds"}}`` for every
+        category (seconds a float, the others ints)."""
+        return {name: {"rounds": c.rounds, "calls": c.calls, "bytes_sent": c.bytes_sent,
+                       "bytes_received": c.bytes_received, "seconds": c.seconds} for name, c in self._counts.items()}
+
+    def snapshot_and_reset(self) -> dict[str, dict[str, float]]:
         """The counts so far (see :meth:`snapshot`), then zero them: call once per iteration."""
         out = self.snapshot()
         self._counts = {c: _Counts() for c in CATEGORIES}
@@ -89,9 +101,11 @@ class Comm:
 
     Args:
         ctx: this worker's context (:func:`gnnscale.distributed.init_from_env`); the process group must be open.
+        group: the process group the collectives run on (default: all workers). ``rank`` and
+            ``world_size`` are this worker's within it. Build further groups with :meth:`new_group`.
     """
 
-    def __init__(self, ctx: DistContext) -> None:
+    def __init__(self, ctx: DistContext, group: dist.ProcessGroup | None = None) -> None:
         if not isinstance(ctx, DistContext):
             raise TypeError(f"ctx: expected a DistContext, got {type(ctx).__name__}")
         if not dist.is_initialized():
@@ -99,47 +113,97 @@ class Comm:
         if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
             raise ValueError(f"ctx: rank {ctx.rank} of {ctx.world_size} does not match the process group "
                              f"(rank {dist.get_rank()} of {dist.get_world_size()})")
-        self.rank = ctx.rank
-        self.world_size = ctx.world_size
+        self.ctx = ctx
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
         self.device = ctx.device
         self.stats = CommStats()
 
+    def new_group(self, ranks: Sequence[int] | None = None) -> "Comm | None":
+        """A Comm on a new process group of the given global ranks (default: all workers), with its own
+        accounting. Collective over ALL workers (torch's ``new_group`` rule), even those not in
+        ``ranks``; they get None.
+
+        Two threads may use two groups at once (e.g. a background data-loading stage beside the
+        training step), which one group does not allow: its collectives must stay in one order.
+        """
+        members = list(range(self.ctx.world_size)) if ranks is None else sorted(int(r) for r in ranks)
+        # Collective: every worker of the default group takes part in creating any group.
+        group = dist.new_group(members, timeout=timedelta(seconds=self.ctx.timeout_s), backend=self.ctx.backend)
+        return Comm(self.ctx, group) if self.ctx.rank in members else None
+
     # -- rounds -------------------------------------------------------------------------------------
 
-    def all_to_allv(self, send: Sequence[Tensor], category: str) -> list[Tensor]:
+    def all_to_allv(self, send: Sequence[Tensor], category: str, *,
+                    recv_rows: Sequence[int] | None = None) -> list[Tensor]:
         """One round: ``send[j]`` goes to worker ``j``; returns ``recv`` with ``recv[j]`` from worker ``j``.
 
         Args:
             send: ``world_size`` tensors of one dtype, all 1-D, or all 2-D with the same row width;
                 lengths (rows) may differ, including 0. Every worker must use the same dtype and row width.
             category: one of :data:`CATEGORIES`.
+            recv_rows: the rows each worker sends this one, when this worker already knows them (a
+                plan every worker derived from the same data, as in split parallelism's shuffles):
+                the size exchange is skipped. Default None: exchange the sizes first.
 
         Returns:
             ``world_size`` tensors on ``self.device`` (views into one buffer), same dtype and row width.
 
-        Two collective calls: the row counts (int64), then the concatenated payload.
+        Two collective calls: the row counts (int64), then the concatenated payload; one call with
+        ``recv_rows``.
         """
         self._check_category(category)
         trailing, dtype = self._check_send(send)
         send_rows = [int(t.shape[0]) for t in send]
-        sizes = torch.tensor(send_rows, dtype=torch.int64, device=self.device)
-        recv_sizes = torch.empty_like(sizes)
-        # Collective: every worker learns how many rows each peer sends it, to size its receive buffer.
-        self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes))
-        recv_rows = recv_sizes.tolist()  # host sync: the split sizes must be Python ints
+        if recv_rows is None:
+            recv_rows = self._exchange_sizes(send_rows, category)
+            size_bytes, calls = _SIZE_BYTES * (self.world_size - 1), 2
+        else:
+            recv_rows = self._check_recv_rows(recv_rows)
+            size_bytes, calls = 0, 1
         payload = torch.cat([t.reshape(-1, *trailing) for t in send]).to(self.device, dtype)
-        out = torch.empty((sum(recv_rows), *trailing), dtype=dtype, device=self.device)
-        # Collective: the payload itself, split by the row counts just exchanged.
+        out = self._payload_round(payload, send_rows, recv_rows, category, calls=calls, size_bytes=size_bytes)
+        return list(out.split(recv_rows))
+
+    def exchange_rows(self, rows: Tensor, send_rows: Sequence[int], recv_rows: Sequence[int], category: str) -> Tensor:
+        """One round, one collective call, when both sides know the sizes (split parallelism's shuffles):
+        ``rows`` holds, one after the other, the ``send_rows[j]`` rows for worker ``j`` (rank order);
+        returns one tensor with the ``recv_rows[j]`` rows from worker ``j``, in rank order.
+
+        The same round as :meth:`all_to_allv` with ``recv_rows``, without its per-peer lists: ``rows``
+        is sent as it is (no concatenation) and the reply is returned as received (no splitting).
+
+        Args:
+            rows: [sum(send_rows)] or [sum(send_rows), d], on ``self.device``; the same dtype and row
+                width on every worker.
+            send_rows, recv_rows: ``world_size`` non-negative ints each.
+            category: one of :data:`CATEGORIES`.
+        """
+        self._check_category(category)
+        if not isinstance(rows, Tensor) or rows.dim() not in (1, 2):
+            raise ValueError(f"rows: expected a 1-D or 2-D tensor, got "
+                             f"{tuple(rows.shape) if isinstance(rows, Tensor) else type(rows).__name__}")
+        send_rows, recv_rows = self._check_recv_rows(send_rows, "send_rows"), self._check_recv_rows(recv_rows)
+        if rows.shape[0] != sum(send_rows):
+            raise ValueError(f"rows: expected sum(send_rows) = {sum(send_rows)} rows, got {rows.shape[0]}")
+        return self._payload_round(rows.contiguous().to(self.device), send_rows, recv_rows, category, calls=1,
+                                   size_bytes=0)
+
+    def _payload_round(self, payload: Tensor, send_rows: list[int], recv_rows: list[int], category: str, *,
+                       calls: int, size_bytes: int) -> Tensor:
+        trailing = tuple(payload.shape[1:])
+        out = torch.empty((sum(recv_rows), *trailing), dtype=payload.dtype, device=self.device)
+        # Collective: the payload itself, split by the row counts both sides know.
         self._run("all_to_allv (payload)", category,
                   lambda: dist.all_to_all_single(out, payload, output_split_sizes=recv_rows,
-                                                 input_split_sizes=send_rows))
-        row_bytes = dtype.itemsize * (trailing[0] if trailing else 1)
+                                                 input_split_sizes=send_rows, group=self.group))
+        row_bytes = payload.dtype.itemsize * (trailing[0] if trailing else 1)
         others = [j for j in range(self.world_size) if j != self.rank]
-        size_bytes = _SIZE_BYTES * len(others)
-        self.stats.record(category, rounds=1, calls=2,
+        self.stats.record(category, rounds=1, calls=calls,
                           bytes_sent=size_bytes + row_bytes * sum(send_rows[j] for j in others),
                           bytes_received=size_bytes + row_bytes * sum(recv_rows[j] for j in others))
-        return list(out.split(recv_rows))
+        return out
 
     def all_reduce_(self, tensor: Tensor, op: dist.ReduceOp, category: str) -> Tensor:
         """One round: reduce ``tensor`` in place over all workers (``op``: ``dist.ReduceOp.SUM``, ...)."""
@@ -149,7 +213,7 @@ class Comm:
         if tensor.device != self.device:
             raise ValueError(f"tensor: expected it on {self.device} (the backend's device), got {tensor.device}")
         # Collective: the reduction is the whole point of the call.
-        self._run("all_reduce", category, lambda: dist.all_reduce(tensor, op=op))
+        self._run("all_reduce", category, lambda: dist.all_reduce(tensor, op=op, group=self.group))
         nbytes = tensor.numel() * tensor.element_size() if self.world_size > 1 else 0
         self.stats.record(category, rounds=1, calls=1, bytes_sent=nbytes, bytes_received=nbytes)
         return tensor
@@ -166,7 +230,7 @@ class Comm:
         """One round, no payload: returns once every worker has reached it."""
         self._check_category(category)
         # Collective: the synchronisation itself.
-        self._run("barrier", category, dist.barrier)
+        self._run("barrier", category, lambda: dist.barrier(group=self.group))
         self.stats.record(category, rounds=1, calls=1, bytes_sent=0, bytes_received=0)
 
     def agree(self, ok: bool, message: str = "", category: str = "setup") -> None:
@@ -187,7 +251,7 @@ class Comm:
         mine = mine.to(self.device)
         gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
         # Collective: every worker needs every worker's status to stop together.
-        self._run("agree (all_gather)", category, lambda: dist.all_gather(gathered, mine))
+        self._run("agree (all_gather)", category, lambda: dist.all_gather(gathered, mine, group=self.group))
         nbytes = AGREE_BYTES * (self.world_size - 1)
         self.stats.record(category, rounds=1, calls=1, bytes_sent=nbytes, bytes_received=nbytes)
         failures = {}
@@ -204,15 +268,33 @@ class Comm:
 
     # -- helpers ------------------------------------------------------------------------------------
 
+    def _exchange_sizes(self, send_rows: list[int], category: str) -> list[int]:
+        sizes = torch.tensor(send_rows, dtype=torch.int64, device=self.device)
+        recv_sizes = torch.empty_like(sizes)
+        # Collective: every worker learns how many rows each peer sends it, to size its receive buffer.
+        self._run("all_to_allv (sizes)", category, lambda: dist.all_to_all_single(recv_sizes, sizes, group=self.group))
+        return recv_sizes.tolist()  # host sync: the split sizes must be Python ints
+
+    def _check_recv_rows(self, recv_rows: Sequence[int], name: str = "recv_rows") -> list[int]:
+        if not isinstance(recv_rows, Sequence) or len(recv_rows) != self.world_size:
+            raise ValueError(f"{name}: expected world_size = {self.world_size} row counts, got {recv_rows!r}")
+        if any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in recv_rows):
+            raise ValueError(f"{name}: expected non-negative ints, got {list(recv_rows)}")
+        return list(recv_rows)
+
     def _run(self, op: str, category: str, fn: Callable[[], T]) -> T:
-        """Run one collective; a backend failure (dead or hung peer) becomes a PeerFailure."""
+        """Run one collective, its seconds counted in ``category``; a backend failure (dead or hung peer)
+        becomes a PeerFailure."""
+        start = time.perf_counter()
         try:
-            return fn()
+            out = fn()
         except RuntimeError as err:  # gloo and NCCL raise RuntimeError (DistBackendError) for both
             raise PeerFailure(
-                f"rank {self.rank} of {self.world_size}: collective {op} (category {category!r}) failed, "
-                f"most likely because another worker died or timed out: {err}. Stopping the run."
+                f"rank {self.rank} of {self.world_size}: collective {op} (category {category!r}) failed: "
+                f"{backend_reason(err)}; another worker died or did not answer within --timeout. Stopping the run."
             ) from err
+        self.stats.add_seconds(category, time.perf_counter() - start)
+        return out
 
     def _check_category(self, category: str) -> None:
         if category not in CATEGORIES:
@@ -232,6 +314,14 @@ class Comm:
                 raise ValueError(f"send[{j}]: expected dtype {first.dtype} and row shape {tuple(first.shape[1:])} "
                                  f"like send[0], got {t.dtype} and {tuple(t.shape[1:])}")
         return tuple(first.shape[1:]), first.dtype
+
+
+def backend_reason(err: BaseException) -> str:
+    """The first line of a backend error without gloo's source location and advice (which run to
+    hundreds of characters): e.g. ``Read error [127.0.0.1]:22959: Connection reset by peer``."""
+    lines = str(err).strip().splitlines()
+    text = re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else type(err).__name__
+    return text.split(". This is typically caused")[0].rstrip(".")
 
 
 def check_placement(book: PartitionBook, rank: int, comm: Comm) -> None:

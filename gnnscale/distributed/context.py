@@ -29,12 +29,14 @@ class DistContext:
         world_size: number of workers (>= 1).
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU).
         device: where collectives exchange tensors: ``cpu`` for gloo, ``cuda:LOCAL_RANK`` for NCCL.
+        timeout_s: how long a collective waits for its peers before it fails (also for later groups).
     """
 
     rank: int
     world_size: int
     backend: str
     device: torch.device
+    timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("rank", "world_size"):
@@ -68,13 +70,7 @@ def init_from_env(
         ValueError: a variable is missing or malformed (launch with ``torchrun``), or the backend
             cannot run here.
     """
-    env = os.environ if environ is None else environ
-    missing = [name for name in REQUIRED_ENV if name not in env]
-    if missing:
-        raise ValueError(
-            f"environment: missing {', '.join(missing)}; launch the workers with torchrun "
-            f"(e.g. `torchrun --nproc-per-node 2 -m gnnscale train ...`), which sets {', '.join(REQUIRED_ENV)}"
-        )
+    env = _launch_env(environ)
     rank = _env_int(env, "RANK")
     world_size = _env_int(env, "WORLD_SIZE")
     port = _env_int(env, "MASTER_PORT")
@@ -86,6 +82,25 @@ def init_from_env(
     else:
         device = torch.device("cpu")
     return _init(rank, world_size, _tcp_address(env["MASTER_ADDR"], port), backend, device, timeout_s)
+
+
+def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The number of workers torchrun launched (``WORLD_SIZE``), for checks made before joining the run.
+
+    Raises ValueError like :func:`init_from_env` when not launched by torchrun.
+    """
+    return _env_int(_launch_env(environ), "WORLD_SIZE")
+
+
+def _launch_env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    env = os.environ if environ is None else environ
+    missing = [name for name in REQUIRED_ENV if name not in env]
+    if missing:
+        raise ValueError(
+            f"environment: missing {', '.join(missing)}; launch the workers with torchrun "
+            f"(e.g. `torchrun --nproc-per-node 2 -m gnnscale train ...`), which sets {', '.join(REQUIRED_ENV)}"
+        )
+    return env
 
 
 def init_for_test(rank: int, world_size: int, port: int, *, timeout_s: float = 20.0,
@@ -107,7 +122,7 @@ def _init(rank: int, world_size: int, init_method: str, backend: str, device: to
           timeout_s: float) -> DistContext:
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
-    ctx = DistContext(rank=rank, world_size=world_size, backend=backend, device=device)
+    ctx = DistContext(rank=rank, world_size=world_size, backend=backend, device=device, timeout_s=float(timeout_s))
     if dist.is_initialized():
         raise RuntimeError("process group: already initialised in this process; call shutdown() first")
     if backend == "nccl":

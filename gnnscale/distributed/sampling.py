@@ -23,7 +23,7 @@ import torch.distributed as dist
 from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.partition.book import PartitionBook
-from gnnscale.sampling import Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
+from gnnscale.sampling import BatchSampler, Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import choose_neighbors, num_chosen
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.keys import mix64_py
@@ -75,7 +75,7 @@ def _scatter_lists(positions, counts, values, num_dst):
     return indptr, out
 
 
-class VanillaSampler:
+class VanillaSampler(BatchSampler):
     """Distributed neighbor sampling when each worker holds only its own nodes' in-edges.
 
     Args:
@@ -134,12 +134,13 @@ class VanillaSampler:
     def _sample_hop(self, dst: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
         """CSC ``(indptr, chosen global ids)`` of one hop; hops after the first cost 2 rounds."""
         if hop == 0:  # the seeds are owned here, on every worker: no worker takes part in a round
-            return self._sample_owned(dst, fanout, key, hop)
+            return self._sample_mine(dst, fanout, key, hop)
         world = self.comm.world_size
         owners = self.book.owner(dst)
         positions = [np.flatnonzero(owners == p) for p in range(world)]
         # Round (a): to every other owner, our key and the nodes we need sampled (nothing if none).
-        requests = [_request(key, dst[positions[p]]) if p != self.rank else _EMPTY for p in range(world)]
+        requests = [_request(self._header(key), dst[positions[p]]) if p != self.rank else _EMPTY
+                    for p in range(world)]
         asked = self.comm.all_to_allv(requests, CATEGORY)
         replies = []
         for p in range(world):
@@ -147,14 +148,14 @@ class VanillaSampler:
             if p == self.rank or msg.shape[0] == 0:
                 replies.append(_EMPTY)
                 continue
-            offsets, chosen = self._sample_owned(msg[1:], fanout, int(msg[0]), hop)  # msg[0]: requester's key
+            offsets, chosen = self._answer(p, msg, fanout, hop)
             replies.append(torch.from_numpy(np.concatenate([np.diff(offsets), chosen])))
         # Round (b): per requested node its count, then all chosen neighbors (global ids).
         answered = self.comm.all_to_allv(replies, CATEGORY)
         counts, values = [], []
         for p in range(world):
             if p == self.rank:
-                offsets, chosen = self._sample_owned(dst[positions[p]], fanout, key, hop)
+                offsets, chosen = self._sample_mine(dst[positions[p]], fanout, key, hop)
                 counts.append(np.diff(offsets))
                 values.append(chosen)
             else:
@@ -163,6 +164,20 @@ class VanillaSampler:
                 counts.append(msg[:n])
                 values.append(msg[n:])
         return _scatter_lists(np.concatenate(positions), np.concatenate(counts), np.concatenate(values), dst.shape[0])
+
+    # Hooks for samplers that send more than the key (DGS sends its mask version too).
+
+    def _header(self, key: int) -> list[int]:
+        """The int64 words that precede the node ids of a request: the requester's key."""
+        return [key]
+
+    def _answer(self, requester: int, msg: np.ndarray, fanout: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, chosen)`` for a request (``_header`` words, then owned node ids) from ``requester``."""
+        return self._sample_owned(msg[1:], fanout, int(msg[0]), hop)
+
+    def _sample_mine(self, nodes: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, chosen)`` for this worker's own requests (its seeds, its owned destinations)."""
+        return self._sample_owned(nodes, fanout, key, hop)
 
     def _sample_owned(self, nodes: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
         """``(offsets, chosen)`` of owned ``nodes`` (int64 global ids) under ``key``; see :func:`_sample_rows`."""
@@ -181,7 +196,7 @@ class VanillaSampler:
                              f"(this worker: fanouts={list(self.fanouts)}, replace={self.replace})")
 
 
-class HybridSampler:
+class HybridSampler(BatchSampler):
     """Sampling in the hybrid layout: the whole topology on every worker, so no communication (0 rounds).
 
     The same contract as :class:`VanillaSampler` (seeds owned by this worker; same key, same blocks),
@@ -217,11 +232,12 @@ class HybridSampler:
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
-def _request(key: int, nodes: np.ndarray) -> torch.Tensor:
-    """int64 [1 + len(nodes)]: the key, then the nodes; empty when there is nothing to ask."""
+def _request(header: list[int], nodes: np.ndarray) -> torch.Tensor:
+    """int64 [len(header) + len(nodes)]: the header (the key, ...), then the nodes; empty when there is
+    nothing to ask."""
     if nodes.shape[0] == 0:
         return _EMPTY
-    return torch.from_numpy(np.concatenate([np.array([key], dtype=np.int64), nodes]))
+    return torch.from_numpy(np.concatenate([np.array(header, dtype=np.int64), nodes]))
 
 
 def _check_owned(seeds: np.ndarray, lo: int, hi: int, rank: int) -> np.ndarray:

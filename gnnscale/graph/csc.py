@@ -42,6 +42,10 @@ class CSCGraph:
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
 
+    def __repr__(self) -> str:
+        # The sizes, not the arrays (which may be gigabytes, memory-mapped).
+        return f"CSCGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, indices={self.indices.dtype})"
+
     def in_degrees(self) -> np.ndarray:
         """int64 [num_nodes]: number of in-edges of each node."""
         return np.diff(self.indptr)

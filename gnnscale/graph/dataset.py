@@ -31,6 +31,12 @@ class NodeDataset:
     test_idx: np.ndarray
     num_classes: int
 
+    def __repr__(self) -> str:
+        # The sizes, not the arrays.
+        return (f"NodeDataset(name={self.name!r}, num_nodes={self.graph.num_nodes}, num_edges={self.graph.num_edges}, "
+                f"feature_dim={self.features.shape[1]}, num_classes={self.num_classes}, "
+                f"train/val/test={self.train_idx.size}/{self.val_idx.size}/{self.test_idx.size})")
+
     def __post_init__(self) -> None:
         n = self.graph.num_nodes
         if self.features.ndim != 2 or self.features.shape[0] != n:

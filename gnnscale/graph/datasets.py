@@ -3,7 +3,8 @@
 ========================  =====================================================  ==========================
 name                      root                                                   options
 ========================  =====================================================  ==========================
-synthetic                 ignored (generated)                                    SyntheticConfig fields
+synthetic                 ignored (generated)                                    SyntheticConfig fields,
+                                                                                 preset, scale
 cora, citeseer, pubmed    folder with ``ind.<name>.*``                            normalize_features
 ogbn-arxiv, -products,    OGB's root (holds ``ogbn_<name>/``)                     symmetrize, layout
 ogbn-papers100M
@@ -23,7 +24,7 @@ from gnnscale.graph.npz import load_npz
 from gnnscale.graph.ogb import OGB_DATASETS, load_ogb
 from gnnscale.graph.planetoid import PLANETOID_NAMES, load_planetoid
 from gnnscale.graph.storage import load_dataset_dir
-from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.graph.synthetic import PRESETS, SyntheticConfig, make_synthetic, preset_config
 
 DATASETS = ("synthetic", *PLANETOID_NAMES, *OGB_DATASETS, "npz", "dir")
 
@@ -75,6 +76,13 @@ def _loader(name: str) -> Callable[..., NodeDataset]:
 
 
 def _synthetic_config(options: dict) -> SyntheticConfig:
+    """SyntheticConfig fields; ``preset`` (one of PRESETS) and ``scale`` start from a named config."""
+    options = dict(options)
+    preset, scale = options.pop("preset", None), options.pop("scale", None)
+    if preset is not None or scale is not None:
+        if preset is None:
+            raise ValueError(f"scale: needs a preset (one of {', '.join(PRESETS)}), e.g. -o preset=hard -o scale=0.5")
+        return preset_config(preset, 1.0 if scale is None else scale, **options)
     valid = [f.name for f in dataclasses.fields(SyntheticConfig)]
     unknown = sorted(set(options) - set(valid))
     if unknown:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import uuid
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -93,16 +95,32 @@ def save_npz(ds: NodeDataset, path: str | Path, *, topology: Topology = "csc") -
     return path
 
 
+# First bytes of a zip archive (a local file header, or the end record of an empty archive) and of a .npy file.
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+NPY_MAGIC = b"\x93NUMPY"
+# What a damaged archive raises: a truncated or foreign zip (BadZipFile), a CRC mismatch when a member is
+# read (BadZipFile), a corrupt deflate stream (zlib.error), a member cut short (EOFError, ValueError).
+DAMAGED = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError)
+
+
 def open_npz(path: Path) -> np.lib.npyio.NpzFile:
-    """Open an .npz archive of named arrays without pickles; a ValueError naming ``path`` otherwise."""
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise ValueError(f"path: {path} is not a readable .npz archive: {exc}") from exc
-    if not isinstance(archive, np.lib.npyio.NpzFile):
+    """Open an .npz archive of named arrays without pickles; a ValueError naming ``path`` otherwise.
+
+    The first bytes are checked before numpy sees the file: numpy would read anything that is not a
+    zip or .npy file as a pickle and advise loading it "unsafely".
+    """
+    with open(path, "rb") as f:
+        head = f.read(len(NPY_MAGIC))
+    if head.startswith(NPY_MAGIC):
         # np.load also accepts a single .npy file; this format is an archive of named arrays.
         raise ValueError(f"path: {path} is a single .npy array, expected an .npz archive of named arrays")
-    return archive
+    if not head.startswith(ZIP_MAGICS):
+        raise ValueError(f"path: {path} is not an .npz archive (it does not start like a zip file; first bytes "
+                         f"{head!r}); see docs/npz_format.md")
+    try:
+        return np.load(path, allow_pickle=False)
+    except DAMAGED as exc:
+        raise ValueError(f"path: {path} is a damaged .npz archive (truncated or corrupt: {exc})") from exc
 
 
 def _read_archive(path: Path) -> dict[str, np.ndarray]:
@@ -114,8 +132,10 @@ def _read_archive(path: Path) -> dict[str, np.ndarray]:
 def _read_key(archive, key: str, path: Path) -> np.ndarray:
     try:
         return archive[key]
-    except (ValueError, OSError, EOFError) as exc:  # object arrays under allow_pickle=False, or corrupt
-        raise ValueError(f"{key}: cannot be read from {path} without pickle, or is corrupt: {exc}") from exc
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
+        raise ValueError(f"{key}: damaged in {path} (truncated or corrupt archive: {exc})") from exc
+    except ValueError as exc:  # an object array under allow_pickle=False, or a malformed .npy header
+        raise ValueError(f"{key}: cannot be read from {path} without pickle, or is malformed: {exc}") from exc
 
 
 def _required(arrays: dict, key: str, path: Path) -> np.ndarray:

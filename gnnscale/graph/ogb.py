@@ -39,7 +39,7 @@ import numpy as np
 
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.npz import open_npz
+from gnnscale.graph.npz import DAMAGED, open_npz
 from gnnscale.graph.planetoid import UnsafePickleError, restricted_loads
 
 Layout = Literal["auto", "raw", "processed"]
@@ -192,7 +192,7 @@ def _read_npz(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
             raise ValueError(f"{path}: missing key(s) {missing} (present: {archive.files})")
         try:
             return {k: archive[k] for k in keys}
-        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        except DAMAGED as exc:
             raise ValueError(f"{path}: corrupt array in the archive ({exc})") from exc
 
 

@@ -8,7 +8,10 @@ Backends. ``"numba"`` (the default for float32/float64 on CPU) aggregates with t
 one pass, and their backward writes each source's gradient once (no zero-filled slice gradient, no
 separate add). ``"csr"`` (a ``torch.sparse`` CSR matrix straight from the block's ``(indptr,
 indices)``) and ``"index_add"`` (gather + ``index_add_``) are the reference paths, and index_add is the
-fallback for dtypes the kernels lack (half, bfloat16).
+fallback for dtypes the kernels lack (half, bfloat16). Two kinds of block always take the torch path
+(:func:`uses_kernels`): a split block (:class:`~gnnscale.nn.cooperative.SplitAwareBlock`, split
+parallelism), whose edges cross workers and which aggregates through its own hook, and a block with
+``edge_weight`` (LADIES), which the kernels have no weights for (weighted sums: the CSR product).
 
 Order. GraphSAGE and GCN are linear before their nonlinearity, so ``W (A x)`` = ``A (W x)``: they
 aggregate first (sums over ``in`` columns, product over the destinations) or transform first (product
@@ -26,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.nn.functional import (KERNEL_DTYPES, aggregate, attention, check_dropout_key, keyed_dropout,
                                     site_key, transform_first_is_cheaper)
 from gnnscale.sampling.block import Block
@@ -34,7 +38,6 @@ Backend = Literal["auto", "numba", "csr", "index_add"]
 BACKENDS = ("auto", "numba", "csr", "index_add")
 Order = Literal["auto", "aggregate_first", "transform_first"]
 ORDERS = ("auto", "aggregate_first", "transform_first")
-_CSR_DTYPES = (torch.float32, torch.float64)
 
 
 def resolve_backend(backend: Backend, x: Tensor) -> str:
@@ -46,6 +49,14 @@ def resolve_backend(backend: Backend, x: Tensor) -> str:
     return "numba" if x.dtype in KERNEL_DTYPES and x.device.type == "cpu" else "index_add"
 
 
+def uses_kernels(backend: Backend, block: Block | SplitAwareBlock, x: Tensor) -> bool:
+    """Whether a layer takes the numba path: the numba backend on a whole, unweighted block. A split
+    block aggregates through its own hook (its edges cross workers) and a weighted block (LADIES)
+    through the torch reference, which the kernels do not replace (they have no per-edge weight)."""
+    return (resolve_backend(backend, x) == "numba" and not isinstance(block, SplitAwareBlock)
+            and block.edge_weight is None)
+
+
 def _check_order(order: str) -> str:
     if order not in ORDERS:
         raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
@@ -53,23 +64,33 @@ def _check_order(order: str) -> str:
 
 
 def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> Tensor:
-    """Sum of in-neighbor features: ``out[i] = sum_{e in in-edges(i)} x_src[indices[e]]``.
+    """Sum of in-neighbor features: ``out[i] = sum_{e in in-edges(i)} x_src[indices[e]]``, each term
+    times ``block.edge_weight[e]`` when the block carries weights.
 
     Args:
         block: the message-flow graph.
         x_src: float [num_src, d] source features.
         backend: ``"numba"`` (one pass per destination row), ``"csr"`` (sparse CSR times dense),
             ``"index_add"`` (gather + ``index_add_``), or ``"auto"`` (numba for float32/float64 on CPU,
-            else index_add). All give the same result.
+            else index_add). All give the same result; a weighted block takes ``"csr"`` for ``"numba"``
+            and a split block its own ``aggregate_sum``.
 
     Shapes:
         x_src [num_src, d] -> [num_dst, d]; destinations without in-edges get zeros.
     """
+    if isinstance(block, SplitAwareBlock):  # split parallelism: sums over edges crossing workers
+        return block.aggregate_sum(x_src)
     backend = resolve_backend(backend, x_src)
+    weight = block.edge_weight
     if backend == "numba":
-        return aggregate(block, x_src, norm="sum")
+        if weight is None:
+            return aggregate(block, x_src, norm="sum")
+        backend = "csr"  # the kernels have no per-edge weight: weighted blocks take torch's CSR product
     if backend == "csr":
-        values = torch.ones(block.num_edges, dtype=x_src.dtype, device=x_src.device)
+        if weight is None:
+            values = torch.ones(block.num_edges, dtype=x_src.dtype, device=x_src.device)
+        else:
+            values = weight.to(x_src.dtype)
         with warnings.catch_warnings():
             # torch warns once per process that CSR support is "beta"; sparse @ dense is all we use.
             warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
@@ -77,16 +98,25 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
                                           check_invariants=False)
         return adj @ x_src
     out = x_src.new_zeros(block.num_dst, x_src.shape[1])
-    return out.index_add_(0, block.dst_index(), x_src[block.indices])
+    messages = x_src[block.indices]
+    if weight is not None:
+        messages = messages * weight.to(x_src.dtype).unsqueeze(1)
+    return out.index_add_(0, block.dst_index(), messages)
 
 
 def check_input(block: Block, x_src: Tensor, in_dim: int) -> None:
     """Raise ``ValueError`` naming ``x_src`` unless it is [block.num_src, in_dim]."""
-    if not isinstance(block, Block):
-        raise TypeError(f"block: expected a Block, got {type(block).__name__}")
+    if not isinstance(block, (Block, SplitAwareBlock)):
+        raise TypeError(f"block: expected a Block or a SplitAwareBlock, got {type(block).__name__}")
     if x_src.dim() != 2 or x_src.shape[0] != block.num_src or x_src.shape[1] != in_dim:
         raise ValueError(f"x_src: expected shape [num_src={block.num_src}, in_dim={in_dim}], "
                          f"got {list(x_src.shape)}")
+
+
+def gather_sources(block: Block | SplitAwareBlock, x_src: Tensor) -> Tensor:
+    """The rows of every source the block's edges read: ``x_src`` itself, plus for a split block the
+    rows of its remote sources (one shuffle, see :class:`~gnnscale.nn.cooperative.SplitAwareBlock`)."""
+    return block.gather_sources(x_src) if isinstance(block, SplitAwareBlock) else x_src
 
 
 def _in_degrees(block: Block, like: Tensor) -> Tensor:
@@ -102,7 +132,10 @@ class SAGEConv(nn.Module):
     With the numba backend both weights act in one product: aggregate first computes
     ``[mean_i | x_i] @ [W_l | W_r]^T`` over the destinations (a block has many more sources than
     destinations, so this is the usual choice); transform first computes ``x @ [W_l; W_r]^T`` over
-    every source and then ``mean(first half) + own second half``.
+    every source and then ``mean(first half) + own second half``. A block with ``edge_weight``
+    (LADIES, rows summing to one) replaces the mean by the weighted sum, and a split block
+    (:class:`~gnnscale.nn.cooperative.SplitAwareBlock`) aggregates through its hook; both take the
+    torch path (mean before ``lin_l``).
 
     Args:
         in_dim: input feature size.
@@ -125,9 +158,12 @@ class SAGEConv(nn.Module):
 
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
-        if resolve_backend(self.backend, x_src) != "numba":
+        if not uses_kernels(self.backend, block, x_src):
             neigh_sum = aggregate_sum(block, x_src, backend=self.backend)
-            neigh_mean = neigh_sum / _in_degrees(block, neigh_sum).clamp(min=1)
+            if block.edge_weight is None:
+                neigh_mean = neigh_sum / _in_degrees(block, neigh_sum).clamp(min=1)
+            else:  # row-normalised weights (LADIES): the weighted sum is the neighbor mean's estimate
+                neigh_mean = neigh_sum
             return self.lin_l(neigh_mean) + self.lin_r(x_src[: block.num_dst])
         if _transform_first(self.order, block, self.in_dim, self.out_dim, self_width=2):
             z = F.linear(x_src, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=0))  # [num_src, 2 out]
@@ -156,6 +192,8 @@ class GCNConv(nn.Module):
     neither its true degree nor anything the sampler controls. Using the true graph degree instead
     would bias the estimate (a neighbor of degree 1000 seen with fanout 10). The row norm depends only
     on the destination's own sampled neighbors, so it is an unbiased mean over ``N_s(i) ∪ {i}``.
+    A block with ``edge_weight`` (LADIES) carries the normalised operator itself, self loops as
+    edges: ``h_i = W sum_e w_e x_j + b``.
 
     Args:
         in_dim: input feature size.
@@ -177,10 +215,13 @@ class GCNConv(nn.Module):
 
     def forward(self, block: Block, x_src: Tensor) -> Tensor:
         check_input(block, x_src, self.in_dim)
-        if resolve_backend(self.backend, x_src) != "numba":
-            # The self term is x_src[:num_dst] (x_dst); the "+1" in the degree counts it.
-            total = aggregate_sum(block, x_src, backend=self.backend) + x_src[: block.num_dst]
-            out = self.lin(total / (_in_degrees(block, total) + 1))
+        if not uses_kernels(self.backend, block, x_src):
+            if block.edge_weight is None:
+                # The self term is x_src[:num_dst] (x_dst); the "+1" in the degree counts it.
+                total = aggregate_sum(block, x_src, backend=self.backend) + x_src[: block.num_dst]
+                out = self.lin(total / (_in_degrees(block, total) + 1))
+            else:  # weighted blocks (LADIES) carry the whole normalised operator, self loops included
+                out = self.lin(aggregate_sum(block, x_src, backend=self.backend))
             return out if self.bias is None else out + self.bias
         if _transform_first(self.order, block, self.in_dim, self.out_dim):
             out = aggregate(block, self.lin(x_src), norm="gcn")
@@ -250,10 +291,13 @@ class GATConv(nn.Module):
 
     def forward(self, block: Block, x_src: Tensor, *, dropout_key: int | None = None) -> Tensor:
         check_input(block, x_src, self.in_dim)
+        if block.edge_weight is not None:
+            raise ValueError("block: GATConv computes its own edge weights (attention) and cannot use a block's "
+                             "edge_weight (LADIES blocks); train GAT with --sampler fused or matrix")
         nd, H, C = block.num_dst, self.heads, self.out_dim
         p = self.attn_dropout if self.training else 0.0
         key = check_dropout_key(dropout_key) if p > 0 else 0
-        if resolve_backend(self.backend, x_src) == "numba":
+        if uses_kernels(self.backend, block, x_src):
             z = self.lin(x_src)                                                  # [num_src, H * C]
             # Both scores in one product with block-diagonal [H * C, H] attention vectors: no [S, H, C] temporary.
             scores = z @ torch.cat([_block_diagonal(self.att_src), _block_diagonal(self.att_dst)], dim=1)
@@ -265,9 +309,10 @@ class GATConv(nn.Module):
         return out if self.bias is None else out + self.bias
 
     def _reference(self, block: Block, x_src: Tensor, p: float, key: int) -> Tensor:
-        """The same with torch ops: messages gathered per edge and summed with ``index_add``."""
+        """The same with torch ops: messages gathered per edge and summed with ``index_add`` (also the
+        path of split blocks, whose edges read remote sources' rows)."""
         nd, H, C = block.num_dst, self.heads, self.out_dim
-        z = self.lin(x_src).view(-1, H, C)                      # [num_src, H, C]
+        z = gather_sources(block, self.lin(x_src)).view(-1, H, C)  # [num_src (+ remote), H, C]
         score_src = (z * self.att_src).sum(-1)                   # [num_src, H]
         score_dst = (z[:nd] * self.att_dst).sum(-1)              # [num_dst, H]
         src, dst = block.indices, block.dst_index()
@@ -277,7 +322,8 @@ class GATConv(nn.Module):
         if p > 0:
             # Edges, then self edges, as one [E + num_dst, H] tensor: the element ids the kernel drops.
             dropped = keyed_dropout(torch.cat([alpha_edge, alpha_self]), p, site_key(key, 0))
-            alpha_edge, alpha_self = dropped[: block.num_edges], dropped[block.num_edges:]
+            num_edges = src.numel()
+            alpha_edge, alpha_self = dropped[:num_edges], dropped[num_edges:]
         messages = (alpha_edge.unsqueeze(-1) * z[src]).view(-1, H * C)
         return (alpha_self.unsqueeze(-1) * z[:nd]).view(nd, H * C).index_add(0, dst, messages).view(nd, H, C)
 

@@ -19,9 +19,9 @@ from gnnscale.sampling.reference import two_step_hops
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")
 
-__all__ = ["Block", "NeighborSampler", "SamplerWorkspace", "blocks_from_hops", "check_fanouts", "check_key",
-           "THREADSAFE_LAYERS", "check_seeds", "check_threadsafe_layer", "choose_threading_layer", "derive_key", "sample_blocks",
-           "set_sampler_threads"]
+__all__ = ["BatchSampler", "Block", "NeighborSampler", "SamplerWorkspace", "THREADSAFE_LAYERS", "blocks_from_hops",
+           "check_fanouts", "check_key", "check_seeds", "check_threadsafe_layer", "choose_threading_layer",
+           "derive_key", "sample_blocks", "set_sampler_threads"]
 
 
 def check_fanouts(fanouts: Sequence[int]) -> tuple[int, ...]:
@@ -116,14 +116,25 @@ def blocks_from_hops(nodes: np.ndarray, hops: list[tuple[np.ndarray, np.ndarray,
     return blocks[::-1]
 
 
-class NeighborSampler:
-    """Samples blocks for a fixed graph and fanouts, reusing one mapping array across batches.
-
-    The training loop asks every sampler for ``sample_many`` over groups of ``bulk`` consecutive
-    batches (bulk samplers draw a group in one call); neighbor sampling draws them one by one.
-    """
+class BatchSampler:
+    """What the training loops ask of a sampler: ``sample_many`` over groups of ``bulk`` consecutive
+    batches. Bulk samplers draw a whole group in one call; this base draws them one by one with
+    ``sample``, which subclasses implement."""
 
     bulk = 1
+
+    def sample(self, seeds, key: int) -> list[Block]:
+        raise NotImplementedError
+
+    def sample_many(self, seeds_list: Sequence, keys: Sequence[int]) -> list[list[Block]]:
+        """The blocks of several batches, each with its own key (same as ``sample`` one by one)."""
+        if len(seeds_list) != len(keys):
+            raise ValueError(f"keys: expected one key per batch ({len(seeds_list)}), got {len(keys)}")
+        return [self.sample(seeds, key) for seeds, key in zip(seeds_list, keys)]
+
+
+class NeighborSampler(BatchSampler):
+    """Samples blocks for a fixed graph and fanouts, reusing one mapping array across batches."""
 
     def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False,
                  method: Method = "fused") -> None:
@@ -138,12 +149,6 @@ class NeighborSampler:
     def sample(self, seeds, key: int) -> list[Block]:
         return sample_blocks(self.graph, seeds, self.fanouts, key=key, replace=self.replace,
                              method=self.method, workspace=self.workspace)
-
-    def sample_many(self, seeds_list: Sequence, keys: Sequence[int]) -> list[list[Block]]:
-        """The blocks of several batches, each with its own key (same as ``sample`` one by one)."""
-        if len(seeds_list) != len(keys):
-            raise ValueError(f"keys: expected one key per batch ({len(seeds_list)}), got {len(keys)}")
-        return [self.sample(seeds, key) for seeds, key in zip(seeds_list, keys)]
 
 
 def set_sampler_threads(threads: int) -> None:

@@ -19,12 +19,17 @@ class Block:
             the same order (DGL's block convention; PyG's bipartite ``(x_src, x_dst)`` with
             ``x_dst = x_src[:num_dst]``).
         num_dst: number of destination nodes.
+        edge_weight: float32 [num_edges] or None (the default). None: every edge weighs one and the
+            layer normalises (neighbor mean, GCN norm). Given: the aggregation is the weighted sum
+            ``sum_e edge_weight[e] x_src[indices[e]]`` and the weights are the whole normalisation
+            (LADIES' importance-weighted, row-normalised adjacency, self loops included as edges).
     """
 
     indptr: Tensor
     indices: Tensor
     src_ids: Tensor
     num_dst: int
+    edge_weight: Tensor | None = None
 
     @property
     def num_src(self) -> int:
@@ -37,6 +42,11 @@ class Block:
     @property
     def dst_ids(self) -> Tensor:
         return self.src_ids[: self.num_dst]
+
+    def __repr__(self) -> str:
+        # The sizes, not the tensors: a block of a real batch holds millions of ids.
+        return (f"Block(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges}, "
+                f"device={self.indices.device})")
 
     def in_degrees(self) -> Tensor:
         """int64 [num_dst]: sampled in-degree of every destination node."""
@@ -57,5 +67,6 @@ class Block:
         return torch.stack([self.indices, self.dst_index()]), (self.num_src, self.num_dst)
 
     def to(self, device: torch.device | str) -> "Block":
+        weight = None if self.edge_weight is None else self.edge_weight.to(device)
         return Block(indptr=self.indptr.to(device), indices=self.indices.to(device),
-                     src_ids=self.src_ids.to(device), num_dst=self.num_dst)
+                     src_ids=self.src_ids.to(device), num_dst=self.num_dst, edge_weight=weight)

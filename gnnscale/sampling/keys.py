@@ -30,6 +30,7 @@ STREAM_SAMPLE = 0  # neighbor sampling keys
 STREAM_ORDER = 1  # the permutation of training nodes in an epoch
 STREAM_DROPOUT = 2  # dropout masks of a training step
 STREAM_INIT = 3  # model initialisation
+STREAM_EXPLAIN = 4  # DGS: the initial masks of the explanation of one iteration
 
 
 def derive_key(seed: int, epoch: int = 0, step: int = 0, rank: int = 0, stream: int = STREAM_SAMPLE) -> int:

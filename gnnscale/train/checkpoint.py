@@ -49,11 +49,14 @@ def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
         "run_signature": ckpt.run_signature,
         "history": ckpt.history,
     }
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no stray temporary file
 
 
 def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
@@ -72,12 +75,44 @@ def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
     if not isinstance(payload, dict) or payload.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint: {path} has no gnnscale checkpoint version {CHECKPOINT_VERSION}")
     saved = payload["run_signature"]
-    for name in sorted(set(saved) | set(run_signature)):
-        if saved.get(name) != run_signature.get(name):
-            raise ValueError(
-                f"checkpoint: {path} was written with {name}={saved.get(name)!r}, this run has "
-                f"{name}={run_signature.get(name)!r}; resume with the same settings"
-            )
+    difference = first_difference(saved, run_signature)
+    if difference is not None:
+        key, was, now = difference
+        raise ValueError(f"checkpoint: {path} was written with {key}={was!r}, this run has {key}={now!r}; resume "
+                         f"with the same {flag_of(key)} as the run that wrote it")
     return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],
                       optimizer_state=payload["optimizer_state"], run_signature=saved,
                       history=list(payload["history"]))
+
+
+# Settings whose command-line flag is not "--" + the field name with dashes.
+_FLAGS = {"dataset": "--dataset", "num_nodes": "--dataset (and -o options)", "name": "--model",
+          "hidden_dim": "--hidden", "in_dim": "--dataset", "num_classes": "--dataset",
+          "num_layers": "--fanouts/--layers", "evaluate": "--no-eval"}
+
+
+def flag_of(key: str) -> str:
+    """The CLI flag that sets a run-signature entry (``train.lr`` -> ``--lr``)."""
+    leaf = key.rsplit(".", 1)[-1]
+    return _FLAGS.get(leaf, "--" + leaf.replace("_", "-"))
+
+
+def first_difference(saved, current, prefix: str = "") -> tuple[str, object, object] | None:
+    """The first (dotted key, saved value, current value) where two nested dicts differ, or None."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in sorted(set(saved) | set(current), key=str):
+            found = first_difference(saved.get(key), current.get(key), f"{prefix}{key}.")
+            if found is not None:
+                return found
+        return None
+    return None if saved == current else (prefix.rstrip("."), saved, current)
+def save_model(path: str | Path, model: torch.nn.Module) -> None:
+    """Write ``model.state_dict()`` (``torch.load`` reads it back) atomically, like :func:`save_checkpoint`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(model.state_dict(), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,76 +1,54 @@
-"""Distributed data-parallel training over a partition directory, one worker per part (torchrun).
+"""Distributed training over a partition directory, one worker per part (torchrun).
 
-Every worker trains on mini-batches of its own training nodes and all-reduces gradients. The layout
-decides how the sampled neighborhood is built (FastSample, section 3.3):
+The loop is the same for every layout (:mod:`gnnscale.train.layouts` and
+:mod:`gnnscale.train.split_layout` say what each worker samples, fetches and computes): per
+iteration, take the next prepared batch, forward+backward, all-reduce the gradients, step. Batches
+are prepared ``--prefetch`` iterations ahead by a background stage whose collectives (remote
+sampling, the feature fetch) run on a process group of their own, so they overlap the training step
+and never interleave with its gradient all-reduce (or split parallelism's shuffles).
 
-- ``hybrid``: every worker memory-maps the whole topology and samples locally with the fused
-  kernel; only input features cross the network: 2 rounds per iteration (request, reply).
-- ``vanilla``: a worker holds its part's in-edges only; each hop after the first asks the owners of
-  remote nodes to sample for it (2 rounds per hop, the requester's key travels with the request),
-  then features: 2L rounds per iteration.
-
-Both give identical blocks for the same key (counter-based randomness), so they train identically:
-only the communication differs. With one worker this is exactly the single-machine trainer.
+``hybrid`` and ``vanilla`` give identical blocks for the same key (counter-based randomness), so they
+train identically: only the communication differs. With one worker this is exactly the
+single-machine trainer. ``split`` trains, on P workers, the single-machine trainer's mini-batches of
+``P x batch_size`` seeds, each vertex computed by one worker.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.context import init_from_env, shutdown
-from gnnscale.distributed.features import PartitionedFeatureStore
-from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
+from gnnscale.distributed.context import init_from_env, shutdown, world_size_from_env
+from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
+from gnnscale.train.checkpoint import save_model
+from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.loop import EVAL_EPOCH, epoch_batches, num_batches_for
+from gnnscale.train.layouts import DATA_PARALLEL_LAYOUTS, DataParallel, Step, _add_counts, build_data_parallel
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
+from gnnscale.train.prefetch import stream_in_groups
 from gnnscale.train.run import TrainReport, summarize
+from gnnscale.train.split_layout import SplitParallel, build_split_parallel
 
-LAYOUTS = ("hybrid", "vanilla")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Worker:
-    """What one worker trains with.
-
-    Args:
-        comm: the accounted collectives.
-        part: this worker's partition (features and labels of its own nodes).
-        sampler, eval_sampler: hybrid or vanilla samplers (training and inference fanouts).
-        store: the partitioned feature store (2 rounds per gather).
-        labels: int64 tensor [n_p], labels of the owned nodes (row = global id - node_offset).
-        train_idx: int64 tensor, the owned training nodes (global ids).
-    """
-
-    comm: Comm
-    part: LocalPartition
-    sampler: HybridSampler | VanillaSampler
-    eval_sampler: HybridSampler | VanillaSampler
-    store: PartitionedFeatureStore
-    labels: torch.Tensor
-    train_idx: torch.Tensor
-
-    def labels_of(self, seeds: torch.Tensor) -> torch.Tensor:
-        return self.labels[seeds - self.part.node_offset]
+LAYOUTS = (*DATA_PARALLEL_LAYOUTS, "split")
+Layout = DataParallel | SplitParallel
 
 
 def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
     """Load this worker's part; if any worker fails (missing or corrupt file, wrong worker count),
-    every worker raises with that worker's message instead of waiting forever for it."""
+    every worker raises with that worker's message instead of waiting forever for it. The ``split``
+    layout reads the hybrid one's files (the whole topology)."""
     part, error = None, ""
     try:
-        part = load_partition(partition_dir, comm.rank, layout)
+        part = load_partition(partition_dir, comm.rank, "vanilla" if layout == "vanilla" else "hybrid")
         if part.num_parts != comm.world_size:
             raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} "
                              f"workers were launched; use --nproc-per-node {part.num_parts}")
@@ -80,168 +58,202 @@ def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> 
     return part
 
 
-def build_worker(part: LocalPartition, layout: str, cfg: TrainConfig, comm: Comm) -> Worker:
-    def sampler(fanouts):
-        if layout == "hybrid":
-            return HybridSampler(part.topology, part.book, comm.rank, fanouts, replace=cfg.replace, method=cfg.sampler)
-        rows = part.topology
-        return VanillaSampler(part.book, comm.rank, rows.local_indptr, rows.local_indices, fanouts, comm,
-                             replace=cfg.replace)
-
-    return Worker(comm=comm, part=part, sampler=sampler(cfg.fanouts), eval_sampler=sampler(cfg.inference_fanouts),
-                  store=PartitionedFeatureStore(part.book, comm.rank, part.features, comm),
-                  labels=torch.from_numpy(part.labels.copy()), train_idx=torch.from_numpy(part.train_idx.copy()))
-
-
-def all_reduce_gradients(model: torch.nn.Module, comm: Comm) -> None:
-    """Average gradients over workers in one all-reduce of one flat buffer."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    comm.all_reduce_(flat, dist.ReduceOp.SUM, "grad")  # collective: every worker's gradient
-    flat /= comm.world_size
-    for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)
+def prepared_batches(layout: Layout, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer, *,
+                     training: bool = True):
+    """The layout's batches for ``steps``, prepared ``cfg.prefetch`` groups ahead in the background
+    stage (its collectives on the loader's own process group). ``timer`` gets the stage's busy time
+    (``sample``, ``fetch``) and the training thread's ``wait``."""
+    loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
+    yield from stream_in_groups(lambda items: layout.prepare(steps[items.start:items.stop], loader,
+                                                             training=training),
+                                len(steps), layout.bulk, cfg.prefetch, wait_seconds=lambda s: timer.add("wait", s))
+    timer.merge(loader)
 
 
-def train_epoch(model, optimizer, worker: Worker, cfg: TrainConfig, epoch: int, num_batches: int,
-                timer: PhaseTimer, progress: bool) -> dict:
+def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, epoch: int,
+                num_batches: int, timer: PhaseTimer, progress: bool) -> dict:
     """One epoch of ``num_batches`` iterations (the same on every worker). Returns this worker's sums
-    and the communication counted per iteration."""
-    comm, rank = worker.comm, worker.comm.rank
+    (per iteration too), the communication counted per iteration (loader and training groups
+    together) and the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
     model.train()
-    torch.manual_seed(derive_key(cfg.seed, epoch, 0, rank, STREAM_DROPOUT))
-    batches = epoch_batches(worker.train_idx, num_batches, cfg.seed, epoch, rank)
-    loss_sum = torch.zeros((), dtype=torch.float64)
+    steps = layout.plan_epoch(epoch, num_batches)
+    # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
+    dropout_keys = [derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT) for step in range(len(steps))]
+    loss_sums, counts, per_iteration = [], [], []
     correct = torch.zeros((), dtype=torch.long)
-    edges, per_iteration = 0, []
-    for step, seeds in enumerate(tqdm(batches, desc=f"epoch {epoch}", leave=False, disable=not progress)):
-        comm.stats.snapshot_and_reset()
-        with timer.phase("sample"):
-            blocks = worker.sampler.sample(seeds, derive_key(cfg.seed, epoch, step, rank))
-        with timer.phase("fetch"):
-            x = worker.store.gather(blocks[0].src_ids)
-            y = worker.labels_of(seeds)
-        with timer.phase("forward_backward"):
-            logits = model(blocks, x)
-            loss = F.cross_entropy(logits, y)
+    edges = 0
+    comm.stats.snapshot_and_reset()
+    batches = prepared_batches(layout, steps, cfg, timer)
+    for step, batch in enumerate(tqdm(batches, total=len(steps), desc=f"epoch {epoch}", leave=False,
+                                      disable=not progress)):
+        with timer.phase("forward_backward"):  # split parallelism: its shuffles included
+            logits = model(batch.blocks, batch.x, dropout_key=dropout_keys[step])
+            loss = layout.loss(logits, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         with timer.phase("grad_sync"):
-            all_reduce_gradients(model, comm)
+            all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
         optimizer.step()
-        per_iteration.append(comm.stats.snapshot_and_reset())
-        edges += sum(b.num_edges for b in blocks)
+        per_iteration.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
+        edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach().double() * seeds.numel()
-        correct += (logits.detach().argmax(1) == y).sum()
-    return {"loss_sum": loss_sum, "correct": correct, "count": sum(b.numel() for b in batches), "edges": edges,
-            "comm": per_iteration}
+        loss_sums.append(layout.loss_sum(loss, batch))
+        correct += (logits.detach().argmax(1) == batch.y).sum()
+        counts.append(batch.y.numel())
+    extra = layout.finish_epoch(comm)
+    return {"loss_sums": loss_sums, "correct": correct, "counts": counts, "edges": edges, "comm": per_iteration,
+            "layout": extra}
 
 
 @torch.no_grad()
-def evaluate(model, worker: Worker, node_ids, batch_size: int, seed: int) -> float:
-    """Global accuracy over every worker's ``node_ids``. Sampling and fetching are collective, so all
-    workers run the same number of steps; a worker out of nodes samples a stand-in seed (its first
-    node) and ignores the result."""
-    comm, rank = worker.comm, worker.comm.rank
+def evaluate(model, layout: Layout, comm: Comm, node_ids, cfg: TrainConfig) -> float:
+    """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
+    are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
     model.eval()
-    ids = torch.from_numpy(node_ids.copy())
-    steps = comm.all_reduce_max_int(math.ceil(ids.numel() / batch_size), "eval")
-    chunks = list(ids.split(batch_size))
+    # Collective: the largest number of inference steps any worker needs.
+    num_steps = comm.all_reduce_max_int(layout.eval_steps_needed(node_ids, cfg.eval_batch_size), "eval")
+    steps = layout.plan_eval(node_ids, cfg.eval_batch_size, num_steps)
     correct = 0
-    for step in range(steps):
-        real = step < len(chunks)
-        seeds = chunks[step] if real else torch.tensor([worker.part.node_offset])
-        blocks = worker.eval_sampler.sample(seeds, derive_key(seed, EVAL_EPOCH, step, rank))
-        logits = model(blocks, worker.store.gather(blocks[0].src_ids))
-        if real:
-            correct += int((logits.argmax(1) == worker.labels_of(seeds)).sum())
-    totals = torch.tensor([correct, ids.numel()], dtype=torch.float64)
+    for batch in prepared_batches(layout, steps, cfg, PhaseTimer(), training=False):
+        if batch.step.real:
+            correct += int((model(batch.blocks, batch.x).argmax(1) == batch.y).sum())
+    totals = torch.tensor([correct, node_ids.shape[0]], dtype=torch.float64)
     comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: global counts
     return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
 
 
 def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, test_acc: float, comm: Comm) -> dict:
-    """Global loss/accuracy (one all-reduce of this worker's sums) and this worker's time split and
-    communication per iteration."""
-    totals = torch.stack([sums["loss_sum"], sums["correct"].double(), torch.tensor(float(sums["count"]))])
-    comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: epoch totals over workers
+    """Global loss (of the epoch and of every iteration) and accuracy (one all-reduce of this worker's
+    sums), this worker's time split and communication per iteration, and the layout's metrics."""
+    n = len(sums["counts"])
+    # The epoch's loss summed in iteration order, as the single-machine trainer does (same rounding).
+    epoch_totals = torch.stack([sum(sums["loss_sums"]), sums["correct"].double(),
+                                torch.tensor(float(sum(sums["counts"])))])
+    local = torch.cat([epoch_totals, torch.stack(sums["loss_sums"]), torch.tensor(sums["counts"], dtype=torch.float64)])
+    comm.all_reduce_(local, dist.ReduceOp.SUM, "eval")  # collective: epoch and iteration totals over workers
+    totals, iteration_losses = local[:3], (local[3:3 + n] / local[3 + n:]).tolist()
     per_iter = sums["comm"]
     comm_mean = {c: {k: sum(it[c][k] for it in per_iter) / len(per_iter) for k in per_iter[0][c]}
                  for c in per_iter[0]}
     seconds = timer.seconds
     return {
-        "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "fetch_s": seconds.get("fetch", 0.0),
-        "forward_backward_s": seconds.get("forward_backward", 0.0), "grad_sync_s": seconds.get("grad_sync", 0.0),
+        "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "split_s": seconds.get("split", 0.0),
+        "fetch_s": seconds.get("fetch", 0.0), "forward_backward_s": seconds.get("forward_backward", 0.0),
+        # Inside forward_backward: the cooperative layers' collectives (split parallelism).
+        "shuffle_s": comm_mean["shuffle"]["seconds"] * len(per_iter),
+        "grad_sync_s": seconds.get("grad_sync", 0.0), "metrics_s": seconds.get("metrics", 0.0),
+        "wait_s": seconds.get("wait", 0.0),
         "epoch_s": seconds["epoch"], "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
+        "iteration_losses": iteration_losses,
         "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
         "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
         "rounds_per_iteration": {c: v["rounds"] for c, v in comm_mean.items()},
         "bytes_per_iteration": {c: v["bytes_sent"] + v["bytes_received"] for c, v in comm_mean.items()},
         "comm_per_iteration": comm_mean,
+        **sums["layout"],
     }
 
 
-def agreed_num_batches(part: LocalPartition, cfg: TrainConfig, comm: Comm) -> int:
-    """Iterations per epoch, the same on every worker: enough for the worker with most training nodes."""
-    local = part.train_idx.shape[0]
-    num_batches = comm.all_reduce_max_int(num_batches_for(local, cfg.batch_size), "setup")
-    ok = local >= num_batches
-    comm.agree(ok, f"part {comm.rank} has {local} training nodes, fewer than the {num_batches} iterations per "
-                   "epoch the largest part needs; repartition with --method metis (it balances training nodes) "
-                   "or raise --batch-size")
+def agreed_num_batches(layout: Layout, comm: Comm) -> int:
+    """Iterations per epoch, the same on every worker: enough for the worker that needs most."""
+    # Collective: every worker must run the same number of iterations.
+    num_batches = comm.all_reduce_max_int(layout.local_batches(), "setup")
+    error = layout.check_num_batches(num_batches)
+    comm.agree(not error, error)
     return num_batches
+
+
+def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm, loader: Comm,
+                 cache_fraction: float) -> Layout:
+    """This worker's layout; data loading's collectives on ``loader``, split parallelism's shuffles on ``comm``."""
+    if layout == "split":
+        return build_split_parallel(part, cfg, model_name, comm, loader)
+    return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction)
+
+
+def check_options(layout: str, cfg: TrainConfig, cache_fraction: float) -> None:
+    """Reject option combinations that cannot run, before any worker starts."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if cfg.sampler in ("matrix", "ladies"):
+        raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
+                         "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
+    if layout == "vanilla" and cfg.sampler != "fused":
+        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid or split (the "
+                         "vanilla layout samples remote hops through their owners)")
+    if isinstance(cache_fraction, bool) or not isinstance(cache_fraction, (int, float)) \
+            or not 0.0 <= cache_fraction <= 1.0:
+        raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1] (--cache-fraction), got "
+                         f"{cache_fraction!r}")
+    if layout == "split" and cache_fraction > 0:
+        raise ValueError("cache_fraction: --layout split reads only the feature rows its worker owns (no fetch), "
+                         "so a cache has nothing to save; drop --cache-fraction or use --layout hybrid/vanilla")
 
 
 def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
                              metrics_out: str | Path | None = None, progress: bool = True,
-                             timeout_s: float = 120.0) -> TrainReport:
+                             timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
+                             model_out: str | Path | None = None) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
         partition_dir: written by ``gnnscale partition``; one part per worker.
-        layout: ``"hybrid"`` or ``"vanilla"``.
+        layout: ``"hybrid"``, ``"vanilla"`` or ``"split"``.
         model_options: ModelConfig fields other than in_dim, num_classes and num_layers.
-        cfg: training settings; ``batch_size`` is per worker.
+        cfg: training settings; ``batch_size`` is per worker (split: a mini-batch has P x batch_size seeds).
         metrics_out: rank 0 writes the metrics JSON here.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
+        overwrite: replace an existing ``metrics_out`` file (else it is an error, raised at start-up).
+        cache_fraction: hybrid/vanilla: every worker caches the features of the highest in-degree remote
+            nodes, this fraction of all nodes (0: no cache).
+        model_out: rank 0 writes the trained model's ``state_dict`` here.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    if layout == "vanilla" and cfg.sampler != "fused":
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid (the vanilla "
-                         "layout samples remote hops through their owners)")
+    # Checked before joining the run: every worker fails at once with the same line instead of
+    # after loading its part (or, for a metrics path, after the whole run).
+    try:
+        check_options(layout, cfg, cache_fraction)
+        check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
+        check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
+                               per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
+    except ValueError as err:
+        raise LaunchError(str(err)) from err
     ctx = init_from_env(timeout_s=timeout_s)
     try:
         torch.set_num_threads(cfg.threads)
         set_sampler_threads(cfg.threads)
         comm = Comm(ctx)
         part = load_local_partition(partition_dir, layout, comm)
-        worker = build_worker(part, layout, cfg, comm)
+        # The data-loading stage's collectives run on a group of their own, beside the training step's.
+        loader = comm.new_group()
+        strategy = build_layout(layout, part, cfg, model_options["name"], comm, loader, cache_fraction)
+        loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         model_cfg = ModelConfig(in_dim=part.feature_dim, num_classes=part.num_classes, num_layers=cfg.num_layers,
                                 **model_options)
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        num_batches = agreed_num_batches(part, cfg, comm)
+        num_batches = agreed_num_batches(strategy, comm)
         lead = progress and ctx.rank == 0
         history = []
         for epoch in range(cfg.epochs):
             timer = PhaseTimer()
             with timer.phase("epoch"):
-                sums = train_epoch(model, optimizer, worker, cfg, epoch, num_batches, timer, lead)
+                sums = train_epoch(model, optimizer, strategy, comm, cfg, epoch, num_batches, timer, lead)
             val_acc = test_acc = float("nan")
             if cfg.evaluate:
-                val_acc = evaluate(model, worker, part.val_idx, cfg.eval_batch_size, cfg.seed)
-                test_acc = evaluate(model, worker, part.test_idx, cfg.eval_batch_size, cfg.seed)
+                val_acc = evaluate(model, strategy, comm, part.val_idx, cfg)
+                test_acc = evaluate(model, strategy, comm, part.test_idx, cfg)
             history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
             if lead:
                 print_epoch(history[-1])
         report = summarize(history)
-        if metrics_out is not None and ctx.rank == 0:
-            write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
-                                            "world_size": ctx.world_size, "model": asdict(model_cfg),
-                                            "train": asdict(cfg), **report.to_json()})
+        if ctx.rank == 0:
+            if metrics_out is not None:
+                write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
+                                                "world_size": ctx.world_size, "cache_fraction": cache_fraction,
+                                                "model": asdict(model_cfg), "train": asdict(cfg), **report.to_json()})
+            if model_out is not None:
+                save_model(model_out, model)
         # Collective: nobody tears the group down while a peer is still in its last collective.
         comm.barrier("setup")
         return report
@@ -251,7 +263,10 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
 
 def print_epoch(m: dict) -> None:
     rounds = m["rounds_per_iteration"]
+    edges = m.get("edge_metrics", {})
+    redundancy = f"  redundancy {edges['redundancy']:.1%}" if edges.get("iterations") else ""
     print(f"epoch {m['epoch']:3d}  loss {m['loss']:.4f}  train {m['train_acc']:.4f}  val {m['val_acc']:.4f}  "
-          f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, fetch {m['fetch_s']:.1f}, "
-          f"fwd+bwd {m['forward_backward_s']:.1f}, grad sync {m['grad_sync_s']:.1f})  rounds/iter "
-          f"sample {rounds['sample']:g} + feature {rounds['feature']:g}", flush=True)
+          f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, split {m['split_s']:.1f}, "
+          f"fetch {m['fetch_s']:.1f}, fwd+bwd {m['forward_backward_s']:.1f} of which shuffle {m['shuffle_s']:.1f}, "
+          f"grad sync {m['grad_sync_s']:.1f}, wait {m['wait_s']:.1f})  rounds/iter sample {rounds['sample']:g} + "
+          f"feature {rounds['feature']:g} + shuffle {rounds['shuffle']:g}{redundancy}", flush=True)

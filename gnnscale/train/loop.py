@@ -11,18 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnnscale.graph.features import gather_rows
-from gnnscale.sampling import Block, NeighborSampler, check_threadsafe_layer, derive_key
+from gnnscale.sampling import BatchSampler, Block, derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.metrics import EpochMetrics, PhaseTimer
-from gnnscale.train.prefetch import Prefetcher
+from gnnscale.train.prefetch import stream_in_groups
 
 # Keys of inference batches live in their own "epoch" so they never collide with training keys.
 EVAL_EPOCH = 2**31 - 1
@@ -94,36 +93,27 @@ def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: li
     caller trains (:class:`Prefetcher`). Sampling is keyed by ``keys`` and gathering is a lookup, so
     the batches are the same with or without the background stage. ``timer`` receives ``sample`` and
     ``gather`` (busy time of the stage, overlapped or not) and ``wait`` (time the caller waited).
-    The stage's kernels run on as many threads as the caller's (numba's thread count is per thread:
-    a new thread would otherwise use every core, whatever ``--threads`` says).
+    The stage's kernels run on as many threads as the caller's (see :class:`Prefetcher`).
     """
-    if prefetch > 0:
-        # The stage's kernels run while the training thread runs its own: numba must allow that.
-        check_threadsafe_layer("prefetch")
-    threads = numba.get_num_threads()
-    bulk = sampler.bulk
-    starts = range(0, len(batches), bulk)
     loader = PhaseTimer()  # written by the stage's thread only; merged when the stream ends
 
-    def produce(group: int) -> list[Batch]:
-        numba.set_num_threads(threads)  # this thread's own setting (a no-op on the caller's thread)
-        lo = starts[group]
-        seeds = batches[lo:lo + bulk]
+    def produce(items: range) -> list[Batch]:
+        seeds = batches[items.start:items.stop]
         with loader.phase("sample"):
-            sampled = sampler.sample_many(seeds, keys[lo:lo + bulk])
+            sampled = sampler.sample_many(seeds, keys[items.start:items.stop])
         with loader.phase("gather"):
             return [Batch(seeds=s, blocks=blocks, x=data.gather(blocks[0].src_ids), y=data.labels[s])
                     for s, blocks in zip(seeds, sampled)]
 
-    with Prefetcher(produce, len(starts), prefetch, wait_seconds=lambda s: timer.add("wait", s)) as groups:
-        for group in groups:
-            yield from group
+    yield from stream_in_groups(produce, len(batches), sampler.bulk, prefetch,
+                                wait_seconds=lambda s: timer.add("wait", s))
     timer.merge(loader)
 
 
-def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg: TrainConfig, epoch: int,
-                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int]:
-    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, batches)."""
+def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: TrainConfig, epoch: int,
+                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int, list[float]]:
+    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, sampler
+    calls: groups of ``sampler.bulk`` batches, every iteration's mean loss)."""
     model.train()
     batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
     keys = [derive_key(cfg.seed, epoch, step, 0) for step in range(len(batches))]
@@ -131,7 +121,7 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
     dropout_keys = [derive_key(cfg.seed, epoch, step, 0, STREAM_DROPOUT) for step in range(len(batches))]
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
-    edges = 0
+    edges, losses = 0, []
     stream = batch_stream(sampler, data, batches, keys, prefetch=cfg.prefetch, timer=timer)
     for step, batch in enumerate(tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False,
                                       disable=not progress)):
@@ -145,12 +135,13 @@ def train_epoch(model, optimizer, sampler: NeighborSampler, data: TrainData, cfg
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
         loss_sum += loss.detach().double() * batch.seeds.numel()
         correct += (logits.detach().argmax(1) == batch.y).sum()
+        losses.append(loss.detach())
     n = data.train_idx.numel()
-    return float(loss_sum) / n, float(correct) / n, edges, len(batches)
+    return float(loss_sum) / n, float(correct) / n, edges, -(-len(losses) // sampler.bulk), torch.stack(losses).tolist()
 
 
 @torch.no_grad()
-def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
+def evaluate(model, sampler: BatchSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
              seed: int, prefetch: int = 1) -> float:
     """Accuracy on ``node_ids`` with sampled inference; a fixed key makes it repeatable. NaN when empty."""
     if node_ids.numel() == 0:
@@ -164,7 +155,7 @@ def evaluate(model, sampler: NeighborSampler, data: TrainData, node_ids: torch.T
     return correct / node_ids.numel()
 
 
-def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: NeighborSampler, data: TrainData,
+def fit(model, optimizer, train_sampler: BatchSampler, eval_sampler: BatchSampler, data: TrainData,
         cfg: TrainConfig, *, start_epoch: int = 0, on_epoch_end: Callable[[int, EpochMetrics], None] | None = None,
         progress: bool = True) -> list[EpochMetrics]:
     """Train epochs ``start_epoch .. cfg.epochs - 1``; return their metrics."""
@@ -172,8 +163,8 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
     for epoch in range(start_epoch, cfg.epochs):
         timer = PhaseTimer()
         with timer.phase("epoch"):
-            loss, train_acc, edges, num_batches = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
-                                                              timer, progress)
+            loss, train_acc, edges, num_bulks, losses = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
+                                                                    timer, progress)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
             val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
@@ -182,8 +173,8 @@ def fit(model, optimizer, train_sampler: NeighborSampler, eval_sampler: Neighbor
             epoch=epoch, sample_s=timer.seconds.get("sample", 0.0), gather_s=timer.seconds.get("gather", 0.0),
             forward_backward_s=timer.seconds.get("forward_backward", 0.0), wait_s=timer.seconds.get("wait", 0.0),
             epoch_s=timer.seconds["epoch"],
-            loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=num_batches,
-            sampled_edges=edges,
+            loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=len(losses),
+            num_bulks=num_bulks, sampled_edges=edges, iteration_losses=losses,
         )
         history.append(metrics)
         if on_epoch_end is not None:

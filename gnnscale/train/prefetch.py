@@ -8,8 +8,9 @@ items waiting; the consumer iterates. ``depth=0`` runs ``produce`` inline on the
 
 Items are produced strictly in order by one thread, so anything ``produce`` does in sequence
 (collectives on a process group of its own, a sampler's reusable workspace) stays in the same order
-on every worker. An exception in ``produce`` is raised in the consumer at the item it would have
-produced; closing the prefetcher early (``close()``, or leaving a ``with`` block) stops the thread.
+on every worker. The thread's numba kernels use as many threads as the consumer's. An exception in
+``produce`` is raised in the consumer at the item it would have produced; closing the prefetcher
+early (``close()``, or leaving a ``with`` block) stops the thread.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
+
+import numba
+
+from gnnscale.sampling.parallel import check_threadsafe_layer
 
 T = TypeVar("T")
 
@@ -58,6 +63,10 @@ class Prefetcher(Generic[T]):
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._thread: threading.Thread | None = None
         if depth > 0 and count > 0:
+            # produce() runs numba kernels while the consumer runs its own: numba must allow that.
+            check_threadsafe_layer("prefetch")
+            # numba's thread count is per thread: a new thread would use every core, whatever --threads says.
+            self._numba_threads = numba.get_num_threads()
             self._thread = threading.Thread(target=self._run, name="gnnscale-prefetch", daemon=True)
             self._thread.start()
 
@@ -99,6 +108,7 @@ class Prefetcher(Generic[T]):
         self.close()
 
     def _run(self) -> None:
+        numba.set_num_threads(self._numba_threads)
         for i in range(self._count):
             if self._stop.is_set():
                 return
@@ -119,3 +129,20 @@ class Prefetcher(Generic[T]):
             except queue.Full:
                 continue
         return False
+
+
+def stream_in_groups(produce: Callable[[range], Sequence[T]], count: int, group_size: int, depth: int, *,
+                     wait_seconds: Callable[[float], None] | None = None) -> Iterator[T]:
+    """Items ``0 .. count - 1``, produced a group at a time (``produce(range_of_items)`` returns the
+    group's items, e.g. a bulk sampler drawing ``group_size`` batches in one call), with up to
+    ``depth`` groups prepared ahead (see :class:`Prefetcher`). Leaving the loop early stops the stage."""
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+        raise ValueError(f"group_size: expected an int >= 1, got {group_size!r}")
+    starts = range(0, count, group_size)
+
+    def produce_group(g: int) -> Sequence[T]:
+        return produce(range(starts[g], min(starts[g] + group_size, count)))
+
+    with Prefetcher(produce_group, len(starts), depth, wait_seconds=wait_seconds) as groups:
+        for items in groups:
+            yield from items

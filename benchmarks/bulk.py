@@ -1,0 +1,268 @@
+"""Matrix bulk sampling (Tripathy et al.): throughput against the fused kernel, sparse libraries, and
+LADIES accuracy against neighbor sampling.
+
+    python benchmarks/bulk.py throughput [--scale 0.25] [--batch-size 1024] [--fanouts 15,10,5]
+                                         [--bulks 1,8,48,all] [--threads 2] [--repeat 3] [--ladies 512]
+    python benchmarks/bulk.py libraries  [--scale 0.25] [--batches 4]
+    python benchmarks/bulk.py accuracy --data-dir ../shared/data/cora_planetoid [--seeds 5] [--layer-size 512]
+
+throughput: one epoch's batches (the products split's 8% training nodes, in a fixed random order) on
+the products-shaped graph cached by benchmarks/sampling.py; the fused kernel samples them one by one,
+the matrix sampler ``k`` at a time for every ``k`` in ``--bulks`` (``all``: the whole epoch in one
+stack), in the same run, round-robin, median over ``--repeat`` passes. Ratios are against the matrix
+sampler with k = 1 and against the fused kernel. ``--ladies S`` adds LADIES (S nodes per layer) at the
+same bulks. The peak memory growth of one bulk (measured outside the timed passes) is what a bulk costs.
+
+libraries: the product ``P = Q A`` of one stack, through scipy (the row gather gnnscale uses, and the
+general SpGEMM) and torch.sparse (CSR @ CSR), and LADIES' ``Q (P ∘ P)`` through both.
+
+accuracy: GCN on Cora (standard split, benchmarks/cora_accuracy.py's settings: neighbor sampling with
+fanouts above the largest degree) against the same GCN trained on LADIES blocks, ``--seeds`` seeds each.
+
+The distributed part of the issue (1D and 1.5D layouts with replication C: bytes, rounds, time per
+bulk and memory per worker) is a later phase; it will be a fourth command here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from gnnscale.graph.datasets import load_dataset
+from gnnscale.nn import ModelConfig
+from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+from gnnscale.sampling.matrix.products import adjacency_pattern, batch_selection, gcn_operator, stack_rows
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.run import run_training
+
+from cora_accuracy import SETTINGS
+from sampling import cached_graph
+
+HERE = Path(__file__).resolve().parent
+TRAIN_FRACTION = 0.08  # products' training split (products_like_config)
+
+
+def epoch_batches(num_nodes: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    """One epoch: the training nodes (8% of the graph) in a fixed random order, cut into batches."""
+    rng = np.random.default_rng(seed)
+    train = rng.choice(num_nodes, int(round(TRAIN_FRACTION * num_nodes)), replace=False)
+    return [b for b in np.array_split(train, math.ceil(train.shape[0] / batch_size))]
+
+
+def sample_epoch(sampler, batches: list[np.ndarray], k: int, repeat: int) -> tuple[int, int]:
+    """(sampled edges, number of sampler calls) for one pass, ``k`` batches per call."""
+    edges = calls = 0
+    for first in range(0, len(batches), k):
+        group = batches[first:first + k]
+        keys = [derive_key(repeat, 0, first + i) for i in range(len(group))]
+        for blocks in sampler.sample_many(group, keys):
+            edges += sum(b.num_edges for b in blocks)
+        calls += 1
+    return edges, calls
+
+
+def peak_mb(sampler, batches: list[np.ndarray], k: int) -> float:
+    """Growth of the peak resident memory while one bulk is sampled and its blocks held (Linux: the
+    kernel's high-water mark, reset through /proc/self/clear_refs), in MB. numba's arrays are not
+    seen by tracemalloc, hence the kernel's count."""
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_mb("VmRSS")
+    blocks = sampler.sample_many(batches[:k], list(range(min(k, len(batches)))))
+    grown = _status_mb("VmHWM") - before
+    del blocks
+    return grown
+
+
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def throughput(a) -> None:
+    set_sampler_threads(a.threads)
+    torch.set_num_threads(a.threads)
+    graph, _ = cached_graph(a.scale, a.seed, Path(a.cache_dir))
+    batches = epoch_batches(graph.num_nodes, a.batch_size, a.seed)
+    bulks = [len(batches) if k == "all" else int(k) for k in a.bulks.split(",")]
+    fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    print(f"graph: {graph.num_nodes} nodes, {graph.num_edges} edges; {len(batches)} batches of {a.batch_size}, "
+          f"fanouts {fanouts}, {a.threads} threads", flush=True)
+    runs = {("fused", 1): NeighborSampler(graph, fanouts)}
+    runs.update({("matrix", k): MatrixSampler(graph, fanouts, bulk=k) for k in bulks})
+    if a.ladies:
+        ladies = LadiesSampler(graph, (a.ladies,) * len(fanouts))
+        runs.update({("ladies", k): ladies for k in bulks})
+    for (name, k), sampler in runs.items():  # warm-up: numba compilation, first-touch of the graph
+        sample_epoch(sampler, batches[:2], min(k, 2), 0)
+    memory = {run: peak_mb(sampler, batches, run[1]) for run, sampler in runs.items()}
+    times = {run: [] for run in runs}
+    phases = {run: [] for run in runs}
+    edges = {}
+    for r in range(a.repeat):
+        for (name, k), sampler in runs.items():
+            before = dict(getattr(sampler, "phase_seconds", {}))
+            start = time.perf_counter()
+            edges[(name, k)], _ = sample_epoch(sampler, batches, k, r)
+            times[(name, k)].append(time.perf_counter() - start)
+            phases[(name, k)].append({p: sampler.phase_seconds[p] - before[p] for p in before})
+    rows = [throughput_row(run, statistics.median(times[run]), edges[run], len(batches), memory[run])
+            for run in runs]
+    for row, run in zip(rows, runs):  # per step of the matrix samplers, ms per batch, from the median pass
+        median_pass = sorted(range(a.repeat), key=lambda i: times[run][i])[a.repeat // 2]
+        row["phase_ms_per_batch"] = {p: 1e3 * s / len(batches) for p, s in phases[run][median_pass].items()}
+    print_throughput(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"graph": {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges},
+                                            "batch_size": a.batch_size, "fanouts": fanouts, "threads": a.threads,
+                                            "rows": rows}, indent=2))
+
+
+def throughput_row(run, seconds: float, edges: int, num_batches: int, memory_mb: float) -> dict:
+    name, k = run
+    return {"sampler": name, "bulk": k, "ms_per_batch": 1e3 * seconds / num_batches,
+            "ms_per_bulk": 1e3 * seconds / math.ceil(num_batches / k), "medges_per_s": edges / seconds / 1e6,
+            "peak_mb_per_bulk": memory_mb}
+
+
+def print_throughput(rows: list[dict]) -> None:
+    fused = next(r for r in rows if r["sampler"] == "fused")
+    print(f"{'sampler':8} {'bulk':>5} {'ms/batch':>9} {'ms/bulk':>9} {'Medges/s':>9} {'x bulk 1':>9} "
+          f"{'x fused':>8} {'peak MB/bulk':>12}  ms/batch per step")
+    for r in rows:
+        single = next(s for s in rows if s["sampler"] == r["sampler"] and s["bulk"] == 1)
+        # LADIES draws other blocks than the fused kernel: a time ratio against it would compare apples to pears.
+        vs_fused = f"{fused['ms_per_batch'] / r['ms_per_batch']:8.2f}" if r["sampler"] != "ladies" else f"{'-':>8}"
+        print(f"{r['sampler']:8} {r['bulk']:5d} {r['ms_per_batch']:9.2f} {r['ms_per_bulk']:9.1f} "
+              f"{r['medges_per_s']:9.2f} {single['ms_per_batch'] / r['ms_per_batch']:9.2f} {vs_fused} "
+              f"{r['peak_mb_per_bulk']:12.0f}  {_phases(r['phase_ms_per_batch'])}", flush=True)
+
+
+def _phases(ms: dict) -> str:
+    return " ".join(f"{name} {value:.1f}" for name, value in ms.items())
+
+
+def libraries(a) -> None:
+    """``Q A`` of one stack through scipy and torch.sparse (single thread each: scipy has one)."""
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore", UserWarning)  # torch: "Sparse CSR tensor support is in beta"
+    graph, _ = cached_graph(a.scale, a.seed, Path(a.cache_dir))
+    batches = epoch_batches(graph.num_nodes, a.batch_size, a.seed)[:a.batches]
+    fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    # Q's rows: the destinations of the stack's second hop (seeds and their sampled neighbors).
+    blocks = MatrixSampler(graph, fanouts).sample_many(batches, list(range(len(batches))))
+    dst = [b[-2].dst_ids.numpy() for b in blocks]
+    ptr = np.concatenate([[0], np.cumsum([d.shape[0] for d in dst])])
+    stacked = stack_rows(np.concatenate(dst), ptr, np.full(graph.num_nodes, -1, dtype=np.int64))
+    n, rows = graph.num_nodes, stacked.nodes.shape[0]
+    a_pattern = adjacency_pattern(graph)
+    a_float = sp.csr_matrix((np.ones(graph.num_edges, np.float32), graph.indices, graph.indptr), shape=(n, n))
+    q = sp.csr_matrix((np.ones(rows, np.float32), stacked.nodes, np.arange(rows + 1)), shape=(rows, n))
+    a_torch = torch.sparse_csr_tensor(torch.from_numpy(graph.indptr), torch.from_numpy(graph.indices.astype(np.int64)),
+                                      torch.ones(graph.num_edges), (n, n))
+    q_torch = torch.sparse_csr_tensor(torch.arange(rows + 1), torch.from_numpy(stacked.nodes), torch.ones(rows),
+                                      (rows, n))
+    op = gcn_operator(graph, self_loops=True)
+    op2 = op.multiply(op).tocsr()
+    q_ladies = batch_selection(stack_rows(np.concatenate(batches), np.concatenate(
+        [[0], np.cumsum([b.shape[0] for b in batches])]), np.full(n, -1, dtype=np.int64)))
+    needed = stack_rows(np.concatenate(batches), np.concatenate([[0], np.cumsum([b.shape[0] for b in batches])]),
+                        np.full(n, -1, dtype=np.int64)).needed
+    op2_needed = op2[needed]
+    op2_torch = torch.sparse_csr_tensor(torch.from_numpy(op2_needed.indptr.astype(np.int64)),
+                                        torch.from_numpy(op2_needed.indices.astype(np.int64)),
+                                        torch.from_numpy(op2_needed.data), op2_needed.shape)
+    ql_torch = torch.sparse_csr_tensor(torch.from_numpy(q_ladies.indptr.astype(np.int64)),
+                                       torch.from_numpy(q_ladies.indices.astype(np.int64)),
+                                       torch.from_numpy(q_ladies.data), q_ladies.shape)
+    cases = [
+        ("GraphSAGE P = Q A", "scipy row gather A[needed] (gnnscale)", lambda: a_pattern[stacked.needed]),
+        ("GraphSAGE P = Q A", "scipy row gather A[rows of Q] (P unfactored)", lambda: a_pattern[stacked.nodes]),
+        ("GraphSAGE P = Q A", "scipy SpGEMM Q @ A", lambda: q @ a_float),
+        ("GraphSAGE P = Q A", "torch.sparse.mm CSR @ CSR", lambda: torch.sparse.mm(q_torch, a_torch)),
+        ("LADIES Q (P o P)", "scipy SpGEMM (gnnscale)", lambda: q_ladies @ op2_needed),
+        ("LADIES Q (P o P)", "torch.sparse.mm CSR @ CSR", lambda: torch.sparse.mm(ql_torch, op2_torch)),
+    ]
+    print(f"stack of {len(batches)} batches: {rows} rows of Q (hop 2), {needed.shape[0]} seeds for LADIES")
+    print(f"{'product':20} {'library call':40} {'ms':>9} {'x gnnscale':>10}")
+    base = {}
+    for product, call, fn in cases:
+        seconds = statistics.median(_timed(fn) for _ in range(a.repeat))
+        base.setdefault(product, seconds)
+        print(f"{product:20} {call:40} {1e3 * seconds:9.1f} {base[product] / seconds:10.2f}", flush=True)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def accuracy(a) -> None:
+    """GCN on Cora: neighbor sampling (full neighborhoods) against LADIES, mean test accuracy over seeds."""
+    dataset = load_dataset("cora", a.data_dir)
+    model_opts, train_opts, _, _ = SETTINGS["gcn"]
+    model_cfg = ModelConfig(name="gcn", in_dim=dataset.feature_dim, num_classes=dataset.num_classes, num_layers=2,
+                            **model_opts)
+    results = {}
+    for label, extra in (("neighbor sampling", dict(sampler="fused")),
+                         (f"LADIES {a.layer_size}/layer", dict(sampler="ladies", layer_size=a.layer_size))):
+        start = time.perf_counter()
+        accs = []
+        for seed in range(a.seeds):
+            cfg = TrainConfig(batch_size=int(dataset.train_idx.size), seed=seed, threads=a.threads, **train_opts,
+                              **extra)
+            accs.append(run_training(dataset, model_cfg, cfg, progress=False).test_acc_at_best_val)
+            print(f"  {label} seed {seed}: {accs[-1]:.4f}", flush=True)
+        results[label] = (accs, time.perf_counter() - start)
+    (base_label, (base, _)), = [(k, v) for k, v in results.items() if k == "neighbor sampling"]
+    print(f"{'GCN on Cora':24} {'mean test acc':>13} {'std':>6} {'vs neighbor':>11} {'s':>6}")
+    for label, (accs, seconds) in results.items():
+        diff = statistics.mean(accs) - statistics.mean(base)
+        print(f"{label:24} {statistics.mean(accs):13.4f} {statistics.pstdev(accs):6.4f} {100 * diff:+10.2f}pt "
+              f"{seconds:6.0f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({k: {"accs": v[0], "seconds": v[1]} for k, v in results.items()}, indent=2))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("throughput", "libraries"):
+        s = sub.add_parser(name)
+        s.add_argument("--scale", type=float, default=0.25, help="fraction of products' 2.4M nodes (0.25)")
+        s.add_argument("--batch-size", type=int, default=1024)
+        s.add_argument("--fanouts", default="15,10,5")
+        s.add_argument("--repeat", type=int, default=3)
+        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--cache-dir", default=str(HERE / ".cache"), help="where the graph is cached "
+                       "(default benchmarks/.cache, shared with benchmarks/sampling.py)")
+    t = sub.choices["throughput"]
+    t.add_argument("--bulks", default="1,8,48,all", help="batches per sampler call; 'all' = one epoch")
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--ladies", type=int, default=0, help="also time LADIES with this many nodes per layer")
+    t.add_argument("--json", default=None)
+    sub.choices["libraries"].add_argument("--batches", type=int, default=4, help="batches in the stack")
+    acc = sub.add_parser("accuracy")
+    acc.add_argument("--data-dir", required=True)
+    acc.add_argument("--seeds", type=int, default=5)
+    acc.add_argument("--layer-size", type=int, default=512)
+    acc.add_argument("--threads", type=int, default=1)
+    acc.add_argument("--json", default=None)
+    a = p.parse_args()
+    {"throughput": throughput, "libraries": libraries, "accuracy": accuracy}[a.command](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Cooperative layers (GSplit, section 3.3): the split-aware aggregation behind every layer's edges.
+
+:class:`CooperativeBlock` binds one worker's :class:`~gnnscale.distributed.split.SplitBlock` to its
+:class:`~gnnscale.distributed.comm.Comm` and implements :class:`gnnscale.nn.cooperative.SplitAwareBlock`,
+so the unchanged GraphSAGE, GCN and GAT layers run split-parallel:
+
+* ``aggregate_sum`` (SAGE, GCN) on a ``"partial_sums"`` split: sum the edges held here into the owned
+  and the reference rows, send every reference row to its destination's owner, add what arrives.
+* ``gather_sources`` (GAT; also SAGE/GCN on a ``"source_features"`` split): send owned source rows to
+  the workers whose destinations read them, append the rows that arrive.
+
+Each is one coalesced ``all_to_allv`` forward (category ``"shuffle"``) and, when the shuffled rows need
+a gradient, one backward that returns every received row's gradient to its sender: at most 2 shuffles
+per layer (layer 0 of SAGE/GCN shuffles sums of input features, which need no gradient: 1). Both
+sides of every exchange come from the split's plan, so no sizes are exchanged.
+
+Training on splits (:func:`split_loss`): each worker sums the cross-entropy of the seeds it owns and
+divides by the global batch size; summing gradients over workers
+(:func:`gnnscale.distributed.gradients.all_reduce_gradients` with divisor 1) then gives exactly the
+gradient of the mean loss of the whole mini-batch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gnnscale.distributed.comm import Comm, check_placement
+from gnnscale.distributed.split import ShuffleKind, SplitBlock, split_blocks
+from gnnscale.partition.book import PartitionBook
+from gnnscale.sampling.block import Block
+
+CATEGORY = "shuffle"
+_CSR_DTYPES = (torch.float32, torch.float64)
+
+
+class Shuffle(torch.autograd.Function):
+    """``rows`` grouped by receiver -> the rows every worker sent here, grouped by sender; the backward
+    sends each received row's gradient back to its sender. Collective: every worker calls it together.
+    """
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, comm: Comm, send_counts: tuple[int, ...], recv_counts: tuple[int, ...]) -> Tensor:
+        ctx.comm, ctx.send_counts, ctx.recv_counts = comm, send_counts, recv_counts
+        # Collective: one all_to_allv, sizes known on both sides from the plan.
+        return comm.exchange_rows(rows, send_counts, recv_counts, CATEGORY)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        # Collective: every received row's gradient back to its sender.
+        return ctx.comm.exchange_rows(grad, ctx.recv_counts, ctx.send_counts, CATEGORY), None, None, None
+
+
+class PartialSums(torch.autograd.Function):
+    """``"partial_sums"``: [num_rows, d] partial neighbor sums (this worker's edges, owned destinations
+    first, then the reference rows grouped by owner) -> [num_dst, d] complete sums of the owned
+    destinations. Forward: the reference rows go to their owners, the rows received are added to the
+    owned destinations (one shuffle). Backward: each owned destination's gradient is its own rows'
+    gradient, and goes back, for every row received, to the worker that sent it (one shuffle).
+
+    One Function rather than slicing, :class:`Shuffle` and ``index_add`` through autograd: the backward
+    then builds the input's gradient with one concatenation instead of zero-filled full-size buffers for
+    each of the three steps.
+    """
+
+    @staticmethod
+    def forward(ctx, partial: Tensor, comm: Comm, num_dst: int, recv_index: Tensor, send_counts: tuple[int, ...],
+                recv_counts: tuple[int, ...]) -> Tensor:
+        ctx.comm, ctx.send_counts, ctx.recv_counts = comm, send_counts, recv_counts
+        ctx.save_for_backward(recv_index)
+        # Collective: the reference rows (contiguous, grouped by owner) to their owners.
+        received = comm.exchange_rows(partial[num_dst:], send_counts, recv_counts, CATEGORY)
+        return partial[:num_dst].index_add(0, recv_index, received)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None, None]:
+        (recv_index,) = ctx.saved_tensors
+        # Collective: the gradient of every row received, back to its sender's reference row.
+        grad_reference = ctx.comm.exchange_rows(grad.index_select(0, recv_index), ctx.recv_counts, ctx.send_counts,
+                                                CATEGORY)
+        return torch.cat([grad, grad_reference]), None, None, None, None, None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CooperativeBlock:
+    """One worker's split of one layer plus the collectives that complete it: what a layer receives in
+    place of a :class:`~gnnscale.sampling.block.Block` under split parallelism.
+
+    Args:
+        split: this worker's split of the layer (``split.rank == comm.rank``).
+        comm: the collectives (every worker runs the same layers in the same order).
+    """
+
+    split: SplitBlock
+    comm: Comm
+    edge_weight: None = field(default=None, init=False)  # unweighted: see SplitAwareBlock
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.split, SplitBlock):
+            raise TypeError(f"split: expected a SplitBlock, got {type(self.split).__name__}")
+        if not isinstance(self.comm, Comm):
+            raise TypeError(f"comm: expected a Comm, got {type(self.comm).__name__}")
+        if self.split.rank != self.comm.rank or len(self.split.plan.send_counts) != self.comm.world_size:
+            raise ValueError(f"split: built for rank {self.split.rank} of {len(self.split.plan.send_counts)}, "
+                             f"but this worker is rank {self.comm.rank} of {self.comm.world_size}")
+        split = self.split
+        if split.kind == "partial_sums" and sum(split.plan.send_counts) != split.num_rows - split.num_dst:
+            raise ValueError(f"split: a partial_sums split sends its reference rows [num_dst, num_rows) = "
+                             f"{split.num_rows - split.num_dst} rows, but its plan sends {sum(split.plan.send_counts)}")
+
+    @property
+    def num_dst(self) -> int:
+        return self.split.num_dst
+
+    @property
+    def num_src(self) -> int:
+        return self.split.num_src
+
+    @property
+    def indices(self) -> Tensor:
+        return self.split.indices
+
+    def in_degrees(self) -> Tensor:
+        return self.split.degrees
+
+    def dst_index(self) -> Tensor:
+        """int64 [num_edges]: row of every edge in ``indices`` (the CSC column expanded)."""
+        rows = self.split.num_rows
+        return torch.repeat_interleave(torch.arange(rows), self.split.indptr.diff(), output_size=self.split.num_edges)
+
+    def aggregate_sum(self, x_src: Tensor) -> Tensor:
+        """[num_src, d] -> [num_dst, d]: each owned destination's neighbor sum over the whole mini-batch."""
+        split, plan = self.split, self.split.plan
+        if split.kind == "source_features":
+            return _csr_sum(split.indptr, split.indices, split.num_dst, self.gather_sources(x_src))
+        partial = _csr_sum(split.indptr, split.indices, split.num_rows, x_src)  # owned rows, then reference rows
+        if torch.is_grad_enabled() and partial.requires_grad:
+            return PartialSums.apply(partial, self.comm, split.num_dst, plan.recv_index, plan.send_counts,
+                                     plan.recv_counts)
+        # No gradient (layer 0 sums input features; inference): add the received rows in place, no copy.
+        # Collective: the reference rows (contiguous, grouped by owner) to their owners.
+        received = self.comm.exchange_rows(partial[split.num_dst:], plan.send_counts, plan.recv_counts, CATEGORY)
+        return partial[: split.num_dst].index_add_(0, plan.recv_index, received)
+
+    def gather_sources(self, x_src: Tensor) -> Tensor:
+        """[num_src, d] -> [num_src + num_reference, d]: ``x_src``, then the remote sources' rows."""
+        split, plan = self.split, self.split.plan
+        if split.kind != "source_features":
+            raise ValueError(f"split: this layer needs the rows of remote sources (GAT), which a split built with "
+                             f"kind={split.kind!r} does not exchange; split the mini-batch with "
+                             "kind='source_features' (SHUFFLE_FOR_MODEL['gat'])")
+        received = Shuffle.apply(x_src.index_select(0, plan.send_index), self.comm, plan.send_counts,
+                                 plan.recv_counts)
+        return torch.cat([x_src, received])
+
+
+def _csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:
+    """``out[r] = sum of x[indices[e]]`` over row r's edges: [num_cols, d] -> [num_rows, d]."""
+    if x.dtype not in _CSR_DTYPES:  # torch's CPU CSR product lacks half/bfloat16
+        dst = torch.repeat_interleave(torch.arange(num_rows), indptr.diff(), output_size=indices.shape[0])
+        return x.new_zeros(num_rows, x.shape[1]).index_add_(0, dst, x[indices])
+    values = torch.ones(indices.shape[0], dtype=x.dtype)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+        adj = torch.sparse_csr_tensor(indptr, indices, values, (num_rows, x.shape[0]), check_invariants=False)
+    return adj @ x
+
+
+def cooperative_blocks(blocks: Sequence[Block], book: PartitionBook, comm: Comm, *,
+                       kind: ShuffleKind = "partial_sums") -> list[CooperativeBlock]:
+    """This worker's split of every layer of one mini-batch, ready to replace ``blocks`` in a model.
+
+    Args:
+        blocks: the mini-batch, identical on every worker (same seeds, same key, ``sample_blocks``).
+        book: node ownership, one part per worker (``book.num_parts == comm.world_size``).
+        comm: this worker's collectives.
+        kind: ``SHUFFLE_FOR_MODEL[model_name]``.
+
+    No communication: every worker splits the same mini-batch locally.
+    """
+    check_placement(book, comm.rank, comm)
+    return [CooperativeBlock(split=s, comm=comm) for s in split_blocks(blocks, book, comm.rank, kind=kind)]
+
+
+def split_loss(logits: Tensor, labels: Tensor, global_batch_size: int) -> Tensor:
+    """This worker's share of the mini-batch's mean cross-entropy: the sum over its own seeds divided by
+    the number of seeds of the whole mini-batch. Summed over workers: the mean loss of the mini-batch.
+
+    Args:
+        logits: float [num_owned_seeds, num_classes], the model's output on this worker's split.
+        labels: int64 [num_owned_seeds], in the order of the last split's ``dst_ids``.
+        global_batch_size: seeds of the whole mini-batch (P x b), > 0.
+    """
+    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size <= 0:
+        raise ValueError(f"global_batch_size: expected a positive int (seeds of the whole mini-batch), "
+                         f"got {global_batch_size!r}")
+    if logits.dim() != 2 or labels.shape != (logits.shape[0],):
+        raise ValueError(f"labels: expected shape [{logits.shape[0]}] (one per row of logits), got "
+                         f"{list(labels.shape)} for logits {list(logits.shape)}")
+    return F.cross_entropy(logits, labels, reduction="sum") / global_batch_size

@@ -1,0 +1,96 @@
+"""Input checks that run before any work starts: a bad path or an impossible launch is one clear line
+at start-up, not a traceback after an hour of training, and nothing is overwritten by accident.
+
+Messages name the argument and the command-line flag that sets it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gnnscale.partition.directory import read_manifest
+
+
+class LaunchError(ValueError):
+    """Bad input found before the workers of a distributed run join it. Every worker checks the same
+    arguments and finds the same problem, so one report per machine says it all."""
+
+
+def check_output_file(path: str | Path, name: str, flag: str, *, overwrite: bool) -> Path:
+    """Raise ValueError unless ``path`` can be written as a new file (or replaced, with ``overwrite``).
+
+    Args:
+        path: the file a run will write at its end (metrics JSON, checkpoint).
+        name: the argument's name in the library (``metrics_out``); flag: the CLI flag (``--metrics-out``).
+        overwrite: an existing file may be replaced (``--overwrite``).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name}: {path} is a directory; give a file path ({flag} FILE)")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{name}: cannot write {path}: {parent} is a file, not a folder ({flag})")
+            break
+    if path.exists() and not overwrite:
+        raise ValueError(f"{name}: {path} already exists; pass --overwrite to replace it, or choose another {flag}")
+    return path
+
+
+def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path | None, resume: bool,
+                      overwrite: bool) -> None:
+    """The output checks of ``gnnscale train``: metrics file, checkpoint file and ``--resume``.
+
+    A checkpoint that exists is continued with ``--resume`` or replaced with ``--overwrite``, never
+    silently overwritten (it may belong to another run or model).
+    """
+    if metrics_out is not None:
+        check_output_file(metrics_out, "metrics_out", "--metrics-out", overwrite=overwrite)
+    if resume and checkpoint is None:
+        raise ValueError("resume: --resume needs --checkpoint FILE, the checkpoint to continue from")
+    if checkpoint is None:
+        return
+    path = check_output_file(checkpoint, "checkpoint", "--checkpoint", overwrite=True)  # a file, in a folder
+    if resume and not path.is_file():
+        raise ValueError(f"checkpoint: no file at {path} to resume from (--resume continues an existing "
+                         "--checkpoint; drop --resume to start a new run)")
+    if not resume and path.exists() and not overwrite:
+        raise ValueError(f"checkpoint: {path} already exists; pass --resume to continue that run, or --overwrite "
+                         "to start over and replace it")
+
+
+def check_partition_launch(partition_dir: str | Path, world_size: int, batch_size: int, *,
+                           per_worker_batches: bool = True) -> dict:
+    """Check, from the manifest alone, that ``world_size`` workers can train on ``partition_dir``.
+
+    Every worker loads part ``RANK``, so the part count must equal the worker count. With
+    ``per_worker_batches`` (data parallelism) every worker draws micro-batches from its own training
+    nodes and runs the same number of iterations per epoch (enough for the part with most training
+    nodes), so every part needs at least that many training nodes; split parallelism draws from all
+    training nodes and needs none per part. Returns the manifest.
+    """
+    manifest = read_manifest(partition_dir)
+    num_parts = manifest["num_parts"]
+    if num_parts != world_size:
+        raise ValueError(f"partitions: {partition_dir} has {num_parts} parts but {world_size} workers were launched; "
+                         f"launch one worker per part (torchrun --nnodes N --nproc-per-node M with N x M = "
+                         f"{num_parts}), or repartition with gnnscale partition --parts {world_size}")
+    if not per_worker_batches:
+        return manifest
+    train = manifest["split_sizes"]["train_idx"]
+    largest = max(range(num_parts), key=lambda p: train[p])
+    smallest = min(range(num_parts), key=lambda p: train[p])
+    if train[smallest] == 0:
+        raise ValueError(f"partitions: part {smallest} of {partition_dir} has no training nodes, so its worker "
+                         "cannot take part in the iterations of an epoch; repartition with --method metis (it "
+                         "balances training nodes)")
+    iterations = math.ceil(train[largest] / batch_size)
+    if train[smallest] < iterations:
+        least = math.ceil(train[largest] / train[smallest])
+        raise ValueError(f"batch_size: with --batch-size {batch_size}, part {largest} ({train[largest]} training "
+                         f"nodes) needs {iterations} iterations per epoch, but part {smallest} has only "
+                         f"{train[smallest]} training nodes and every worker runs the same iterations; use "
+                         f"--batch-size {least} or more, or repartition with --method metis (it balances "
+                         "training nodes)")
+    return manifest

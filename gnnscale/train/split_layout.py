@@ -1,0 +1,143 @@
+"""Split parallelism (GSplit, Polisetty et al.; design in docs/split_parallelism.md): the ``split`` layout.
+
+Every iteration trains ONE mini-batch of ``P x batch_size`` seeds drawn from all training nodes: exactly
+the mini-batch the single-process trainer draws with batch size ``P x b`` on the same relabelled graph
+(the same permutation of the training nodes, the same key per step). The hybrid layout's topology is on
+every worker, so each worker samples the whole mini-batch itself with the shared key (no
+communication), cuts out its own split (:func:`~gnnscale.distributed.split.split_blocks`: every vertex
+of every layer is computed by its owner only) and reads its layer-0 rows from its own feature part: no
+feature fetch. The model runs on :class:`~gnnscale.distributed.shuffle.CooperativeBlock` s whose
+shuffles (partial sums for SAGE/GCN, source rows for GAT) run on the MAIN (training) process group:
+they are part of the training step. Sampling, splitting and reading the rows run in the background
+loading stage (``prepare``), which needs no collective at all.
+
+Each worker's loss is the cross-entropy summed over the seeds it owns divided by the mini-batch's seed
+count, and gradients are summed (divisor 1): one step equals the single-process step on the whole
+mini-batch. Dropout masks are drawn per worker, so with dropout the run is statistically, not
+bitwise, the single-process one.
+
+Evaluation reuses the data-parallel hybrid inference (each worker classifies its own nodes, features
+fetched from their owners): inference has no gradients to share and no redundancy worth removing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.shuffle import CooperativeBlock, split_loss
+from gnnscale.distributed.split import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
+from gnnscale.distributed.split_metrics import epoch_edge_metrics, split_edge_counts
+from gnnscale.partition.directory import LocalPartition
+from gnnscale.sampling import NeighborSampler, derive_key
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts import DataParallel, DistBatch, EdgeLedger, Step, build_data_parallel
+from gnnscale.train.loop import epoch_batches, num_batches_for
+from gnnscale.train.metrics import PhaseTimer
+
+
+class SplitParallel:
+    """The ``split`` layout of one worker (the interface of :class:`~gnnscale.train.layouts.DataParallel`).
+
+    Args:
+        sampler: samples the whole mini-batch from the replicated topology (every worker, same key).
+        kind: what the cooperative layers shuffle (``SHUFFLE_FOR_MODEL[model]``).
+        train_idx: int64 [all training nodes], sorted: every part's training nodes.
+        part: this worker's partition (its feature rows and labels, the partition book).
+        cfg: training settings; ``batch_size`` is per worker, a mini-batch has ``P x batch_size`` seeds.
+        comm: the MAIN (training) Comm: the cooperative layers' shuffles run on it.
+        loader: the loading stage's Comm (split training needs no collective there; accounting only).
+        inference: the data-parallel hybrid layout that evaluation runs on.
+    """
+
+    def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
+                 cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel) -> None:
+        self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
+        self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self.labels = torch.from_numpy(part.labels.copy())
+        self.minibatch_size = self.world_size * cfg.batch_size
+        self._ledger = EdgeLedger(self.rank, self.world_size)
+
+    @property
+    def bulk(self) -> int:
+        return self.sampler.bulk
+
+    def local_batches(self) -> int:
+        """Iterations per epoch: the single-process count for batch size ``P x b`` (the same everywhere)."""
+        return num_batches_for(self.train_idx.numel(), self.minibatch_size)
+
+    def check_num_batches(self, num_batches: int) -> str:
+        return ""  # the mini-batches are drawn from all training nodes: never short
+
+    def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
+        """The same steps on every worker: the single-process trainer's batches and keys (rank 0's)."""
+        self._ledger = EdgeLedger(self.rank, self.world_size)
+        batches = epoch_batches(self.train_idx, num_batches, self.cfg.seed, epoch, rank=0)
+        return [Step(seeds=seeds, key=derive_key(self.cfg.seed, epoch, step, 0)) for step, seeds in enumerate(batches)]
+
+    def plan_eval(self, node_ids: np.ndarray, batch_size: int, num_steps: int) -> list[Step]:
+        return self.inference.plan_eval(node_ids, batch_size, num_steps)
+
+    def eval_steps_needed(self, node_ids: np.ndarray, batch_size: int) -> int:
+        return self.inference.eval_steps_needed(node_ids, batch_size)
+
+    def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
+        """Sample the mini-batches of ``steps``, split them, read this worker's layer-0 rows: no collective.
+        Inference is the data-parallel hybrid layout's."""
+        if not training:
+            return self.inference.prepare(steps, timer, training=False)
+        with timer.phase("sample"):
+            sampled = self.sampler.sample_many([s.seeds for s in steps], [s.key for s in steps])
+        lo = self.part.node_offset
+        out = []
+        for step, blocks in zip(steps, sampled):
+            with timer.phase("split"):
+                splits = split_blocks(blocks, self.part.book, self.rank, kind=self.kind)
+            with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
+                x = torch.from_numpy(np.ascontiguousarray(self.part.features[(splits[0].src_ids - lo).numpy()]))
+            computed, local = split_edge_counts(splits)
+            minibatch_edges = sum(b.num_edges for b in blocks)
+            self._ledger.record(computed, local, minibatch_edges if self.rank == 0 else 0)
+            out.append(DistBatch(step=step, blocks=[CooperativeBlock(split=s, comm=self.comm) for s in splits], x=x,
+                                 y=self.labels[splits[-1].dst_ids - lo], sampled_edges=minibatch_edges,
+                                 comm=self.loader.stats.snapshot_and_reset()))
+        return out
+
+    def loss(self, logits: Tensor, batch: DistBatch) -> Tensor:
+        """This worker's share of the mini-batch's mean cross-entropy (summed over workers: the mean)."""
+        return split_loss(logits, batch.y, batch.step.seeds.numel())
+
+    def loss_sum(self, loss: Tensor, batch: DistBatch) -> Tensor:
+        """float64: the cross-entropy summed over this worker's seeds."""
+        return loss.detach().double() * batch.step.seeds.numel()
+
+    @property
+    def gradient_divisor(self) -> int:
+        return 1  # each worker's loss is already its share of the mini-batch mean: sum the gradients
+
+    def finish_epoch(self, comm: Comm) -> dict:
+        """Edge metrics of every iteration of the epoch, counted by the workers that computed the edges
+        (collective, one all-reduce)."""
+        return {"edge_metrics": epoch_edge_metrics(self._ledger.reduce(comm))}
+
+
+def all_training_nodes(part: LocalPartition, comm: Comm) -> Tensor:
+    """int64 [all training nodes], sorted: every part's ``train_idx`` (parts own ascending id ranges, so
+    concatenating them in rank order sorts them). Collective: one ``"setup"`` round."""
+    mine = torch.from_numpy(np.array(part.train_idx, dtype=np.int64))  # a copy: the part is a read-only map
+    # Collective: every worker's training nodes to every worker.
+    return torch.cat([t.cpu() for t in comm.all_to_allv([mine] * comm.world_size, "setup")])
+
+
+def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm,
+                         loader: Comm) -> SplitParallel:
+    """The ``split`` layout of this worker: the hybrid partition (whole topology) is required."""
+    if model_name not in SHUFFLE_FOR_MODEL:
+        raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
+    sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
+    inference = build_data_parallel("hybrid", part, cfg, loader)
+    train_idx = all_training_nodes(part, comm)
+    return SplitParallel(sampler, SHUFFLE_FOR_MODEL[model_name], train_idx, part, cfg, comm, loader, inference)

@@ -1,0 +1,199 @@
+"""Worker functions for tests/test_split_distributed.py (split parallelism on real processes).
+
+Every worker samples the same mini-batch with the same key, runs the model on its split with the
+cooperative layers, and compares with the single-process model on the whole mini-batch, which it
+computes itself (same blocks, same weights: every worker holds the same reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import cache_workers
+from dist_workers import make_book, make_graph
+from gnnscale.distributed import (SHUFFLE_FOR_MODEL, Comm, CooperativeBlock, cooperative_blocks, init_for_test,
+                                  shutdown, split_blocks, split_loss, all_reduce_gradients)
+from gnnscale.nn import ModelConfig, build_model
+from gnnscale.partition.book import PartitionBook
+from gnnscale.sampling import derive_key, sample_blocks
+
+PG_TIMEOUT_S = 60.0
+FEATURE_DIM = 6
+NUM_CLASSES = 3
+SEEDS_PER_WORKER = 12
+FANOUTS = {2: (4, 3), 3: (4, 3, 2)}
+STEPS = 2
+LR = 0.5  # large, so that a wrong gradient in step 1 shows in step 2's loss
+CONFIGS = [(name, layers) for name in ("sage", "gcn", "gat") for layers in (2, 3)]
+
+
+def _data(num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(11)
+    x = torch.from_numpy(rng.standard_normal((num_nodes, FEATURE_DIM)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, NUM_CLASSES, num_nodes))
+    return x, y
+
+
+def _model(name: str, layers: int) -> torch.nn.Module:
+    torch.manual_seed(5)  # the same weights in every worker and in the reference
+    return build_model(ModelConfig(name=name, in_dim=FEATURE_DIM, hidden_dim=4, num_classes=NUM_CLASSES,
+                                   num_layers=layers, dropout=0.0, heads=2, out_heads=2))
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp(min=1e-12))
+
+
+def check_split_training(rank: int, world_size: int, port: int) -> dict:
+    """Every model and depth: STEPS SGD steps split-parallel vs single-process; returns the comm totals."""
+    ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
+    try:
+        comm = Comm(ctx)
+        total = {}
+        for name, layers in CONFIGS:
+            _train_and_compare(comm, name, layers, total)
+        _check_sage_on_source_features(comm)
+        for name in ("sage", "gat"):
+            _check_worker_without_seeds(comm, name)
+        _check_errors(comm)
+        total["num_cached"] = cache_workers.check_cache(comm)
+        return total
+    finally:
+        shutdown()
+
+
+def _train_and_compare(comm: Comm, name: str, layers: int, total: dict) -> None:
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, y = _data(graph.num_nodes)
+    reference, split_model = _model(name, layers), _model(name, layers)
+    lo, hi = book.node_range(comm.rank)
+    batch = SEEDS_PER_WORKER * comm.world_size
+    for step in range(STEPS):
+        # The same P x b seeds and key on every worker: one mini-batch for all.
+        seeds = np.random.default_rng(100 + step).choice(graph.num_nodes, batch, replace=False)
+        blocks = sample_blocks(graph, seeds, FANOUTS[layers], key=derive_key(3, 0, step, 0))
+        ref_logits = reference(blocks, x[blocks[0].src_ids])
+        ref_loss = F.cross_entropy(ref_logits, y[blocks[-1].dst_ids])
+        reference.zero_grad()
+        ref_loss.backward()
+
+        comm.stats.snapshot_and_reset()
+        coop = cooperative_blocks(blocks, book, comm, kind=SHUFFLE_FOR_MODEL[name])
+        input_ids = coop[0].split.src_ids
+        assert bool(((input_ids >= lo) & (input_ids < hi)).all()), "layer-0 sources must be owned: no fetch"
+        logits = split_model(coop, x[input_ids])
+        seeds_here = coop[-1].split.dst_ids
+        loss = split_loss(logits, y[seeds_here], batch)
+        split_model.zero_grad()
+        loss.backward()
+        shuffle = comm.stats.snapshot_and_reset()["shuffle"]
+        # Forward: one shuffle per layer. Backward: one per layer whose shuffled rows need a gradient;
+        # SAGE/GCN's layer 0 shuffles sums of input features, which do not.
+        expected = 2 * layers - (1 if SHUFFLE_FOR_MODEL[name] == "partial_sums" else 0)
+        assert (shuffle["rounds"], shuffle["calls"]) == (expected, expected), (name, layers, shuffle)
+        assert shuffle["seconds"] > 0  # what the trainer reports as shuffle time
+        _add(total, "shuffle", shuffle)
+
+        where = {int(v): i for i, v in enumerate(blocks[-1].dst_ids)}
+        mine = torch.tensor([where[int(v)] for v in seeds_here], dtype=torch.int64)
+        assert _rel(logits.detach(), ref_logits.detach()[mine]) < 1e-5, (name, layers, step)
+        _check_edges(comm, coop, blocks)
+        global_loss = loss.detach().clone()
+        comm.all_reduce_(global_loss, dist.ReduceOp.SUM, "eval")  # collective: the mini-batch's loss
+        assert abs(global_loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item()), (name, layers, step)
+        all_reduce_gradients(split_model, comm)
+        for (pname, p), q in zip(split_model.named_parameters(), reference.parameters()):
+            assert _rel(p.grad, q.grad) < 1e-4, (name, layers, step, pname, _rel(p.grad, q.grad))
+        _sgd_step(split_model)
+        _sgd_step(reference)
+    for p, q in zip(split_model.parameters(), reference.parameters()):
+        assert _rel(p.detach(), q.detach()) < 1e-4, (name, layers)
+
+
+def _sgd_step(model: torch.nn.Module) -> None:
+    # By hand: the first torch.optim optimizer of a process imports torch._dynamo (~15 s on a busy machine).
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
+
+
+def _check_edges(comm: Comm, coop: list[CooperativeBlock], blocks) -> None:
+    """Every edge of the mini-batch computed exactly once: per layer, the sum over workers."""
+    counts = torch.tensor([b.split.num_edges for b in coop], dtype=torch.int64)
+    comm.all_reduce_(counts, dist.ReduceOp.SUM, "eval")  # collective: edges summed over workers
+    assert counts.tolist() == [b.num_edges for b in blocks]
+
+
+def _check_sage_on_source_features(comm: Comm) -> None:
+    """SAGE is also exact when it gathers source rows instead of shuffling partial sums."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, _ = _data(graph.num_nodes)
+    model = _model("sage", 2)
+    blocks = sample_blocks(graph, np.arange(0, graph.num_nodes, 7), FANOUTS[2], key=9)
+    coop = cooperative_blocks(blocks, book, comm, kind="source_features")
+    with torch.no_grad():
+        ref = model(blocks, x[blocks[0].src_ids])
+        got = model(coop, x[coop[0].split.src_ids])
+    where = {int(v): i for i, v in enumerate(blocks[-1].dst_ids)}
+    mine = torch.tensor([where[int(v)] for v in coop[-1].split.dst_ids], dtype=torch.int64)
+    assert _rel(got, ref[mine]) < 1e-5
+    comm.stats.snapshot_and_reset()
+
+
+def _check_worker_without_seeds(comm: Comm, name: str) -> None:
+    """All seeds owned by rank 0: the others output no rows, yet take part in every backward shuffle."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, y = _data(graph.num_nodes)
+    reference, split_model = _model(name, 2), _model(name, 2)
+    seeds = np.arange(0, book.node_range(0)[1], 5)
+    blocks = sample_blocks(graph, seeds, FANOUTS[2], key=4)
+    F.cross_entropy(reference(blocks, x[blocks[0].src_ids]), y[blocks[-1].dst_ids]).backward()
+    coop = cooperative_blocks(blocks, book, comm, kind=SHUFFLE_FOR_MODEL[name])
+    logits = split_model(coop, x[coop[0].split.src_ids])
+    assert logits.shape[0] == (seeds.shape[0] if comm.rank == 0 else 0)
+    split_loss(logits, y[coop[-1].split.dst_ids], seeds.shape[0]).backward()
+    all_reduce_gradients(split_model, comm)
+    for p, q in zip(split_model.parameters(), reference.parameters()):
+        assert _rel(p.grad, q.grad) < 1e-4, name
+    comm.stats.snapshot_and_reset()
+
+
+def _check_errors(comm: Comm) -> None:
+    """Bad input fails the same way on every worker, before any collective."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, _ = _data(graph.num_nodes)
+    blocks = sample_blocks(graph, np.arange(10), FANOUTS[2], key=1)
+    wrong_parts = make_book(comm.world_size + 1)
+    with pytest.raises(ValueError, match=rf"book: expected {comm.world_size} parts \(one per worker\), "
+                                         rf"got {comm.world_size + 1}"):
+        cooperative_blocks(blocks, wrong_parts, comm)
+    smaller = PartitionBook(offsets=np.linspace(0, 100, comm.world_size + 1).astype(np.int64))
+    with pytest.raises(ValueError, match=r"blocks: node ids must lie in \[0, 100\).*another graph"):
+        cooperative_blocks(blocks, smaller, comm)
+    other = (comm.rank + 1) % comm.world_size
+    with pytest.raises(ValueError, match=rf"split: built for rank {other} .* this worker is rank {comm.rank}"):
+        CooperativeBlock(split=split_blocks(blocks, book, other)[0], comm=comm)
+    coop = cooperative_blocks(blocks, book, comm, kind="partial_sums")
+    with pytest.raises(ValueError, match=r"kind='partial_sums' does not exchange.*kind='source_features'"):
+        _model("gat", 2)(coop, x[coop[0].split.src_ids])
+    empty = [torch.zeros(0)] * comm.world_size
+    with pytest.raises(ValueError, match=r"recv_rows: expected non-negative ints, got \[-1"):
+        comm.all_to_allv(empty, "shuffle", recv_rows=[-1] + [0] * (comm.world_size - 1))
+    with pytest.raises(ValueError, match=rf"recv_rows: expected world_size = {comm.world_size} row counts"):
+        comm.all_to_allv(empty, "shuffle", recv_rows=[0])
+    with pytest.raises(ValueError, match=r"rows: expected sum\(send_rows\) = 3 rows, got 2"):
+        comm.exchange_rows(torch.zeros(2, 4), [3] + [0] * (comm.world_size - 1), [0] * comm.world_size, "shuffle")
+    with pytest.raises(ValueError, match=rf"send_rows: expected world_size = {comm.world_size} row counts"):
+        comm.exchange_rows(torch.zeros(2, 4), [2], [0] * comm.world_size, "shuffle")
+    assert not any(any(c.values()) for c in comm.stats.snapshot_and_reset().values())
+
+
+def _add(total: dict, category: str, counts: dict) -> None:
+    for key, value in counts.items():
+        total.setdefault(category, {}).setdefault(key, 0)
+        total[category][key] += value
+

@@ -1,0 +1,230 @@
+"""Split-parallel training end to end (`torchrun -m gnnscale train --layout split`), the feature cache and
+the per-epoch edge metrics, on real processes (gloo on 127.0.0.1).
+
+* Split training on P workers equals the single-process trainer with batch size P x b on the same
+  relabelled graph: the same loss in every iteration (relative difference < 1e-5 over 20 iterations),
+  the same parameters (< 1e-4), the same full-neighborhood evaluation; every edge computed exactly once.
+* The edge metrics of every layout equal an independent recomputation from re-sampled batches.
+* A feature cache changes what crosses the network, never what is trained.
+* A worker killed during split training stops every other worker with a clear error within --timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gnnscale.cli import main as cli_main
+from gnnscale.distributed import SHUFFLE_FOR_MODEL, data_parallel_edge_metrics, split_edge_metrics
+from gnnscale.distributed.split_metrics import epoch_edge_metrics
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.nn import ModelConfig
+from gnnscale.partition import load_partition, write_partition_dir
+from gnnscale.sampling import derive_key, sample_blocks
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.distributed import check_options
+from gnnscale.train.layouts import UNION_ITERATIONS
+from gnnscale.train.loop import epoch_batches
+from gnnscale.train.run import run_training
+from launch import rendezvous_port, torchrun
+
+SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
+MINIBATCH = 72  # seeds per iteration over all workers: 720 training nodes -> 10 iterations per epoch
+EPOCHS = 2  # 20 iterations
+FANOUTS = (4, 3)
+FULL = "1000,1000"  # above every degree of the small graph: evaluation sees whole neighborhoods, no sampling
+SEED = 3
+LAUNCH_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def partitions(tmp_path_factory):
+    """METIS partition directories of the small synthetic dataset, by number of parts."""
+    dataset = make_synthetic(SyntheticConfig(**SMALL))
+    root = tmp_path_factory.mktemp("split_parts")
+    for p in (2, 4):
+        write_partition_dir(dataset, p, "metis", root / f"p{p}")
+    return {p: root / f"p{p}" for p in (2, 4)}
+
+
+def relabelled_dataset(partition_dir: Path, num_parts: int) -> NodeDataset:
+    """The partitioned graph as one dataset (relabelled ids, the parts' rows in order): what the
+    single-process trainer must see to draw the same mini-batches as split training."""
+    parts = [load_partition(partition_dir, p, "hybrid") for p in range(num_parts)]
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([np.asarray(getattr(p, name)) for p in parts])
+
+    return NodeDataset(name="relabelled", graph=parts[0].topology, features=joined("features"),
+                       labels=joined("labels"), train_idx=joined("train_idx"), val_idx=joined("val_idx"),
+                       test_idx=joined("test_idx"), num_classes=parts[0].num_classes)
+
+
+def model_args(model: str) -> list[str]:
+    return ["--model", model, "--hidden", "8", "--heads", "2", "--dropout", "0", "--input-dropout", "0",
+            "--attn-dropout", "0"]
+
+
+def launch_training(nproc: int, partition_dir: Path, out: Path, *args: str) -> dict:
+    """One torchrun launch of `gnnscale train --partitions`; rank 0's metrics JSON."""
+    cmd = torchrun(nproc, "--partitions", str(partition_dir), "--fanouts", ",".join(map(str, FANOUTS)),
+                   "--seed", str(SEED), "--lr", "0.01", "--threads", "1", "--quiet", "--metrics-out", str(out), *args)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def relative(a, b) -> float:
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    return float((a - b).norm() / b.norm().clamp(min=1e-12))
+
+
+def split_cases():
+    fast = [(2, "sage"), (4, "gat")]
+    slow = [(2, "gat"), (4, "sage")]
+    return [pytest.param(p, m, id=f"{p}-{m}") for p, m in fast] + \
+           [pytest.param(p, m, id=f"{p}-{m}", marks=pytest.mark.slow) for p, m in slow]
+
+
+@pytest.mark.parametrize("nproc, model", split_cases())
+def test_split_training_equals_the_single_process_trainer(partitions, nproc, model, tmp_path):
+    run = launch_training(nproc, partitions[nproc], tmp_path / "split.json", "--layout", "split",
+                          "--batch-size", str(MINIBATCH // nproc), "--epochs", str(EPOCHS), "--eval-fanouts", FULL,
+                          "--save-model", str(tmp_path / "split.pt"), *model_args(model))
+    dataset = relabelled_dataset(partitions[nproc], nproc)
+    model_cfg = ModelConfig(name=model, in_dim=dataset.feature_dim, hidden_dim=8, num_classes=dataset.num_classes,
+                            num_layers=len(FANOUTS), dropout=0.0, heads=2)
+    train_cfg = TrainConfig(fanouts=FANOUTS, eval_fanouts=(1000, 1000), batch_size=MINIBATCH, epochs=EPOCHS, lr=0.01,
+                            seed=SEED, threads=1)
+    single = run_training(dataset, model_cfg, train_cfg, progress=False, model_out=tmp_path / "single.pt")
+
+    losses = [(d, s) for dh, sh in zip(run["history"], single.history, strict=True)
+              for d, s in zip(dh["iteration_losses"], sh["iteration_losses"], strict=True)]
+    assert len(losses) == EPOCHS * math.ceil(dataset.train_idx.size / MINIBATCH) == 20
+    assert max(abs(d - s) / abs(s) for d, s in losses) < 1e-5
+    split_state, single_state = torch.load(tmp_path / "split.pt"), torch.load(tmp_path / "single.pt")
+    for name, value in single_state.items():
+        assert relative(split_state[name], value) < 1e-4, name
+    for d, s in zip(run["history"], single.history):
+        # Whole neighborhoods at inference: the same parameters classify every node the same way.
+        assert (d["val_acc"], d["test_acc"]) == (s["val_acc"], s["test_acc"])
+        rounds = d["rounds_per_iteration"]
+        shuffles = 2 * len(FANOUTS) - (1 if SHUFFLE_FOR_MODEL[model] == "partial_sums" else 0)
+        assert (rounds["sample"], rounds["feature"], rounds["shuffle"], rounds["grad"]) == (0, 0, shuffles, 1)
+        assert d["bytes_per_iteration"]["feature"] == 0 < d["bytes_per_iteration"]["shuffle"]
+        assert 0 < d["shuffle_s"] < d["forward_backward_s"]
+    check_split_edge_metrics(run, dataset, partitions[nproc], nproc, model)
+
+
+def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Path, nproc: int, model: str) -> None:
+    """Redundancy exactly 0, and every count equal to split_edge_metrics on the re-sampled mini-batches."""
+    book = load_partition(partition_dir, 0, "hybrid").book
+    train_idx = torch.from_numpy(dataset.train_idx)
+    num_batches = math.ceil(train_idx.numel() / MINIBATCH)
+    for epoch, h in enumerate(run["history"]):
+        expected = [split_edge_metrics(sample_blocks(dataset.graph, seeds, FANOUTS, key=derive_key(SEED, epoch, step, 0)),
+                                       book, kind=SHUFFLE_FOR_MODEL[model])
+                    for step, seeds in enumerate(epoch_batches(train_idx, num_batches, SEED, epoch))]
+        got = h["edge_metrics"]
+        assert got == epoch_edge_metrics(expected)  # the same counts, so the same ratios to the last bit
+        assert got["redundancy"] == 0.0 and got["edges_computed"] == got["minibatch_edges"] == h["sampled_edges"]
+        assert got["iterations"] == num_batches
+
+
+def test_a_cache_changes_the_bytes_not_the_training(partitions, tmp_path):
+    """Hybrid without a cache vs vanilla with one (the layouts train identically, tested elsewhere): the same
+    losses and accuracies, exactly 2 feature rounds, fewer feature bytes; and the data-parallel edge metrics
+    equal data_parallel_edge_metrics on the re-sampled micro-batches."""
+    common = ["--batch-size", "40", "--epochs", "1", *model_args("sage")]
+    plain = launch_training(2, partitions[2], tmp_path / "hybrid.json", "--layout", "hybrid", *common)
+    cached = launch_training(2, partitions[2], tmp_path / "cached.json", "--layout", "vanilla", "--cache-fraction",
+                             "0.2", *common)
+    for p, c in zip(plain["history"], cached["history"], strict=True):
+        assert (p["loss"], p["iteration_losses"], p["val_acc"], p["test_acc"]) == \
+               (c["loss"], c["iteration_losses"], c["val_acc"], c["test_acc"])
+        assert p["rounds_per_iteration"]["feature"] == c["rounds_per_iteration"]["feature"] == 2
+        assert c["bytes_per_iteration"]["feature"] < 0.8 * p["bytes_per_iteration"]["feature"]
+        assert "cache" not in p and 0.2 < c["cache"]["hit_rate"] <= 1 and c["cache"]["rows_per_worker"] == 240
+        assert p["edge_metrics"] == c["edge_metrics"]
+    check_data_parallel_edge_metrics(plain, partitions[2], 2, 40)
+
+
+def check_data_parallel_edge_metrics(run: dict, partition_dir: Path, nproc: int, batch_size: int) -> None:
+    parts = [load_partition(partition_dir, p, "hybrid") for p in range(nproc)]
+    graph, book = parts[0].topology, parts[0].book
+    train = [torch.from_numpy(np.array(p.train_idx)) for p in parts]
+    num_batches = max(math.ceil(t.numel() / batch_size) for t in train)
+    for epoch, h in enumerate(run["history"]):
+        batches = [epoch_batches(t, num_batches, SEED, epoch, rank) for rank, t in enumerate(train)]
+        expected = [data_parallel_edge_metrics([sample_blocks(graph, batches[r][step], FANOUTS,
+                                                              key=derive_key(SEED, epoch, step, r))
+                                                for r in range(nproc)], book)
+                    for step in range(min(num_batches, UNION_ITERATIONS))]
+        got = h["edge_metrics"]
+        assert got == epoch_edge_metrics(expected)  # the same counts, so the same ratios to the last bit
+        assert got["redundancy"] > 0 and got["iterations"] == min(num_batches, UNION_ITERATIONS)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layout", "split", "--cache-fraction", "0.2"], "cache_fraction: --layout split reads only the feature rows"),
+    (["--layout", "hybrid", "--cache-fraction", "1.5"], r"cache_fraction: expected a fraction of all nodes in \[0, 1\] "
+                                                        r"\(--cache-fraction\), got 1.5"),
+])
+def test_bad_cache_options_are_one_clear_line(partitions, capsys, argv, message):
+    assert cli_main(["train", "--partitions", str(partitions[2]), *argv]) == 2  # before any worker starts
+    assert capsys.readouterr().err.startswith("gnnscale train: error: ")
+    with pytest.raises(ValueError, match=message):
+        check_options(argv[1], TrainConfig(), float(argv[3]))
+
+
+def test_cache_fraction_without_partitions_is_an_error(capsys):
+    assert cli_main(["train", "--cache-fraction", "0.1"]) == 2
+    assert "cache_fraction: --cache-fraction caches remote features, which only distributed runs" in capsys.readouterr().err
+
+
+def test_a_worker_killed_during_split_training_stops_the_others(partitions, tmp_path):
+    """Four `gnnscale train --layout split` processes (started without torchrun, so that nothing but gnnscale
+    itself can stop the survivors); rank 2 is killed mid-training. Most of an iteration's collectives are
+    shuffles, where the survivors find out; each must stop with the failing collective named, well within
+    --timeout."""
+    port, timeout_s = rendezvous_port(), 30
+    args = [sys.executable, "-m", "gnnscale", "train", "--partitions", str(partitions[4]), "--layout", "split",
+            "--fanouts", "4,3", "--batch-size", "8", "--epochs", "1000", "--threads", "1", "--no-eval",
+            "--timeout", str(timeout_s), *model_args("sage")]
+    procs = []
+    for rank in range(4):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "4",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        first = ""
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while "epoch   0" not in first and time.monotonic() < deadline and procs[0].poll() is None:
+            first = procs[0].stdout.readline()
+        assert "epoch   0" in first, "training never started: " + procs[0].stderr.read()[-3000:]
+        time.sleep(0.5)  # into epoch 1's iterations
+        procs[2].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        for rank in (0, 1, 3):
+            _, err = procs[rank].communicate(timeout=timeout_s + 60)
+            assert procs[rank].returncode == 1, err[-3000:]
+            assert f"gnnscale train: stopped: rank {rank} of 4: collective" in err, err[-3000:]
+            assert "(category 'shuffle')" in err or "(category 'grad')" in err, err[-3000:]
+        assert time.monotonic() - killed_at < timeout_s
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
