@@ -121,7 +121,8 @@ def run_checked(cmd: list[str], env: dict, timeout_s: float, what: str) -> str:
     """Run ``cmd`` in its own process group; return its combined output, or exit the script with it.
 
     Its own session so that on timeout the whole group (torchrun and its workers) is stopped, not
-    just the launcher, which would leave orphaned workers holding memory and cores.
+    just the launcher, which would leave orphaned workers holding memory and cores. The same when this
+    script is interrupted or terminated (an outer ``timeout``, Ctrl-C): see :func:`exit_on_sigterm`.
     """
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -131,9 +132,18 @@ def run_checked(cmd: list[str], env: dict, timeout_s: float, what: str) -> str:
         stop_group(proc)
         output, _ = proc.communicate()
         fail(f"{what}: timed out after {timeout_s:.0f}s", cmd, output)
+    except BaseException:  # SystemExit from SIGTERM, KeyboardInterrupt: the workers must not outlive us
+        stop_group(proc)
+        raise
     if proc.returncode != 0:
         fail(f"{what}: exit status {proc.returncode}", cmd, output)
     return output
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that :func:`run_checked` stops the launch's process group on the
+    way out (by default SIGTERM ends Python at once and the workers, in their own session, run on)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -366,6 +376,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     a = parse_args()
     try:
         check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes

@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from distributed import (MB, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
-                         partition_info, run_launch, torchrun_command)
+                         exit_on_sigterm, partition_info, run_launch, torchrun_command)
 from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
 
 LAYOUTS = ("hybrid", "split")
@@ -228,6 +228,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     a = parse_args()
     try:
         check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes

@@ -38,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from distributed import (MB, ROOT, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
-                         partition_info, run_launch, torchrun_command)
+                         exit_on_sigterm, partition_info, run_launch, torchrun_command)
 from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
 
 BASELINE = "hybrid"
@@ -277,6 +277,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     a = parse_args()
     if a.list:
         help_text = train_help()
