@@ -2,7 +2,8 @@
 
     python benchmarks/distributed.py [--scale 0.25] [--workers 2,4] [--layouts vanilla,hybrid]
                                      [--link-gbit inf,10,1] [--epochs 3] [--fanouts 15,10,5]
-                                     [--batch-size 1000] [--hidden 256] [--json FILE] [--plot FILE.png]
+                                     [--batch-size 1000] [--hidden 256] [--cache-dir DIR] [--json FILE]
+                                     [--plot FILE.png]
 
 The dataset is shaped like ogbn-products (2.45M nodes at scale 1, ~50 in-edges per node, 100
 features, 47 classes, 8% training nodes; the gnnscale synthetic generator at ``--scale``). It is built
@@ -26,7 +27,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -107,18 +107,22 @@ def partition_info(partition_dir: Path) -> dict:
 # --- launching ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port free right now on 127.0.0.1 (the OS picks it when binding to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def torchrun_command(workers: int) -> list[str]:
+    """``torchrun --standalone`` for ``workers`` workers on this machine (``python -m
+    torch.distributed.run`` is what the ``torchrun`` script runs; through this interpreter it needs no
+    PATH lookup). Standalone: torchrun binds a free port itself and hands it to its workers. Choosing
+    one here (bind port 0, release it, pass ``--master-port``) is a race: until torchrun binds it, the
+    kernel may give the port to any other socket, and on a loaded machine shared with test suites that
+    made launches fail with EADDRINUSE now and then (tests/launch.py)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers)]
 
 
 def run_checked(cmd: list[str], env: dict, timeout_s: float, what: str) -> str:
     """Run ``cmd`` in its own process group; return its combined output, or exit the script with it.
 
     Its own session so that on timeout the whole group (torchrun and its workers) is stopped, not
-    just the launcher, which would leave orphaned workers holding memory and cores.
+    just the launcher, which would leave orphaned workers holding memory and cores. The same when this
+    script is interrupted or terminated (an outer ``timeout``, Ctrl-C): see :func:`exit_on_sigterm`.
     """
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -128,9 +132,18 @@ def run_checked(cmd: list[str], env: dict, timeout_s: float, what: str) -> str:
         stop_group(proc)
         output, _ = proc.communicate()
         fail(f"{what}: timed out after {timeout_s:.0f}s", cmd, output)
+    except BaseException:  # SystemExit from SIGTERM, KeyboardInterrupt: the workers must not outlive us
+        stop_group(proc)
+        raise
     if proc.returncode != 0:
         fail(f"{what}: exit status {proc.returncode}", cmd, output)
     return output
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that :func:`run_checked` stops the launch's process group on the
+    way out (by default SIGTERM ends Python at once and the workers, in their own session, run on)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -156,36 +169,40 @@ def fail(reason: str, cmd: list[str], output: str) -> None:
 
 
 def train_command(partition_dir: Path, workers: int, layout: str, a: argparse.Namespace, metrics: Path) -> list[str]:
-    """The torchrun command line of one (workers, layout) run (``python -m torch.distributed.run`` is
-    what the ``torchrun`` script runs; calling it through this interpreter needs no PATH lookup)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(workers),
-            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-            "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout,
+    """The torchrun command line of one (workers, layout) run."""
+    return [*torchrun_command(workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout,
             "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--hidden", str(a.hidden),
             "--epochs", str(a.epochs), "--seed", str(a.seed), "--threads", "1", "--no-eval", "--quiet",
             "--metrics-out", str(metrics)]
 
 
-def run_training(partition_dir: Path, workers: int, layout: str, link_gbit: float, a: argparse.Namespace,
-                 scratch: Path) -> dict:
-    """Launch one distributed run over the emulated link and return rank 0's metrics JSON, with the
-    link's counters under ``"link"`` (None on the host loopback)."""
-    name = f"w{workers}_{layout}_link{link_label(link_gbit)}"
-    metrics, link_stats = scratch / f"metrics_{name}.json", scratch / f"link_{name}.txt"
-    cmd = link_command(train_command(partition_dir, workers, layout, a, metrics), link_gbit, stats_path=link_stats)
+def run_launch(train_cmd: list[str], metrics: Path, link_gbit: float, *, timeout_s: float, tune_malloc: bool,
+               what: str) -> dict:
+    """Run one torchrun launch (``train_cmd`` writes rank 0's metrics to ``metrics``) over the emulated
+    link and return those metrics, with ``wall_s`` and the link's counters under ``"link"`` (None on the
+    host loopback)."""
+    link_stats = metrics.with_name(metrics.stem + "_link.txt")
+    cmd = link_command(train_cmd, link_gbit, stats_path=link_stats)
     # One thread per worker: the workers already share the cores; more threads would only fight.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    if a.tune_malloc:
+    if tune_malloc:
         env.update(GLIBC_KEEP_MEMORY)
     start = time.perf_counter()
-    output = run_checked(cmd, env=env, timeout_s=a.timeout,
-                         what=f"training ({workers} workers, {layout}, link {link_label(link_gbit)} Gbit/s)")
+    output = run_checked(cmd, env=env, timeout_s=timeout_s, what=f"{what}, link {link_label(link_gbit)} Gbit/s")
     if not metrics.is_file():
         fail("training finished but wrote no metrics file", cmd, output)
     report = json.loads(metrics.read_text(encoding="utf-8"))
     report["wall_s"] = time.perf_counter() - start
     report["link"] = read_link_stats(link_stats) if link_stats.is_file() else None
     return report
+
+
+def run_training(partition_dir: Path, workers: int, layout: str, link_gbit: float, a: argparse.Namespace,
+                 scratch: Path) -> dict:
+    """Launch one distributed run over the emulated link and return rank 0's metrics JSON."""
+    metrics = scratch / f"metrics_w{workers}_{layout}_link{link_label(link_gbit)}.json"
+    return run_launch(train_command(partition_dir, workers, layout, a, metrics), metrics, link_gbit,
+                      timeout_s=a.timeout, tune_malloc=a.tune_malloc, what=f"training ({workers} workers, {layout})")
 
 
 # --- summarising ----------------------------------------------------------------------------------
@@ -313,6 +330,13 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 # --- main -----------------------------------------------------------------------------------------
 
 
+def add_cache_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """``--cache-dir``: where the generated dataset and its partitions are kept between runs."""
+    parser.add_argument("--cache-dir", default=str(HERE / ".cache"),
+                        help="folder of the generated dataset and its METIS partitions, reused by later runs "
+                             "(default benchmarks/.cache, git-ignored)")
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=0.25, help="fraction of products' 2.45M nodes (default 0.25)")
@@ -328,6 +352,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tune-malloc", action="store_true",
                    help="run the workers with glibc's mmap/trim thresholds raised (freed tensors reused, not "
                         "returned to the kernel and page-faulted again); default: the allocator as users get it")
+    add_cache_dir_argument(p)
     p.add_argument("--json", default=None, help="write the rows and settings here")
     p.add_argument("--plot", default=None, help="write the stacked-bar PNG here")
     a = p.parse_args()
@@ -351,13 +376,13 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     a = parse_args()
     try:
         check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
     except RuntimeError as err:
         sys.exit(str(err))
-    cache = HERE / ".cache"
-    dataset_dir = cached_dataset(a.scale, a.seed, cache)
+    dataset_dir = cached_dataset(a.scale, a.seed, Path(a.cache_dir))
     meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
     print(f"dataset: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, {meta['feature_dim']} features "
           f"(scale {a.scale:g}); fanouts {a.fanouts}, batch {a.batch_size} per worker, hidden {a.hidden}, "

@@ -3,7 +3,8 @@ edge skew, rounds and bytes per iteration, same data, same total batch, same run
 
     python benchmarks/split.py [--scale 0.25] [--workers 2,4] [--total-batch 4000] [--layouts hybrid,split]
                                [--model sage] [--fanouts 15,10,5] [--hidden 256] [--epochs 3]
-                               [--cache-fraction F] [--link-gbit inf,1] [--tune-malloc] [--json FILE] [--plot FILE.png]
+                               [--cache-fraction F] [--link-gbit inf,1] [--tune-malloc] [--cache-dir DIR]
+                               [--json FILE] [--plot FILE.png]
 
 The products-shaped dataset and its METIS partitions are those benchmarks/distributed.py caches under
 benchmarks/.cache. For every (link, workers, layout) the script launches ``torchrun -m gnnscale train
@@ -31,14 +32,13 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from distributed import (GLIBC_KEEP_MEMORY, MB, cached_dataset, cached_partition, fail,  # noqa: E402
-                         free_port, partition_info, run_checked)
-from emulated_link import add_link_argument, check_link_support, link_command, link_label, read_link_stats  # noqa: E402
+from distributed import (MB, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
+                         exit_on_sigterm, partition_info, run_launch, torchrun_command)
+from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
 
 LAYOUTS = ("hybrid", "split")
 # Phases of the epoch time split, in stacking order: (metrics key, label). Shuffle is inside fwd+bwd.
@@ -50,9 +50,7 @@ TARGET_WORKERS = 4
 
 def train_command(partition_dir: Path, workers: int, layout: str, a: argparse.Namespace, metrics: Path) -> list[str]:
     cache = layout.endswith("+cache")
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(workers),
-            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-            "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout.removesuffix("+cache"),
+    return [*torchrun_command(workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout.removesuffix("+cache"),
             "--model", a.model, "--fanouts", a.fanouts, "--batch-size", str(a.total_batch // workers),
             "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--seed", str(a.seed), "--threads", "1",
             "--no-eval", "--quiet", "--metrics-out", str(metrics),
@@ -62,22 +60,9 @@ def train_command(partition_dir: Path, workers: int, layout: str, a: argparse.Na
 def run_training(partition_dir: Path, workers: int, layout: str, rate: float, a: argparse.Namespace,
                  scratch: Path) -> dict:
     """One launch; rank 0's metrics JSON with the emulated link's counters under ``"link"``."""
-    name = f"w{workers}_{layout}_link{link_label(rate)}"
-    metrics, link_stats = scratch / f"metrics_{name}.json", scratch / f"link_{name}.txt"
-    cmd = link_command(train_command(partition_dir, workers, layout, a, metrics), rate, stats_path=link_stats)
-    # One thread per worker: the workers already share the cores; more threads would only fight.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-    if a.tune_malloc:
-        env.update(GLIBC_KEEP_MEMORY)
-    start = time.perf_counter()
-    output = run_checked(cmd, env=env, timeout_s=a.timeout,
-                         what=f"training ({workers} workers, {layout}, link {link_label(rate)} Gbit/s)")
-    if not metrics.is_file():
-        fail("training finished but wrote no metrics file", cmd, output)
-    report = json.loads(metrics.read_text(encoding="utf-8"))
-    report["wall_s"] = time.perf_counter() - start
-    report["link"] = read_link_stats(link_stats) if link_stats.is_file() else None
-    return report
+    metrics = scratch / f"metrics_w{workers}_{layout}_link{link_label(rate)}.json"
+    return run_launch(train_command(partition_dir, workers, layout, a, metrics), metrics, rate, timeout_s=a.timeout,
+                      tune_malloc=a.tune_malloc, what=f"training ({workers} workers, {layout})")
 
 
 def summarize_run(report: dict, workers: int, layout: str, rate: float) -> dict:
@@ -215,6 +200,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the dataset, METIS and training")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to one launch (default 1800)")
     p.add_argument("--tune-malloc", action="store_true", help="as in benchmarks/distributed.py")
+    add_cache_dir_argument(p)
     p.add_argument("--json", default=None, help="write the rows and settings here")
     p.add_argument("--plot", default=None, help="write the stacked-bar PNG here")
     a = p.parse_args()
@@ -242,13 +228,13 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    exit_on_sigterm()
     a = parse_args()
     try:
         check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
     except RuntimeError as err:
         sys.exit(str(err))
-    cache = HERE / ".cache"
-    dataset_dir = cached_dataset(a.scale, a.seed, cache)
+    dataset_dir = cached_dataset(a.scale, a.seed, Path(a.cache_dir))
     meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
     print(f"dataset: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, {meta['feature_dim']} features "
           f"(scale {a.scale:g}); {a.model}, fanouts {a.fanouts}, {a.total_batch} seeds per iteration, hidden "
