@@ -294,4 +294,15 @@ def print_epoch(m: dict) -> None:
           f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, split {m['split_s']:.1f}, "
           f"fetch {m['fetch_s']:.1f}, fwd+bwd {m['forward_backward_s']:.1f} of which shuffle {m['shuffle_s']:.1f}, "
           f"grad sync {m['grad_sync_s']:.1f}, wait {m['wait_s']:.1f})  rounds/iter sample {rounds['sample']:g} + "
-          f"feature {rounds['feature']:g} + shuffle {rounds['shuffle']:g}{redundancy}", flush=True)
+          f"feature {rounds['feature']:g} + shuffle {rounds['shuffle']:g}{redundancy}{dgs_summary(m)}", flush=True)
+
+
+def dgs_summary(m: dict) -> str:
+    """The epoch's DGS figures for the per-epoch line ("" without --dgs)."""
+    d = m.get("dgs")
+    if d is None:
+        return ""
+    stale = "plain" if d["staleness_mean"] is None else f"masks {d['staleness_mean']:.0f} it. old"
+    return (f"  dgs: feature {d['feature_bytes'] / 1e6:.2f} MB, {d['remote_nodes']} remote nodes, "
+            f"{d['dims_sent_mean']:.0f} dims, explain {d['explanation_cpu_s']:.2f}s cpu "
+            f"(waited {d['explanation_wait_s']:.2f}s), {stale}")
