@@ -96,6 +96,8 @@ def summarize(report: dict, graph: str) -> dict:
             "remote_nodes": median(lambda h: h["dgs"]["remote_nodes"]) if dgs else None,
             "dims": median(lambda h: h["dgs"]["dims_sent_mean"]) if dgs else None,
             "epoch_s": median(lambda h: h["epoch_s"]), "fetch_s": median(lambda h: h["fetch_s"]),
+            "sample_s": median(lambda h: h["sample_s"]), "wait_s": median(lambda h: h["wait_s"]),
+            "forward_backward_s": median(lambda h: h["forward_backward_s"]),
             "explain_cpu_s": median(lambda h: h["dgs"]["explanation_cpu_s"]) if dgs else 0.0,
             "explain_wait_s": median(lambda h: h["dgs"]["explanation_wait_s"]) if dgs else 0.0,
             "staleness": median(lambda h: h["dgs"]["staleness_mean"] or 0) if dgs else None,

@@ -132,7 +132,6 @@ class DGSDataParallel(DataParallel):
     def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
         """As :meth:`DataParallel.plan_epoch`, each step numbered over the whole run."""
         self._tally = EpochTally()
-        self._busy = (self.explainer.busy_seconds, self.explainer.busy_cpu_seconds)
         steps = super().plan_epoch(epoch, num_batches)
         return [replace(s, iteration=epoch * num_batches + i) for i, s in enumerate(steps)]
 
@@ -215,11 +214,15 @@ class DGSDataParallel(DataParallel):
 
     def finish_epoch(self, comm: Comm) -> dict:
         """The layout's epoch metrics plus ``"dgs"``: feature bytes and remote nodes (this worker's and
-        summed over workers), dimensions sent, explanation time, waits and mask staleness."""
+        summed over workers), dimensions sent, explanation time (of the explanations finished since the
+        previous epoch's end), waits and mask staleness."""
         out = super().finish_epoch(comm)
         tally = self._tally
+        # Explanations finished since the last epoch's end: one submitted at an epoch's last step runs
+        # during evaluation and counts with the next epoch.
         busy = self.explainer.busy_seconds - self._busy[0]
         busy_cpu = self.explainer.busy_cpu_seconds - self._busy[1]
+        self._busy = (self.explainer.busy_seconds, self.explainer.busy_cpu_seconds)
         totals = torch.tensor([tally.feature_bytes, float(tally.remote_nodes), busy_cpu], dtype=torch.float64)
         comm.all_reduce_(totals, torch.distributed.ReduceOp.SUM, "eval")  # collective: totals over workers
         n = max(1, len(tally.dims))
