@@ -90,6 +90,7 @@ def launch(parts, tmp_path, layout: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # three launches of two workers: minutes on a busy machine
 def test_torchrun_dgs_hybrid_equals_vanilla_and_starts_plain(parts, tmp_path):
     dgs = ["--dgs", "--dgs-period", "3", "--dgs-feature-rate", "0.5"]
     hybrid, vanilla = launch(parts, tmp_path, "hybrid", *dgs), launch(parts, tmp_path, "vanilla", *dgs)
