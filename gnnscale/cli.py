@@ -16,6 +16,7 @@ from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
+from gnnscale.train.dgs_layout import DGS_MODES, DGSConfig
 from gnnscale.train.distributed import LAYOUTS, run_distributed_training
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
@@ -106,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--cache-fraction", type=float, default=0.0,
                    help="distributed hybrid/vanilla: each worker caches the features of the highest in-degree remote "
                         "nodes, this fraction of all nodes (0: no cache)")
+    t.add_argument("--dgs", action="store_true",
+                   help="distributed hybrid/vanilla: explanation-guided sampling (DGS): fewer remote neighbors and "
+                        "fewer feature dimensions on the wire, guided by an online explanation (docs/dgs.md)")
+    t.add_argument("--dgs-period", type=int, default=DGSConfig().period, help="--dgs: iterations between explanations (T_ex)")
+    t.add_argument("--dgs-epsilon", type=float, default=0.1,
+                   help="--dgs: share of each destination's samples moved from remote to local neighbors")
+    t.add_argument("--dgs-feature-rate", type=float, default=0.85,
+                   help="--dgs: share of the feature dimensions that travel for remote nodes (N_f)")
+    t.add_argument("--dgs-mode", default="both", choices=DGS_MODES,
+                   help="--dgs: both samplings, node sampling only, or feature sampling only (ablation)")
     t.add_argument("--save-model", default=None, help="write the trained model's state_dict here (torch.load reads it)")
     t.add_argument("--timeout", type=float, default=120.0,
                    help="distributed: seconds a worker waits for its peers before stopping with an error")
@@ -161,9 +172,30 @@ def train_settings(args) -> tuple[TrainConfig, dict]:
     return train_cfg, model_options
 
 
+_DGS_DEFAULT = DGSConfig()
+DGS_DEFAULTS = {"--dgs-period": _DGS_DEFAULT.period, "--dgs-epsilon": _DGS_DEFAULT.epsilon,
+                "--dgs-feature-rate": _DGS_DEFAULT.feature_rate, "--dgs-mode": _DGS_DEFAULT.mode}
+DGS_FLAGS = tuple(DGS_DEFAULTS)
+
+
+def dgs_settings(args) -> DGSConfig | None:
+    """The DGS config from the flags (None without --dgs); --dgs-* without --dgs is an error."""
+    if not args.dgs:
+        changed = [f for f in DGS_FLAGS if getattr(args, f[2:].replace("-", "_")) != DGS_DEFAULTS[f]]
+        if changed:
+            raise ValueError(f"dgs: {', '.join(changed)} given without --dgs; add --dgs")
+        return None
+    if args.partitions is None:
+        raise ValueError("dgs: --dgs cuts the feature fetch between workers, which only distributed runs have; "
+                         "use --partitions DIR with torchrun (--layout hybrid or vanilla)")
+    return DGSConfig(period=args.dgs_period, epsilon=args.dgs_epsilon, feature_rate=args.dgs_feature_rate,
+                     mode=args.dgs_mode)
+
+
 def cmd_train(args) -> None:
     try:
         train_cfg, model_options = train_settings(args)
+        dgs = dgs_settings(args)
     except (ValueError, TypeError) as err:
         # Under torchrun every worker parses the same flags: the same error everywhere.
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
@@ -173,7 +205,7 @@ def cmd_train(args) -> None:
         report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
                                           metrics_out=args.metrics_out, progress=not args.quiet,
                                           timeout_s=args.timeout, overwrite=args.overwrite,
-                                          cache_fraction=args.cache_fraction, model_out=args.save_model)
+                                          cache_fraction=args.cache_fraction, model_out=args.save_model, dgs=dgs)
     else:
         if args.cache_fraction:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "

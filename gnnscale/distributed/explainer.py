@@ -251,7 +251,8 @@ class OnlineExplainer:
         self._last_submitted = -1
         self._running: int | None = None
         self._closed = False
-        self.busy_seconds = 0.0
+        self.busy_seconds = 0.0  # wall seconds of the finished explanations
+        self.busy_cpu_seconds = 0.0  # and the explainer thread's CPU seconds in them
         self._thread = threading.Thread(target=self._run, name=f"dgs-explainer-part{graph.part}", daemon=True)
         self._thread.start()
 
@@ -340,6 +341,7 @@ class OnlineExplainer:
                     del self._results[old]
                 self._latest, self._running = masks, None
                 self.busy_seconds += masks.seconds
+                self.busy_cpu_seconds += masks.cpu_seconds
                 self._cond.notify_all()
 
     def _raise_if_failed(self) -> None:

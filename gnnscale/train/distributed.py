@@ -32,6 +32,7 @@ from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.dgs_layout import DGSConfig, DGSDataParallel, build_dgs
 from gnnscale.train.layouts import DATA_PARALLEL_LAYOUTS, DataParallel, Step, _add_counts, build_data_parallel
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.prefetch import stream_in_groups
@@ -94,6 +95,8 @@ def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, 
         with timer.phase("grad_sync"):
             all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
         optimizer.step()
+        if isinstance(layout, DGSDataParallel):  # every T iterations: the model to the explainer (non-blocking)
+            layout.after_step(model, epoch * num_batches + len(counts) + 1)
         per_iteration.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
         edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
@@ -163,16 +166,20 @@ def agreed_num_batches(layout: Layout, comm: Comm) -> int:
     return num_batches
 
 
-def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm, loader: Comm,
-                 cache_fraction: float) -> Layout:
+def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_cfg: ModelConfig, comm: Comm,
+                 loader: Comm, cache_fraction: float, dgs: DGSConfig | None = None) -> Layout:
     """This worker's layout; data loading's collectives on ``loader``, split parallelism's shuffles on ``comm``."""
+    model_name = model_cfg.name
+    if dgs is not None:
+        return build_dgs(layout, part, cfg, loader, lambda: build_model(model_cfg), dgs)
     if layout == "split":
         return build_split_parallel(part, cfg, model_name, comm, loader)
     return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction)
 
 
-def check_options(layout: str, cfg: TrainConfig, cache_fraction: float) -> None:
+def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGSConfig | None = None) -> None:
     """Reject option combinations that cannot run, before any worker starts."""
+    check_dgs_options(layout, cfg, cache_fraction, dgs)
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
     if cfg.sampler in ("matrix", "ladies"):
@@ -190,10 +197,25 @@ def check_options(layout: str, cfg: TrainConfig, cache_fraction: float) -> None:
                          "so a cache has nothing to save; drop --cache-fraction or use --layout hybrid/vanilla")
 
 
+def check_dgs_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGSConfig | None) -> None:
+    if dgs is None:
+        return
+    if not isinstance(dgs, DGSConfig):
+        raise TypeError(f"dgs: expected a DGSConfig, got {type(dgs).__name__}")
+    if layout not in DATA_PARALLEL_LAYOUTS:
+        raise ValueError(f"dgs: --dgs needs a layout that fetches features (--layout hybrid or vanilla), got "
+                         f"--layout {layout}")
+    if cfg.sampler != "fused":
+        raise ValueError(f"dgs: --dgs samples with its own node-sampling kernel (the fused one with masks); drop "
+                         f"--sampler {cfg.sampler}")
+    if cache_fraction > 0:
+        raise ValueError("dgs: --dgs and --cache-fraction both cut the feature fetch; use one of them")
+
+
 def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
                              metrics_out: str | Path | None = None, progress: bool = True,
                              timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
-                             model_out: str | Path | None = None) -> TrainReport:
+                             model_out: str | Path | None = None, dgs: DGSConfig | None = None) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
@@ -207,17 +229,19 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         cache_fraction: hybrid/vanilla: every worker caches the features of the highest in-degree remote
             nodes, this fraction of all nodes (0: no cache).
         model_out: rank 0 writes the trained model's ``state_dict`` here.
+        dgs: explanation-guided sampling (hybrid/vanilla; :mod:`gnnscale.train.dgs_layout`), or None.
     """
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
-        check_options(layout, cfg, cache_fraction)
+        check_options(layout, cfg, cache_fraction, dgs)
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
         check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
                                per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
     except ValueError as err:
         raise LaunchError(str(err)) from err
     ctx = init_from_env(timeout_s=timeout_s)
+    strategy = None
     try:
         torch.set_num_threads(cfg.threads)
         set_sampler_threads(cfg.threads)
@@ -225,10 +249,10 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         part = load_local_partition(partition_dir, layout, comm)
         # The data-loading stage's collectives run on a group of their own, beside the training step's.
         loader = comm.new_group()
-        strategy = build_layout(layout, part, cfg, model_options["name"], comm, loader, cache_fraction)
-        loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         model_cfg = ModelConfig(in_dim=part.feature_dim, num_classes=part.num_classes, num_layers=cfg.num_layers,
                                 **model_options)
+        strategy = build_layout(layout, part, cfg, model_cfg, comm, loader, cache_fraction, dgs)
+        loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -251,6 +275,7 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
             if metrics_out is not None:
                 write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
                                                 "world_size": ctx.world_size, "cache_fraction": cache_fraction,
+                                                "dgs": None if dgs is None else asdict(dgs),
                                                 "model": asdict(model_cfg), "train": asdict(cfg), **report.to_json()})
             if model_out is not None:
                 save_model(model_out, model)
@@ -258,6 +283,8 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         comm.barrier("setup")
         return report
     finally:
+        if isinstance(strategy, DGSDataParallel):
+            strategy.close()  # the explainer thread
         shutdown()
 
 
@@ -269,4 +296,15 @@ def print_epoch(m: dict) -> None:
           f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s (sample {m['sample_s']:.1f}, split {m['split_s']:.1f}, "
           f"fetch {m['fetch_s']:.1f}, fwd+bwd {m['forward_backward_s']:.1f} of which shuffle {m['shuffle_s']:.1f}, "
           f"grad sync {m['grad_sync_s']:.1f}, wait {m['wait_s']:.1f})  rounds/iter sample {rounds['sample']:g} + "
-          f"feature {rounds['feature']:g} + shuffle {rounds['shuffle']:g}{redundancy}", flush=True)
+          f"feature {rounds['feature']:g} + shuffle {rounds['shuffle']:g}{redundancy}{dgs_summary(m)}", flush=True)
+
+
+def dgs_summary(m: dict) -> str:
+    """The epoch's DGS figures for the per-epoch line ("" without --dgs)."""
+    d = m.get("dgs")
+    if d is None:
+        return ""
+    stale = "plain" if d["staleness_mean"] is None else f"masks {d['staleness_mean']:.0f} it. old"
+    return (f"  dgs: feature {d['feature_bytes'] / 1e6:.2f} MB, {d['remote_nodes']} remote nodes, "
+            f"{d['dims_sent_mean']:.0f} dims, explain {d['explanation_cpu_s']:.2f}s cpu "
+            f"(waited {d['explanation_wait_s']:.2f}s), {stale}")

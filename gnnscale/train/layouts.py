@@ -66,11 +66,14 @@ class Step:
         key: the sampling key of the batch (:func:`gnnscale.sampling.derive_key`).
         real: False for a stand-in step of a worker that has run out of nodes but must still take
             part in the collectives (evaluation); its result is ignored.
+        iteration: the training iteration counted over the whole run (set by layouts that follow a
+            schedule over iterations, such as DGS's mask refreshes; 0 otherwise).
     """
 
     seeds: Tensor
     key: int
     real: bool = True
+    iteration: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,225 @@
+"""DGS (explanation-guided sampling) against plain sampling, 4 workers, METIS parts: the ablation of
+DGS Table III (plain, node sampling only, feature sampling only, both) on Cora and on the ``hard``
+synthetic graph.
+
+    flock /work/bench.lock .venv/bin/python benchmarks/dgs.py [--graphs cora,hard] [--seeds 0,1,2]
+        [--modes plain,node,feature,both] [--layout hybrid] [--link-gbit inf] [--json FILE] [--plot FILE.png]
+
+Every (graph, mode, seed) is one ``torchrun -m gnnscale train --partitions DIR --layout hybrid
+[--dgs --dgs-mode M]`` launch. Per run, over the epochs in which every iteration sampled with masks
+(DGS's first ``2 T`` iterations are plain: see docs/dgs.md), medians of: rank 0's feature bytes per
+epoch (sent + received, the fetch of remote rows), its remote nodes fetched, its epoch time and the
+explainer thread's CPU seconds per epoch (on a CPU-only worker the thread competes with training for
+the cores, so its CPU time is the overhead it adds); and the final test accuracy. Rows: means over
+the seeds; ratios against plain sampling of the same graph.
+
+Done-when targets (issue 9): feature bytes <= 0.76x plain, test accuracy at most 0.5 point below
+plain (mean of the seeds), explanation CPU <= 10% of the epoch time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from distributed import fail, free_port, run_checked  # noqa: E402
+from emulated_link import add_link_argument, check_link_support, link_command, link_label  # noqa: E402
+
+MODES = ("plain", "node", "feature", "both")
+MB = 1e6
+TARGET_BYTES, TARGET_ACC_POINTS, TARGET_OVERHEAD = 0.76, 0.5, 0.10
+# Per graph: how to build it and how to train on it. Cora has 140 training nodes (35 per part): a small
+# batch gives enough iterations for several mask refreshes.
+GRAPHS = {
+    "cora": dict(data=["--dataset", "cora", "--data-dir", str(HERE.parent.parent / "shared/data/cora_planetoid")],
+                 train=["--batch-size", "8", "--fanouts", "10,5", "--hidden", "64", "--lr", "0.01",
+                        "--dropout", "0.5", "--weight-decay", "0.0005"], epochs=12, period=5),
+    "hard": dict(data=["--dataset", "synthetic", "-o", "preset=hard", "-o", "scale=0.2"],
+                 train=["--batch-size", "128", "--fanouts", "10,5", "--hidden", "128", "--lr", "0.003"],
+                 epochs=6, period=8),
+}
+
+
+def cached_partition(graph: str, workers: int, cache: Path, timeout_s: float) -> Path:
+    out = cache / f"dgs_{graph}_metis{workers}"
+    if (out / "manifest.json").is_file():
+        return out
+    cmd = [sys.executable, "-m", "gnnscale", "partition", *GRAPHS[graph]["data"], "--parts", str(workers),
+           "--method", "metis", "--out", str(out), "--overwrite"]
+    run_checked(cmd, env=dict(os.environ), timeout_s=timeout_s, what=f"partitioning {graph}")
+    return out
+
+
+def train_command(parts: Path, graph: str, mode: str, seed: int, a: argparse.Namespace, metrics: Path) -> list[str]:
+    g = GRAPHS[graph]
+    dgs = [] if mode == "plain" else ["--dgs", "--dgs-mode", mode, "--dgs-period", str(g["period"])]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(a.workers),
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "gnnscale", "train",
+            "--partitions", str(parts), "--layout", a.layout, *g["train"], "--epochs", str(g["epochs"]),
+            "--seed", str(seed), "--threads", "1", "--quiet", "--metrics-out", str(metrics), *dgs]
+
+
+def run_one(parts: Path, graph: str, mode: str, seed: int, rate: float, a, scratch: Path) -> dict:
+    metrics = scratch / f"{graph}_{mode}_{seed}_{link_label(rate)}.json"
+    cmd = link_command(train_command(parts, graph, mode, seed, a, metrics), rate)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    output = run_checked(cmd, env=env, timeout_s=a.timeout, what=f"training {graph} {mode} seed {seed}")
+    if not metrics.is_file():
+        fail("training finished but wrote no metrics file", cmd, output)
+    report = json.loads(metrics.read_text(encoding="utf-8"))
+    report["wall_s"] = time.perf_counter() - start
+    return report
+
+
+def summarize(report: dict, graph: str) -> dict:
+    """Medians over the epochs whose every iteration sampled with masks (the same epochs for plain)."""
+    history = report["history"]
+    n = history[0]["num_batches"]
+    first = -(-2 * GRAPHS[graph]["period"] // n)  # first epoch starting at or after iteration 2T
+    steady = history[first:] or history[-1:]
+
+    def median(get) -> float:
+        return statistics.median(get(h) for h in steady)
+
+    dgs = "dgs" in history[0]
+    return {"epochs_measured": len(steady), "num_batches": n,
+            "feature_mb": median(lambda h: h["bytes_per_iteration"]["feature"] * h["num_batches"]) / MB,
+            "remote_nodes": median(lambda h: h["dgs"]["remote_nodes"]) if dgs else None,
+            "dims": median(lambda h: h["dgs"]["dims_sent_mean"]) if dgs else None,
+            "epoch_s": median(lambda h: h["epoch_s"]), "fetch_s": median(lambda h: h["fetch_s"]),
+            "sample_s": median(lambda h: h["sample_s"]), "wait_s": median(lambda h: h["wait_s"]),
+            "forward_backward_s": median(lambda h: h["forward_backward_s"]),
+            "explain_cpu_s": median(lambda h: h["dgs"]["explanation_cpu_s"]) if dgs else 0.0,
+            "explain_wait_s": median(lambda h: h["dgs"]["explanation_wait_s"]) if dgs else 0.0,
+            "staleness": median(lambda h: h["dgs"]["staleness_mean"] or 0) if dgs else None,
+            "test_acc": history[-1]["test_acc"], "wall_s": report["wall_s"]}
+
+
+def mean_rows(runs: list[dict]) -> dict:
+    keys = [k for k in runs[0] if isinstance(runs[0][k], (int, float))]
+    row = {k: statistics.mean(r[k] for r in runs) for k in keys}
+    row["test_acc_per_seed"] = [r["test_acc"] for r in runs]
+    for k in ("remote_nodes", "dims", "staleness"):
+        row[k] = None if runs[0][k] is None else statistics.mean(r[k] for r in runs)
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'link':>5} {'graph':>5} {'mode':>8} {'feat MB/ep':>10} {'x plain':>7} {'remote':>7} {'dims':>6} "
+          f"{'epoch s':>7} {'x plain':>7} {'expl cpu':>8} {'% epoch':>7} {'test acc':>8} {'d pts':>6}")
+    for r in rows:
+        def fmt(v, spec):
+            return "-" if v is None else format(v, spec)
+        print(f"{r['link']:>5} {r['graph']:>5} {r['mode']:>8} {r['feature_mb']:10.3f} {r['bytes_ratio']:7.3f} "
+              f"{fmt(r['remote_nodes'], '7.0f')} {fmt(r['dims'], '6.1f')} {r['epoch_s']:7.2f} {r['time_ratio']:7.2f} "
+              f"{r['explain_cpu_s']:8.3f} {r['overhead']:7.1%} {r['test_acc']:8.4f} {r['acc_points']:+6.2f}")
+
+
+def add_ratios(rows: list[dict]) -> None:
+    plain = {(r["link"], r["graph"]): r for r in rows if r["mode"] == "plain"}
+    for r in rows:
+        p = plain.get((r["link"], r["graph"]))
+        r["bytes_ratio"] = r["feature_mb"] / p["feature_mb"] if p else float("nan")
+        r["time_ratio"] = r["epoch_s"] / p["epoch_s"] if p else float("nan")
+        r["acc_points"] = 100 * (r["test_acc"] - p["test_acc"]) if p else float("nan")
+        r["overhead"] = r["explain_cpu_s"] / r["epoch_s"]
+
+
+def print_verdict(rows: list[dict]) -> None:
+    for r in rows:
+        if r["mode"] != "both":
+            continue
+        checks = [("feature bytes", r["bytes_ratio"] <= TARGET_BYTES, f"{r['bytes_ratio']:.3f}x plain (target <= "
+                   f"{TARGET_BYTES})"), ("accuracy", r["acc_points"] >= -TARGET_ACC_POINTS,
+                   f"{r['acc_points']:+.2f} points (target >= -{TARGET_ACC_POINTS})"),
+                  ("explanation", r["overhead"] <= TARGET_OVERHEAD, f"CPU {r['overhead']:.1%} of the epoch "
+                   f"(target <= {TARGET_OVERHEAD:.0%})")]
+        print(f"{r['graph']} (link {r['link']}): " + "; ".join(
+            f"{name} {'MET' if ok else 'MISSED'}: {text}" for name, ok, text in checks))
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = sorted({(r["link"], r["graph"]) for r in rows})
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    width = 0.8 / len(MODES)
+    for i, mode in enumerate(MODES):
+        sel = [next((r for r in rows if (r["link"], r["graph"]) == g and r["mode"] == mode), None) for g in graphs]
+        xs = [j + i * width for j in range(len(graphs))]
+        for ax, key in zip(axes, ("bytes_ratio", "time_ratio", "test_acc")):
+            ax.bar(xs, [float("nan") if r is None else r[key] for r in sel], width, label=mode)
+    for ax, title in zip(axes, ("feature bytes / plain", "epoch time / plain", "test accuracy (mean of seeds)")):
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(graphs))], [f"{g}\nlink {l}" for l, g in graphs])
+        ax.set_title(title)
+    axes[0].axhline(TARGET_BYTES, color="k", ls="--", lw=0.8)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--graphs", default="cora,hard", help=f"comma-separated, of {', '.join(GRAPHS)}")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    p.add_argument("--seeds", default="0,1,2", help="training seeds; rows are means over them")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla"))
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
+    p.add_argument("--cache-dir", default=str(HERE / ".cache"))
+    p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--plot", default=None, help="write a bar chart here (PNG)")
+    add_link_argument(p)
+    a = p.parse_args()
+    a.graphs, a.modes = a.graphs.split(","), a.modes.split(",")
+    a.seeds = [int(s) for s in a.seeds.split(",")]
+    for g in a.graphs:
+        if g not in GRAPHS:
+            p.error(f"--graphs: unknown graph {g!r}, expected some of {', '.join(GRAPHS)}")
+    for m in a.modes:
+        if m not in MODES:
+            p.error(f"--modes: unknown mode {m!r}, expected some of {', '.join(MODES)}")
+    return a
+
+
+def main() -> None:
+    a = parse_args()
+    check_link_support(a.link_gbit)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gnnscale-dgs-bench-") as tmp:
+        for graph in a.graphs:
+            parts = cached_partition(graph, a.workers, Path(a.cache_dir), a.timeout)
+            for rate in a.link_gbit:
+                for mode in a.modes:
+                    runs = []
+                    for seed in a.seeds:
+                        runs.append(summarize(run_one(parts, graph, mode, seed, rate, a, Path(tmp)), graph))
+                        print(f"  ran {graph} {mode} seed {seed} link {link_label(rate)}: {runs[-1]['wall_s']:.0f}s "
+                              f"wall, test {runs[-1]['test_acc']:.4f}", flush=True)
+                    rows.append({"link": link_label(rate), "graph": graph, "mode": mode, **mean_rows(runs)})
+    add_ratios(rows)
+    print(f"\n{a.workers} workers, --layout {a.layout}, METIS parts, seeds {a.seeds}; rank 0's feature bytes per epoch "
+          "(sent + received), medians over the epochs sampled with masks; explanation = the explainer thread's CPU")
+    print_table(rows)
+    print_verdict(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"settings": {k: v for k, v in vars(a).items() if k != "link_gbit"},
+                                            "graphs": GRAPHS, "rows": rows}, indent=2, default=str))
+    if a.plot:
+        plot(rows, a.plot)
+
+
+if __name__ == "__main__":
+    main()

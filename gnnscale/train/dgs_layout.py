@@ -1,0 +1,270 @@
+"""DGS in the distributed trainer (``--dgs``): the data-parallel layouts with explanation-guided node
+and feature sampling (Wan et al.; docs/dgs.md has the design and the schedule).
+
+The schedule is deterministic (docs/dgs.md, "The trainer's contract"): with ``T = --dgs-period``,
+after the optimizer step of global iteration ``t - 1`` with ``t % T == 0`` the training thread hands a
+copy of the model to the worker's :class:`~gnnscale.distributed.explainer.OnlineExplainer` (a
+background thread) and goes on; the loading stage, before it prepares iteration ``t >= 2 T`` with
+``t % T == 0``, takes the masks of the model after ``t - T`` iterations (normally finished ``T``
+iterations earlier: waiting is the exception and is timed) and samples with them until the next
+refresh. So the masks in use are ``T`` to ``2 T - 1`` iterations old, the first ``2 T`` iterations
+sample plainly, and a run is reproducible (the same key and masks give the same blocks on every
+worker, in both layouts).
+
+Every refresh ends with one agreement round on the loader group: an explanation that failed, or masks
+that belong to another explanation graph, stop every worker with that worker's message instead of
+letting one worker sample with garbage (or wait forever for the others).
+
+Evaluation keeps the plain samplers and whole feature rows, so accuracy is measured on the same
+inputs in every run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.dgs import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore, check_epsilon
+from gnnscale.distributed.explainer import ExplainConfig, Masks, OnlineExplainer, check_masks
+from gnnscale.distributed.explanation import build_cluster_map, build_explanation_graph
+from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
+from gnnscale.distributed.split_metrics import local_edges, minibatch_signature
+from gnnscale.partition.directory import LocalPartition
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts import UNION_ITERATIONS, DataParallel, DistBatch, Step, _add_counts
+from gnnscale.train.metrics import PhaseTimer
+
+DGS_MODES = ("both", "node", "feature")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DGSConfig:
+    """DGS settings of a run.
+
+    Args:
+        period: T_ex, training iterations between explanations (``--dgs-period``, >= 1; 30).
+        epsilon: share of each destination's samples moved from remote to local neighbors
+            (``--dgs-epsilon``, in [0, 1]; 0.1).
+        feature_rate: N_f, share of the dimensions that travel for remote rows (``--dgs-feature-rate``,
+            in (0, 1]; 0.85).
+        mode: ``"both"``, ``"node"`` (node sampling only: whole rows travel) or ``"feature"`` (feature
+            sampling only: plain node sampling) (``--dgs-mode``; the ablation of DGS Table III).
+        probes: training nodes of the explanation graph (>= 1; 64).
+        clusters_per_part: super-node clusters per part (>= 2; 32).
+        wait_timeout_s: longest the loading stage waits for an explanation before it fails.
+    """
+
+    period: int = 30
+    epsilon: float = 0.1
+    feature_rate: float = 0.85
+    mode: str = "both"
+    probes: int = 64
+    clusters_per_part: int = 32
+    wait_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.period, bool) or not isinstance(self.period, int) or self.period < 1:
+            raise ValueError(f"period: expected an int >= 1 (--dgs-period), got {self.period!r}")
+        check_epsilon(self.epsilon)
+        rate = self.feature_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
+            raise ValueError(f"feature_rate: expected a number in (0, 1] (--dgs-feature-rate), got {rate!r}")
+        if self.mode not in DGS_MODES:
+            raise ValueError(f"mode: expected one of {DGS_MODES} (--dgs-mode), got {self.mode!r}")
+        for name, low in (("probes", 1), ("clusters_per_part", 2)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+
+    @property
+    def node_sampling(self) -> bool:
+        return self.mode in ("both", "node")
+
+    @property
+    def feature_sampling(self) -> bool:
+        return self.mode in ("both", "feature")
+
+
+class EpochTally:
+    """This worker's DGS counts over an epoch's training iterations."""
+
+    def __init__(self) -> None:
+        self.feature_bytes = 0.0
+        self.remote_nodes = 0
+        self.dims: list[int] = []
+        self.staleness: list[int] = []
+        self.wait_s = 0.0
+        self.refreshes = 0
+
+
+class DGSDataParallel(DataParallel):
+    """The ``hybrid``/``vanilla`` layout with DGS (see the module docstring). Built by :func:`build_dgs`.
+
+    Args:
+        sampler: a DGS sampler (plain until refreshed) or, in feature-only mode, a plain one.
+        eval_sampler, store, part, cfg, loader: as :class:`DataParallel`; ``store`` is a
+            :class:`FeatureSampledStore`.
+        explainer: this worker's online explainer (closed by :meth:`close`).
+        dgs: the DGS settings.
+    """
+
+    def __init__(self, sampler, eval_sampler, store: FeatureSampledStore, part: LocalPartition, cfg: TrainConfig,
+                 loader: Comm, explainer: OnlineExplainer, dgs: DGSConfig) -> None:
+        super().__init__(sampler, eval_sampler, store, part, cfg, loader)
+        self.explainer, self.dgs = explainer, dgs
+        self.masks: Masks | None = None  # the masks sampling uses now (None: plain)
+        self.dims: np.ndarray | None = None  # the dimensions remote rows travel on (None: all)
+        self._submitted = -1
+        self._submit_cond = threading.Condition()
+        self._tally = EpochTally()
+        self._busy = (0.0, 0.0)
+
+    @property
+    def bulk(self) -> int:
+        return 1  # masks change between iterations: one batch per group
+
+    def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
+        """As :meth:`DataParallel.plan_epoch`, each step numbered over the whole run."""
+        self._tally = EpochTally()
+        steps = super().plan_epoch(epoch, num_batches)
+        return [replace(s, iteration=epoch * num_batches + i) for i, s in enumerate(steps)]
+
+    def after_step(self, model: nn.Module, iterations_done: int) -> None:
+        """Training thread, after the optimizer step that completes ``iterations_done`` iterations:
+        every ``T`` of them, hand a copy of the model to the explainer (non-blocking)."""
+        if iterations_done % self.dgs.period == 0:
+            self.explainer.submit(model.state_dict(), iterations_done)
+            with self._submit_cond:
+                self._submitted = iterations_done
+                self._submit_cond.notify_all()
+
+    def close(self) -> None:
+        self.explainer.close()
+
+    def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
+        """Refresh the masks when the schedule says so (training only), sample with them and fetch the
+        remote rows on the kept dimensions; evaluation samples and fetches plainly."""
+        if not training:
+            return super().prepare(steps, timer, training=False)
+        out = []
+        for step in steps:
+            t, period = step.iteration, self.dgs.period
+            if t >= 2 * period and t % period == 0:
+                self._refresh(t - period, timer)
+            comm = self.loader.stats.snapshot_and_reset()  # the refresh rounds count with this batch
+            with timer.phase("sample"):
+                blocks = self.sampler.sample(step.seeds, step.key)
+            with timer.phase("fetch"):
+                x = self.store.gather(blocks[0].src_ids, self.dims)
+            if len(self._signatures) < UNION_ITERATIONS:
+                with timer.phase("metrics"):
+                    self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
+                    self._signatures.append(minibatch_signature(blocks))
+            counts = _add_counts(comm, self.loader.stats.snapshot_and_reset())
+            self._count(blocks, counts, t)
+            out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
+                                 sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
+        return out
+
+    def _refresh(self, iteration: int, timer: PhaseTimer) -> None:
+        """Take the masks of the model after ``iteration`` iterations and sample with them. Collective on
+        the loader group (one agreement round; vanilla node sampling: one more "sample" round)."""
+        start = time.perf_counter()
+        masks, error = None, ""
+        try:
+            masks = self._wait_for(iteration)
+            check_masks(masks, self.store.clusters.graph_fingerprint(self.rank), self.rank,
+                        self.store.clusters.num_clusters, self.store.feature_dim)
+        except Exception as err:  # ExplanationError, TimeoutError, masks of another graph: every worker stops
+            masks, error = None, f"DGS explanation on rank {self.rank}: {type(err).__name__}: {err}"
+        self._tally.wait_s += time.perf_counter() - start
+        # Collective: every worker learns whether every explanation arrived (and stops together if not).
+        self.loader.agree(masks is not None, error, "sample")
+        with timer.phase("sample"):
+            if self.dgs.node_sampling:
+                self.sampler.refresh(masks)  # vanilla: collective
+        if self.dgs.feature_sampling:
+            self.dims = masks.top_dims(self.dgs.feature_rate)
+        self.masks = masks
+        self._tally.refreshes += 1
+
+    def _wait_for(self, iteration: int) -> Masks:
+        """The explainer's masks of ``iteration``, once the training thread has submitted that model."""
+        timeout = self.dgs.wait_timeout_s
+        with self._submit_cond:
+            if not self._submit_cond.wait_for(lambda: self._submitted >= iteration, timeout):
+                raise TimeoutError(f"the model after {iteration} iterations was not submitted within {timeout} s")
+        return self.explainer.wait(iteration, timeout)
+
+    def _count(self, blocks, counts: dict, iteration: int) -> None:
+        tally = self._tally
+        feature = counts.get("feature", {})
+        tally.feature_bytes += feature.get("bytes_sent", 0.0) + feature.get("bytes_received", 0.0)
+        src = blocks[0].src_ids.cpu().numpy()
+        tally.remote_nodes += int((self.part.book.owner(src) != self.rank).sum())
+        tally.dims.append(self.store.feature_dim if self.dims is None else int(self.dims.shape[0]))
+        if self.masks is not None:
+            tally.staleness.append(iteration - self.masks.iteration)
+
+    def finish_epoch(self, comm: Comm) -> dict:
+        """The layout's epoch metrics plus ``"dgs"``: feature bytes and remote nodes (this worker's and
+        summed over workers), dimensions sent, explanation time (of the explanations finished since the
+        previous epoch's end), waits and mask staleness."""
+        out = super().finish_epoch(comm)
+        tally = self._tally
+        # Explanations finished since the last epoch's end: one submitted at an epoch's last step runs
+        # during evaluation and counts with the next epoch.
+        busy = self.explainer.busy_seconds - self._busy[0]
+        busy_cpu = self.explainer.busy_cpu_seconds - self._busy[1]
+        self._busy = (self.explainer.busy_seconds, self.explainer.busy_cpu_seconds)
+        totals = torch.tensor([tally.feature_bytes, float(tally.remote_nodes), busy_cpu], dtype=torch.float64)
+        comm.all_reduce_(totals, torch.distributed.ReduceOp.SUM, "eval")  # collective: totals over workers
+        n = max(1, len(tally.dims))
+        out["dgs"] = {
+            "mode": self.dgs.mode, "period": self.dgs.period, "epsilon": self.dgs.epsilon,
+            "feature_rate": self.dgs.feature_rate,
+            "feature_bytes": tally.feature_bytes, "feature_bytes_all_workers": float(totals[0]),
+            "remote_nodes": tally.remote_nodes, "remote_nodes_all_workers": int(totals[1]),
+            "dims_sent_mean": sum(tally.dims) / n, "explanation_s": busy, "explanation_cpu_s": busy_cpu,
+            "explanation_cpu_s_all_workers": float(totals[2]), "explanation_wait_s": tally.wait_s,
+            "refreshes": tally.refreshes,
+            "staleness_mean": float(np.mean(tally.staleness)) if tally.staleness else None,
+            "staleness_max": int(max(tally.staleness)) if tally.staleness else None,
+            "mask_iteration": None if self.masks is None else self.masks.iteration,
+        }
+        return out
+
+
+def build_dgs(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm, model_factory,
+              dgs: DGSConfig) -> DGSDataParallel:
+    """The ``hybrid`` or ``vanilla`` layout with DGS. Collective on ``loader`` (every worker, at start-up):
+    the cluster map (2 "setup" rounds), the feature store (1), the vanilla sampler (1) and the
+    explanation graph (the layout's sampling rounds and 2 feature rounds, once)."""
+    rank = loader.rank
+    clusters = build_cluster_map(part, loader, clusters_per_part=dgs.clusters_per_part, seed=cfg.seed)
+    rows = part.topology
+    if layout == "hybrid":
+        if dgs.node_sampling:
+            sampler = DGSHybridSampler(rows, part.book, rank, cfg.fanouts, clusters, dgs.epsilon, cfg.replace)
+        else:
+            sampler = HybridSampler(rows, part.book, rank, cfg.fanouts, replace=cfg.replace)
+        eval_sampler = HybridSampler(rows, part.book, rank, cfg.inference_fanouts, replace=cfg.replace)
+    else:
+        if dgs.node_sampling:
+            sampler = DGSVanillaSampler(part.book, rank, rows.local_indptr, rows.local_indices, cfg.fanouts, loader,
+                                        clusters, dgs.epsilon, cfg.replace)
+        else:
+            sampler = VanillaSampler(part.book, rank, rows.local_indptr, rows.local_indices, cfg.fanouts, loader,
+                                     replace=cfg.replace)
+        eval_sampler = VanillaSampler(part.book, rank, rows.local_indptr, rows.local_indices,
+                                      cfg.inference_fanouts, loader, replace=cfg.replace)
+    store = FeatureSampledStore(part.book, rank, part.features, loader, clusters)
+    graph = build_explanation_graph(part, sampler, store, clusters, num_probes=dgs.probes, seed=cfg.seed)
+    explainer = OnlineExplainer(graph, model_factory, ExplainConfig(seed=cfg.seed))
+    return DGSDataParallel(sampler, eval_sampler, store, part, cfg, loader, explainer, dgs)

@@ -1,0 +1,125 @@
+"""Worker functions for tests/test_dgs_train.py: the trainer's DGS layout on real processes, run by
+``test_distributed.spawn_run`` (``fn(rank, world_size, port)``, assertions inside)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dgs_workers import FANOUTS, local_partition, made_masks
+from dist_workers import FEATURE_DIM, PG_TIMEOUT_S, assert_blocks_equal, make_features, make_graph
+from gnnscale.distributed import Comm, init_for_test, shutdown
+from gnnscale.distributed.comm import AgreementFailure
+from gnnscale.distributed.dgs import policy_for
+from gnnscale.nn import ModelConfig, build_model
+from gnnscale.sampling import sample_blocks
+from gnnscale.sampling.dgs import sample_blocks_dgs
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.dgs_layout import DGSConfig, build_dgs
+from gnnscale.train.metrics import PhaseTimer
+
+PERIOD = 2
+EPSILON, RATE = 0.3, 0.5
+
+
+def model_factory():
+    return build_model(ModelConfig(name="sage", in_dim=FEATURE_DIM, hidden_dim=16, num_classes=3, num_layers=2))
+
+
+def build(comm: Comm, mode: str = "both"):
+    part = local_partition(comm.rank, comm.world_size, "hybrid")
+    cfg = TrainConfig(fanouts=FANOUTS, batch_size=8, seed=3, threads=1)
+    dgs = DGSConfig(period=PERIOD, epsilon=EPSILON, feature_rate=RATE, mode=mode, probes=8, clusters_per_part=4)
+    return build_dgs("hybrid", part, cfg, comm, model_factory, dgs)
+
+
+def check_dgs_layout(rank: int, world_size: int, port: int) -> dict:
+    """Iterations before 2T sample and fetch plainly; from 2T the masks of the model after t - T
+    iterations: blocks are single-process DGS sampling with them, remote rows arrive on their top
+    dimensions (the rest filled with the cluster mean), local rows whole; staleness T..2T-1."""
+    ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
+    try:
+        comm = Comm(ctx)
+        layout = build(comm)
+        torch.manual_seed(0)
+        model = model_factory()
+        graph, full = make_graph(), make_features()
+        clusters = layout.store.clusters
+        steps = layout.plan_epoch(1, 5)[:3]  # iterations 5, 6, 7
+        steps = layout.plan_epoch(0, 5) + steps  # the epoch's metrics start here
+        seen = []
+        for t in range(8):
+            step = steps[t]
+            assert step.iteration == t
+            (batch,) = layout.prepare([step], PhaseTimer())
+            ids = batch.blocks[0].src_ids.numpy()
+            if t < 2 * PERIOD:
+                assert layout.masks is None and layout.dims is None
+                assert_blocks_equal(batch.blocks, sample_blocks(graph, step.seeds, FANOUTS, key=step.key))
+                torch.testing.assert_close(batch.x, torch.from_numpy(full[ids]), rtol=0, atol=0)
+            else:
+                masks = layout.masks
+                assert masks.iteration == (t // PERIOD - 1) * PERIOD  # the model after t - T (at the refresh)
+                assert PERIOD <= t - masks.iteration < 2 * PERIOD
+                policy = policy_for(masks, clusters, rank, EPSILON)
+                assert_blocks_equal(batch.blocks, sample_blocks_dgs(graph, step.seeds, FANOUTS, key=step.key,
+                                                                    policy=policy))
+                dims = masks.top_dims(RATE)
+                assert np.array_equal(layout.dims, dims) and dims.shape[0] == FEATURE_DIM // 2
+                expected = full[ids].copy()
+                remote = layout.part.book.owner(ids) != rank
+                dropped = np.setdiff1d(np.arange(FEATURE_DIM), dims)
+                expected[np.ix_(remote, dropped)] = clusters.cluster_mean[clusters.node_cluster[ids[remote]]][:, dropped]
+                torch.testing.assert_close(batch.x, torch.from_numpy(expected), rtol=0, atol=0)
+                seen.append((t, masks.iteration, bool(remote.any())))
+            with torch.no_grad():  # the model moves, so every explanation explains another model
+                for p in model.parameters():
+                    p.add_(0.05 * (t + 1))
+            layout.after_step(model, t + 1)
+        metrics = layout.finish_epoch(comm)["dgs"]
+        assert metrics["refreshes"] == 2 and metrics["staleness_max"] <= 2 * PERIOD - 1
+        assert metrics["dims_sent_mean"] == (4 * FEATURE_DIM + 4 * FEATURE_DIM // 2) / 8
+        assert metrics["explanation_cpu_s"] > 0 and metrics["feature_bytes_all_workers"] > metrics["feature_bytes"]
+        # Evaluation stays plain: full rows, plain blocks.
+        (evaluated,) = layout.prepare([steps[0]], PhaseTimer(), training=False)
+        torch.testing.assert_close(evaluated.x, torch.from_numpy(full[evaluated.blocks[0].src_ids.numpy()]))
+        layout.close()
+        return {"seen": seen}
+    finally:
+        shutdown()
+
+
+def check_dgs_failures(rank: int, world_size: int, port: int) -> dict:
+    """A failed explanation on one worker (a model with NaN weights) and foreign masks on another stop
+    every worker at the refresh with the failing worker's message: nobody samples with bad masks."""
+    ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
+    try:
+        comm = Comm(ctx)
+        messages = []
+        for case in ("nan", "foreign"):
+            layout = build(comm, mode="feature")
+            torch.manual_seed(0)
+            model = model_factory()
+            if case == "nan" and rank == 1:
+                with torch.no_grad():
+                    next(model.parameters()).fill_(math.nan)
+            if case == "foreign" and rank == 0:
+                other = made_masks(layout.store.clusters, 1 % world_size, iteration=PERIOD)
+                layout.explainer.wait = lambda iteration, timeout_s: other
+            steps = layout.plan_epoch(0, 2 * PERIOD + 1)
+            for t in range(2 * PERIOD):
+                layout.prepare([steps[t]], PhaseTimer())
+                layout.after_step(model, t + 1)
+            with pytest.raises(AgreementFailure) as caught:
+                layout.prepare([steps[2 * PERIOD]], PhaseTimer())
+            assert layout.masks is None and layout.dims is None  # nothing refreshed anywhere
+            messages.append(str(caught.value))
+            layout.close()
+        assert "rank 1" in messages[0] and "ExplanationError" in messages[0] and "nan" in messages[0].lower()
+        assert "rank 0" in messages[1] and "masks: computed on explanation graph" in messages[1]
+        return {"messages": messages}
+    finally:
+        shutdown()

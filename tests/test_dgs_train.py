@@ -1,0 +1,108 @@
+"""DGS in the trainer: option checks (clear errors naming the flag), the layout's schedule and its
+failures on real processes (spawned gloo workers, tests/dgs_train_workers.py), and, in the slow tier,
+`torchrun -m gnnscale train --dgs` end to end: hybrid == vanilla with DGS (same blocks, same losses),
+plain sampling for the first 2 T iterations, fewer feature bytes after."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import dgs_train_workers
+from gnnscale.cli import EXIT_BAD_INPUT, main
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.partition import write_partition_dir
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.dgs_layout import DGSConfig
+from gnnscale.train.distributed import check_options
+from launch import run_launch, torchrun
+from test_distributed import spawn_run
+
+TIMEOUT_S = 400.0  # spawned workers import torch and compile the DGS kernel: slow on a busy machine
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(period=0), r"period: expected an int >= 1 \(--dgs-period\), got 0"),
+    (dict(epsilon=1.5), r"epsilon: expected a number in \[0, 1\] \(--dgs-epsilon\), got 1.5"),
+    (dict(feature_rate=0.0), r"feature_rate: expected a number in \(0, 1\] \(--dgs-feature-rate\), got 0.0"),
+    (dict(feature_rate=True), r"feature_rate: expected a number"),
+    (dict(mode="nodes"), r"mode: expected one of \('both', 'node', 'feature'\) \(--dgs-mode\), got 'nodes'"),
+])
+def test_bad_dgs_settings_name_the_flag(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DGSConfig(**kwargs)
+
+
+def test_dgs_needs_a_layout_that_fetches_features():
+    cfg = TrainConfig(fanouts=(5, 3), batch_size=8)
+    with pytest.raises(ValueError, match=r"dgs: --dgs needs a layout that fetches features \(--layout hybrid or "
+                                         r"vanilla\), got --layout split"):
+        check_options("split", cfg, 0.0, DGSConfig())
+    with pytest.raises(ValueError, match=r"dgs: --dgs and --cache-fraction"):
+        check_options("hybrid", cfg, 0.1, DGSConfig())
+    check_options("vanilla", cfg, 0.0, DGSConfig())
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--dgs"], r"dgs: --dgs cuts the feature fetch between workers, which only distributed runs have"),
+    (["--dgs-period", "5"], r"dgs: --dgs-period given without --dgs; add --dgs"),
+])
+def test_cli_refuses_dgs_without_partitions_or_dgs_flags_without_dgs(argv, match, capsys):
+    assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=200", *argv]) == EXIT_BAD_INPUT
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_the_layout_follows_the_schedule_and_the_masks_on_two_workers():
+    outcomes = spawn_run(dgs_train_workers.check_dgs_layout, 2, timeout_s=TIMEOUT_S)
+    failed = {r: o for r, o in enumerate(outcomes) if o.status != "ok" or o.exitcode != 0}
+    assert not failed, "\n".join(f"rank {r}: {o.status}\n{o.payload or ''}" for r, o in failed.items())
+    for o in outcomes:
+        assert [(t, m) for t, m, _ in o.payload["seen"]] == [(4, 2), (5, 2), (6, 4), (7, 4)]
+        assert any(remote for *_, remote in o.payload["seen"]), "no remote row was narrowed"
+
+
+def test_a_failed_explanation_or_foreign_masks_stop_every_worker():
+    outcomes = spawn_run(dgs_train_workers.check_dgs_failures, 2, timeout_s=TIMEOUT_S)
+    failed = {r: o for r, o in enumerate(outcomes) if o.status != "ok" or o.exitcode != 0}
+    assert not failed, "\n".join(f"rank {r}: {o.status}\n{o.payload or ''}" for r, o in failed.items())
+    # The same messages everywhere, but for the line naming the worker that raised.
+    same = [[re.sub(r"\(this is rank \d\)", "", m) for m in o.payload["messages"]] for o in outcomes]
+    assert same[0] == same[1]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    dataset = make_synthetic(SyntheticConfig(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=16, seed=5))
+    out = tmp_path_factory.mktemp("dgs") / "p2"
+    write_partition_dir(dataset, 2, "metis", out)
+    return out
+
+
+def launch(parts, tmp_path, layout: str, *extra: str) -> dict:
+    out = tmp_path / f"{layout}{'_'.join(extra)}.json"
+    run = run_launch(torchrun(2, "--partitions", str(parts), "--layout", layout, "--metrics-out", str(out),
+                              "--fanouts", "4,3", "--model", "sage", "--hidden", "16", "--batch-size", "32",
+                              "--epochs", "2", "--lr", "0.01", "--seed", "3", "--threads", "1", "--quiet", *extra))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # three launches of two workers: minutes on a busy machine
+def test_torchrun_dgs_hybrid_equals_vanilla_and_starts_plain(parts, tmp_path):
+    dgs = ["--dgs", "--dgs-period", "3", "--dgs-feature-rate", "0.5"]
+    hybrid, vanilla = launch(parts, tmp_path, "hybrid", *dgs), launch(parts, tmp_path, "vanilla", *dgs)
+    plain = launch(parts, tmp_path, "hybrid")
+    h_losses = [x for h in hybrid["history"] for x in h["iteration_losses"]]
+    v_losses = [x for h in vanilla["history"] for x in h["iteration_losses"]]
+    p_losses = [x for h in plain["history"] for x in h["iteration_losses"]]
+    assert h_losses == v_losses  # same keys and masks: same blocks in both layouts
+    assert h_losses[:6] == p_losses[:6] and h_losses[6:] != p_losses[6:]  # plain for the first 2 T
+    for h, v in zip(hybrid["history"], vanilla["history"]):
+        assert h["dgs"]["remote_nodes"] == v["dgs"]["remote_nodes"]
+        assert h["dgs"]["feature_bytes"] < v["dgs"]["feature_bytes"] + 1  # vanilla fetches the same rows
+    last, base = hybrid["history"][-1], plain["history"][-1]
+    assert last["dgs"]["refreshes"] > 0 and last["dgs"]["dims_sent_mean"] == 8
+    assert last["bytes_per_iteration"]["feature"] < 0.8 * base["bytes_per_iteration"]["feature"]
