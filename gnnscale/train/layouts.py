@@ -202,7 +202,9 @@ class DataParallel:
         for step, blocks in zip(steps, sampled):
             with timer.phase("fetch"):
                 x = self.store.gather(blocks[0].src_ids)
-            if training and len(self._signatures) < UNION_ITERATIONS:
+            # The union mini-batch assumes node-wise sampling (a node's sampled in-neighbors are the
+            # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
+            if training and len(self._signatures) < UNION_ITERATIONS and blocks[0].edge_weight is None:
                 with timer.phase("metrics"):
                     self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
                     self._signatures.append(minibatch_signature(blocks))
