@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 
+import numpy as np
 import pytest
 
 import matrix_workers
@@ -126,5 +127,5 @@ def test_process_grid_places_block_rows():
     grid = ProcessGrid(world_size=4, replication=2, rank=3)
     assert (grid.row, grid.column, grid.num_rows) == (1, 1, 2)
     assert grid.column_ranks(1) == [1, 3]
-    book = PartitionBook(offsets=__import__("numpy").array([0, 10, 25, 30, 42], dtype="int64"))
+    book = PartitionBook(offsets=np.array([0, 10, 25, 30, 42], dtype=np.int64))
     assert grid.block_book(book).offsets.tolist() == [0, 25, 42]

@@ -156,16 +156,15 @@ class ColumnRows:
     def gather(self, needed: np.ndarray) -> sp.csr_matrix:
         """CSR [len(needed), num_nodes]: the rows of ``needed`` (int64, ascending). Collective on the
         process column: 2 "sample" rounds (ids out, rows back), whatever ``needed``."""
-        world = self.comm.world_size
         # needed is sorted and block rows are contiguous ranges in rank order: one split per holder.
         cuts = np.searchsorted(needed, self.book.offsets[1:-1])
         asked = np.split(needed, cuts)
-        # Round 1: every holder gets the ids of the rows we need from its block row.
+        # Collective, round 1: every holder gets the ids of the rows we need from its block row.
         requests = self.comm.all_to_allv([torch.from_numpy(a) for a in asked], CATEGORY)
         replies = [torch.from_numpy(self._encode(r.cpu().numpy())) for r in requests]
-        # Round 2: the rows, in the order asked: lengths, then column ids (then the values' bits).
+        # Collective, round 2: the rows, in the order asked: lengths, then column ids (then the values' bits).
         received = self.comm.all_to_allv(replies, CATEGORY)
-        return self._decode([r.cpu().numpy() for r in received], [a.shape[0] for a in asked], world)
+        return self._decode([r.cpu().numpy() for r in received], [a.shape[0] for a in asked])
 
     def _encode(self, ids: np.ndarray) -> np.ndarray:
         rows = self.block[ids - self.first_node]
@@ -174,7 +173,8 @@ class ColumnRows:
             parts.append(rows.data.astype(np.float64).view(np.int64))  # the float64 bits, exactly
         return np.concatenate(parts)
 
-    def _decode(self, messages: list[np.ndarray], counts: list[int], world: int) -> sp.csr_matrix:
+    def _decode(self, messages: list[np.ndarray], counts: list[int]) -> sp.csr_matrix:
+        """Holder by holder (ascending block rows, so ``needed`` order): the CSR of the received rows."""
         lengths, indices, values = [], [], []
         for msg, m in zip(messages, counts, strict=True):
             length = msg[:m]
