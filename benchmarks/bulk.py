@@ -19,8 +19,13 @@ general SpGEMM) and torch.sparse (CSR @ CSR), and LADIES' ``Q (P ∘ P)`` throug
 accuracy: GCN on Cora (standard split, benchmarks/cora_accuracy.py's settings: neighbor sampling with
 fanouts above the largest degree) against the same GCN trained on LADIES blocks, ``--seeds`` seeds each.
 
-The distributed part of the issue (1D and 1.5D layouts with replication C: bytes, rounds, time per
-bulk and memory per worker) is a later phase; it will be a fourth command here.
+    python benchmarks/bulk.py layouts [--scale 0.02] [--workers 4] [--replications 1,2,4] [--bulk 4] [--plot F]
+
+layouts: the distributed matrix sampler on a products-shaped dataset partitioned (METIS, cached) into
+``--workers`` parts, one torchrun launch (gloo, 1 thread per worker, 2 epochs: the second is reported) per layout: ``1d`` (topology
+replicated) and ``1.5d --replication C`` for every C. Per bulk (rank 0, from its metrics JSON):
+sampling and feature bytes and rounds, seconds of sampling; per worker (max over workers): the topology
+and feature bytes held and the peak RSS. ``--plot`` draws bytes and memory against C.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -38,6 +45,8 @@ import scipy.sparse as sp
 import torch
 
 from gnnscale.graph.datasets import load_dataset
+from gnnscale.graph.synthetic import make_synthetic, products_like_config
+from gnnscale.partition import write_partition_dir
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
@@ -236,6 +245,79 @@ def accuracy(a) -> None:
         Path(a.json).write_text(json.dumps({k: {"accs": v[0], "seconds": v[1]} for k, v in results.items()}, indent=2))
 
 
+def layouts(a) -> None:
+    """1d and 1.5d at every C: bytes, rounds and seconds per bulk, memory per worker."""
+    parts = cached_partitions(a.scale, a.workers, Path(a.cache_dir))
+    runs = [("1d", 1)] + [("1.5d", c) for c in (int(c) for c in a.replications.split(","))]
+    rows = []
+    for layout, c in runs:
+        out = Path(a.cache_dir) / f"layout_{layout}_{c}.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.workers),
+               "-m", "gnnscale", "train", "--partitions", str(parts), "--layout", layout, "--sampler", "matrix",
+               "--bulk", str(a.bulk), "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--epochs", "2",
+               "--no-eval", "--quiet", "--threads", "1", "--model", "sage", "--hidden", "64", "--overwrite",
+               "--metrics-out", str(out), "--timeout", "600"]
+        if layout == "1.5d":
+            cmd += ["--replication", str(c)]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
+        h = json.loads(out.read_text())["history"][-1]  # epoch 2: JIT compilation done
+        rows.append({"layout": layout, "C": c, "bulk": h["bulk"], "num_bulks": h["num_bulks"],
+                     "sample_rounds": h["rounds_per_bulk"]["sample"], "sample_bytes": h["bytes_per_bulk"]["sample"],
+                     "feature_rounds": h["rounds_per_bulk"]["feature"],
+                     "feature_bytes": h["bytes_per_bulk"]["feature"], "seconds_per_bulk": h["seconds_per_bulk"],
+                     "epoch_s": h["epoch_s"], "held_mb": h["memory"]["held_bytes_max"] / 2**20,
+                     "peak_rss_mb": h["memory"]["peak_rss_bytes_max"] / 2**20,
+                     "launch_s": time.perf_counter() - start})
+        print(f"  {layout} C={c}: done in {rows[-1]['launch_s']:.0f}s", flush=True)
+    print_layouts(rows)
+    sampled = [r["sample_bytes"] for r in rows if r["layout"] == "1.5d"]
+    falls = all(x > y for x, y in zip(sampled, sampled[1:]))
+    print(f"1.5D sampling bytes fall as C grows: {'yes' if falls else 'NO'} ({', '.join(f'{b:.0f}' for b in sampled)})")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"scale": a.scale, "workers": a.workers, "rows": rows}, indent=2))
+    if a.plot:
+        plot_layouts(rows, a.plot)
+
+
+def cached_partitions(scale: float, workers: int, cache: Path) -> Path:
+    """A METIS partition directory of the products-shaped dataset (features included), built once."""
+    out = cache / f"products_scale{scale:g}_p{workers}"
+    if not (out / "manifest.json").exists():
+        dataset = make_synthetic(products_like_config(scale))
+        write_partition_dir(dataset, workers, "metis", out, overwrite=True)
+    return out
+
+
+def print_layouts(rows: list[dict]) -> None:
+    print(f"{'layout':8} {'C':>2} {'bulk':>4} {'sample rnd':>10} {'sample KB':>10} {'feat rnd':>8} {'feat KB':>9} "
+          f"{'s/bulk':>7} {'held MB':>8} {'peak RSS MB':>11}")
+    for r in rows:
+        print(f"{r['layout']:8} {r['C']:>2} {r['bulk']:>4} {r['sample_rounds']:>10.0f} {r['sample_bytes'] / 1e3:>10.1f} "
+              f"{r['feature_rounds']:>8.0f} {r['feature_bytes'] / 1e3:>9.1f} {r['seconds_per_bulk']:>7.3f} "
+              f"{r['held_mb']:>8.1f} {r['peak_rss_mb']:>11.0f}")
+
+
+def plot_layouts(rows: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    one_half = [r for r in rows if r["layout"] == "1.5d"]
+    cs = [r["C"] for r in one_half]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    left.plot(cs, [r["sample_bytes"] / 1e3 for r in one_half], "o-", label="sampling")
+    left.plot(cs, [r["feature_bytes"] / 1e3 for r in one_half], "s-", label="features")
+    left.set(xlabel="replication C", ylabel="KB per bulk (rank 0)", xticks=cs, title="communication")
+    left.legend()
+    right.plot(cs, [r["held_mb"] for r in one_half], "o-", label="topology + features held")
+    right.axhline(next(r["held_mb"] for r in rows if r["layout"] == "1d"), ls="--", c="grey", label="1d")
+    right.set(xlabel="replication C", ylabel="MB per worker (max)", xticks=cs, title="memory")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot -> {path}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -260,8 +342,18 @@ def main() -> None:
     acc.add_argument("--layer-size", type=int, default=512)
     acc.add_argument("--threads", type=int, default=1)
     acc.add_argument("--json", default=None)
+    lay = sub.add_parser("layouts")
+    lay.add_argument("--scale", type=float, default=0.02, help="fraction of products' 2.4M nodes (0.02)")
+    lay.add_argument("--workers", type=int, default=4)
+    lay.add_argument("--replications", default="1,2,4")
+    lay.add_argument("--bulk", type=int, default=4)
+    lay.add_argument("--batch-size", type=int, default=128)
+    lay.add_argument("--fanouts", default="15,10,5")
+    lay.add_argument("--cache-dir", default=str(HERE / ".cache"))
+    lay.add_argument("--json", default=None)
+    lay.add_argument("--plot", default=None, help="write the bytes/memory figure here (png)")
     a = p.parse_args()
-    {"throughput": throughput, "libraries": libraries, "accuracy": accuracy}[a.command](a)
+    {"throughput": throughput, "libraries": libraries, "accuracy": accuracy, "layouts": layouts}[a.command](a)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "launch one worker per part with torchrun")
     t.add_argument("--layout", default="hybrid", choices=LAYOUTS,
                    help="distributed: hybrid (topology replicated, 2 rounds/iteration), vanilla (2L rounds), or split "
-                        "(one mini-batch of P x --batch-size seeds split across workers, no feature fetch)")
+                        "(one mini-batch of P x --batch-size seeds split across workers, no feature fetch); with "
+                        "--sampler matrix|ladies: 1d (topology replicated, no sampling rounds) or 1.5d (block rows "
+                        "of the adjacency on --replication workers each)")
+    t.add_argument("--replication", type=int, default=1,
+                   help="distributed --layout 1.5d: copies C of every block row of the adjacency and features (C "
+                        "divides the worker count; 1: fully partitioned, all workers: fully replicated)")
     t.add_argument("--cache-fraction", type=float, default=0.0,
                    help="distributed hybrid/vanilla: each worker caches the features of the highest in-degree remote "
                         "nodes, this fraction of all nodes (0: no cache)")
@@ -205,8 +210,11 @@ def cmd_train(args) -> None:
         report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
                                           metrics_out=args.metrics_out, progress=not args.quiet,
                                           timeout_s=args.timeout, overwrite=args.overwrite,
-                                          cache_fraction=args.cache_fraction, model_out=args.save_model, dgs=dgs)
+                                          cache_fraction=args.cache_fraction, model_out=args.save_model, dgs=dgs,
+                                          replication=args.replication)
     else:
+        if args.replication != 1:
+            raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")
         if args.cache_fraction:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
                              "(--partitions) have")

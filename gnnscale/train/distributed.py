@@ -32,8 +32,10 @@ from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
+from gnnscale.distributed.matrix15d import check_replication
 from gnnscale.train.dgs_layout import DGSConfig, DGSDataParallel, build_dgs
-from gnnscale.train.layouts import DATA_PARALLEL_LAYOUTS, DataParallel, Step, _add_counts, build_data_parallel
+from gnnscale.train.layouts import (DATA_PARALLEL_LAYOUTS, MATRIX_LAYOUTS, DataParallel, Step, _add_counts,
+                                    build_data_parallel)
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.prefetch import stream_in_groups
 from gnnscale.train.run import TrainReport, summarize
@@ -46,10 +48,11 @@ Layout = DataParallel | SplitParallel
 def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
     """Load this worker's part; if any worker fails (missing or corrupt file, wrong worker count),
     every worker raises with that worker's message instead of waiting forever for it. The ``split``
-    layout reads the hybrid one's files (the whole topology)."""
+    layout reads the hybrid one's files (the whole topology), ``1d`` too; ``1.5d`` reads the vanilla
+    ones (its part's in-edges; the rest of its block row is read when the layout is built)."""
     part, error = None, ""
     try:
-        part = load_partition(partition_dir, comm.rank, "vanilla" if layout == "vanilla" else "hybrid")
+        part = load_partition(partition_dir, comm.rank, "vanilla" if layout in ("vanilla", "1.5d") else "hybrid")
         if part.num_parts != comm.world_size:
             raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} "
                              f"workers were launched; use --nproc-per-node {part.num_parts}")
@@ -105,7 +108,7 @@ def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, 
         counts.append(batch.y.numel())
     extra = layout.finish_epoch(comm)
     return {"loss_sums": loss_sums, "correct": correct, "counts": counts, "edges": edges, "comm": per_iteration,
-            "layout": extra}
+            "layout": extra, "bulk": layout.bulk}
 
 
 @torch.no_grad()
@@ -138,6 +141,8 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
     per_iter = sums["comm"]
     comm_mean = {c: {k: sum(it[c][k] for it in per_iter) / len(per_iter) for k in per_iter[0][c]}
                  for c in per_iter[0]}
+    num_bulks = -(-len(per_iter) // sums["bulk"])
+    per_bulk = {c: {k: v * len(per_iter) / num_bulks for k, v in counts.items()} for c, counts in comm_mean.items()}
     seconds = timer.seconds
     return {
         "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "split_s": seconds.get("split", 0.0),
@@ -153,6 +158,11 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
         "rounds_per_iteration": {c: v["rounds"] for c, v in comm_mean.items()},
         "bytes_per_iteration": {c: v["bytes_sent"] + v["bytes_received"] for c, v in comm_mean.items()},
         "comm_per_iteration": comm_mean,
+        # Matrix sampling: one sample_many per group of `bulk` batches (its rounds land on the group's first).
+        "bulk": sums["bulk"], "num_bulks": num_bulks,
+        "seconds_per_bulk": seconds.get("sample", 0.0) / num_bulks,
+        "rounds_per_bulk": {c: v["rounds"] for c, v in per_bulk.items()},
+        "bytes_per_bulk": {c: v["bytes_sent"] + v["bytes_received"] for c, v in per_bulk.items()},
         **sums["layout"],
     }
 
@@ -167,24 +177,41 @@ def agreed_num_batches(layout: Layout, comm: Comm) -> int:
 
 
 def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_cfg: ModelConfig, comm: Comm,
-                 loader: Comm, cache_fraction: float, dgs: DGSConfig | None = None) -> Layout:
-    """This worker's layout; data loading's collectives on ``loader``, split parallelism's shuffles on ``comm``."""
+                 loader: Comm, cache_fraction: float, partition_dir: str | Path, replication: int,
+                 dgs: DGSConfig | None = None) -> Layout:
+    """This worker's layout; data loading's collectives on ``loader`` (1.5D: on process-column groups
+    made from it), split parallelism's shuffles on ``comm``."""
     model_name = model_cfg.name
     if dgs is not None:
         return build_dgs(layout, part, cfg, loader, lambda: build_model(model_cfg), dgs)
     if layout == "split":
         return build_split_parallel(part, cfg, model_name, comm, loader)
-    return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction)
+    return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction, model_name=model_name,
+                               partition_dir=partition_dir, replication=replication)
 
 
-def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGSConfig | None = None) -> None:
+def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGSConfig | None = None,
+                  replication: int = 1, world_size: int | None = None, model_name: str = "sage") -> None:
     """Reject option combinations that cannot run, before any worker starts."""
     check_dgs_options(layout, cfg, cache_fraction, dgs)
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    if cfg.sampler in ("matrix", "ladies"):
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is single-process for now (its distributed layouts, "
-                         "1d and 1.5d, are planned; see docs/matrix_sampling.md)")
+    matrix = cfg.sampler in ("matrix", "ladies")
+    if matrix and layout not in MATRIX_LAYOUTS:
+        raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout 1d (topology replicated) "
+                         f"or --layout 1.5d --replication C (block rows on C workers each), got --layout {layout}")
+    if layout in MATRIX_LAYOUTS and not matrix:
+        raise ValueError(f"layout: --layout {layout} is the matrix samplers' layout; add --sampler matrix or ladies "
+                         f"(got --sampler {cfg.sampler}), or use --layout hybrid/vanilla for neighbor sampling")
+    if cfg.sampler == "ladies" and model_name == "gat":
+        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
+                         "use --model gcn or sage")
+    if layout == "1.5d" and world_size is not None:
+        check_replication(replication, world_size)
+    elif replication != 1:
+        raise ValueError(f"replication: --replication {replication} applies to --layout 1.5d, got --layout {layout}")
+    if layout in MATRIX_LAYOUTS and cache_fraction > 0:
+        raise ValueError(f"cache_fraction: --cache-fraction is for --layout hybrid/vanilla, got --layout {layout}")
     if layout == "vanilla" and cfg.sampler != "fused":
         raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid or split (the "
                          "vanilla layout samples remote hops through their owners)")
@@ -202,7 +229,7 @@ def check_dgs_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs:
         return
     if not isinstance(dgs, DGSConfig):
         raise TypeError(f"dgs: expected a DGSConfig, got {type(dgs).__name__}")
-    if layout not in DATA_PARALLEL_LAYOUTS:
+    if layout not in ("hybrid", "vanilla"):
         raise ValueError(f"dgs: --dgs needs a layout that fetches features (--layout hybrid or vanilla), got "
                          f"--layout {layout}")
     if cfg.sampler != "fused":
@@ -215,12 +242,13 @@ def check_dgs_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs:
 def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
                              metrics_out: str | Path | None = None, progress: bool = True,
                              timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
-                             model_out: str | Path | None = None, dgs: DGSConfig | None = None) -> TrainReport:
+                             model_out: str | Path | None = None, dgs: DGSConfig | None = None,
+                             replication: int = 1) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
         partition_dir: written by ``gnnscale partition``; one part per worker.
-        layout: ``"hybrid"``, ``"vanilla"`` or ``"split"``.
+        layout: ``"hybrid"``, ``"vanilla"``, ``"split"``, or the matrix samplers' ``"1d"`` and ``"1.5d"``.
         model_options: ModelConfig fields other than in_dim, num_classes and num_layers.
         cfg: training settings; ``batch_size`` is per worker (split: a mini-batch has P x batch_size seeds).
         metrics_out: rank 0 writes the metrics JSON here.
@@ -230,11 +258,12 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
             nodes, this fraction of all nodes (0: no cache).
         model_out: rank 0 writes the trained model's ``state_dict`` here.
         dgs: explanation-guided sampling (hybrid/vanilla; :mod:`gnnscale.train.dgs_layout`), or None.
+        replication: ``1.5d``: copies C of every block row of the adjacency (divides the worker count).
     """
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
-        check_options(layout, cfg, cache_fraction, dgs)
+        check_options(layout, cfg, cache_fraction, dgs, replication, world_size_from_env(), model_options["name"])
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
         check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
                                per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
@@ -251,7 +280,8 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         loader = comm.new_group()
         model_cfg = ModelConfig(in_dim=part.feature_dim, num_classes=part.num_classes, num_layers=cfg.num_layers,
                                 **model_options)
-        strategy = build_layout(layout, part, cfg, model_cfg, comm, loader, cache_fraction, dgs)
+        strategy = build_layout(layout, part, cfg, model_cfg, comm, loader, cache_fraction, partition_dir,
+                                replication, dgs)
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)
@@ -275,7 +305,7 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
             if metrics_out is not None:
                 write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
                                                 "world_size": ctx.world_size, "cache_fraction": cache_fraction,
-                                                "dgs": None if dgs is None else asdict(dgs),
+                                                "dgs": None if dgs is None else asdict(dgs), "replication": replication,
                                                 "model": asdict(model_cfg), "train": asdict(cfg), **report.to_json()})
             if model_out is not None:
                 save_model(model_out, model)

@@ -32,7 +32,9 @@ each such iteration's lists go to one worker (round robin), which counts the uni
 from __future__ import annotations
 
 import math
+import resource
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -42,6 +44,7 @@ from torch import Tensor
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.feature_cache import CachedFeatureStore, global_in_degrees
 from gnnscale.distributed.features import PartitionedFeatureStore
+from gnnscale.distributed.matrix15d import build_15d
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.split_metrics import (EdgeMetrics, epoch_edge_metrics, local_edges, minibatch_signature,
                                                 union_minibatch_edges)
@@ -51,8 +54,10 @@ from gnnscale.sampling import BatchSampler, Block, derive_key
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.loop import EVAL_EPOCH, epoch_batches
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.run import build_samplers
 
-DATA_PARALLEL_LAYOUTS = ("hybrid", "vanilla")
+DATA_PARALLEL_LAYOUTS = ("hybrid", "vanilla", "1d", "1.5d")
+MATRIX_LAYOUTS = ("1d", "1.5d")  # the matrix samplers' layouts (Tripathy et al.)
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
 UNION_ITERATIONS = 8
 
@@ -136,9 +141,14 @@ class DataParallel:
     """
 
     def __init__(self, sampler: BatchSampler, eval_sampler: BatchSampler, store: PartitionedFeatureStore,
-                 part: LocalPartition, cfg: TrainConfig, loader: Comm) -> None:
+                 part: LocalPartition, cfg: TrainConfig, loader: Comm, *, data_comm: Comm | None = None,
+                 held_bytes: int | None = None) -> None:
         self.sampler, self.eval_sampler, self.store = sampler, eval_sampler, store
         self.part, self.cfg, self.loader = part, cfg, loader
+        # Whose accounting a batch reads: the loader's, or (1.5D) the process column its collectives use.
+        self.data_comm = data_comm if data_comm is not None else loader
+        # Topology and feature bytes this worker holds (matrix layouts: reported per epoch with peak RSS).
+        self.held_bytes = held_bytes
         self.rank, self.world_size = loader.rank, loader.world_size
         self.labels = torch.from_numpy(part.labels.copy())
         self.train_idx = torch.from_numpy(part.train_idx.copy())
@@ -190,16 +200,18 @@ class DataParallel:
         with timer.phase("sample"):
             sampled = sampler.sample_many([s.seeds for s in steps], [s.key for s in steps])
         # A bulk's sampling rounds are counted with the first batch of the group.
-        comm = self.loader.stats.snapshot_and_reset()
+        comm = self.data_comm.stats.snapshot_and_reset()
         out = []
         for step, blocks in zip(steps, sampled):
             with timer.phase("fetch"):
                 x = self.store.gather(blocks[0].src_ids)
-            if training and len(self._signatures) < UNION_ITERATIONS:
+            # The union mini-batch assumes node-wise sampling (a node's sampled in-neighbors are the
+            # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
+            if training and len(self._signatures) < UNION_ITERATIONS and blocks[0].edge_weight is None:
                 with timer.phase("metrics"):
                     self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
                     self._signatures.append(minibatch_signature(blocks))
-            counts = _add_counts(comm, self.loader.stats.snapshot_and_reset())
+            counts = _add_counts(comm, self.data_comm.stats.snapshot_and_reset())
             comm = None
             out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
                                  sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
@@ -226,6 +238,8 @@ class DataParallel:
             if self.rank == target:
                 self._ledger.rows[i][2] = union_minibatch_edges([r.cpu().numpy() for r in received])
         out = {"edge_metrics": epoch_edge_metrics(self._ledger.reduce(comm))}
+        if self.held_bytes is not None:
+            out["memory"] = worker_memory(self.held_bytes, comm)
         if isinstance(self.store, CachedFeatureStore):
             counts = torch.tensor([self.store.hits, self.store.remote_requests], dtype=torch.int64)
             comm.all_reduce_(counts, torch.distributed.ReduceOp.SUM, "eval")  # collective: global hit rate
@@ -241,13 +255,27 @@ class DataParallel:
         return self.world_size
 
 
+def worker_memory(held_bytes: int, comm: Comm) -> dict:
+    """The largest topology+feature bytes held and peak resident memory (RSS) over all workers: one
+    all-reduce (category ``"eval"``)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+    t = torch.tensor([held_bytes, peak], dtype=torch.int64)
+    comm.all_reduce_(t, torch.distributed.ReduceOp.MAX, "eval")  # collective: the largest worker's figures
+    held, rss = t.tolist()
+    return {"held_bytes_max": held, "peak_rss_bytes_max": rss}
+
+
 def build_data_parallel(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
-                        cache_fraction: float = 0.0) -> DataParallel:
-    """The ``hybrid`` or ``vanilla`` layout of this worker, its collectives on ``loader``; with
-    ``cache_fraction`` > 0 its feature store caches that fraction of all nodes' rows (the hottest remote
-    ones, :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up)."""
+                        cache_fraction: float = 0.0, model_name: str = "sage", partition_dir=None,
+                        replication: int = 1) -> DataParallel:
+    """The ``hybrid``, ``vanilla``, ``1d`` or ``1.5d`` layout of this worker, its collectives on ``loader``;
+    with ``cache_fraction`` > 0 its feature store caches that fraction of all nodes' rows (the hottest remote
+    ones, :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). The matrix
+    layouts (``1d``, ``1.5d --replication C``) sample with ``cfg.sampler`` (matrix or ladies)."""
     if layout not in DATA_PARALLEL_LAYOUTS:
         raise ValueError(f"layout: expected one of {DATA_PARALLEL_LAYOUTS}, got {layout!r}")
+    if layout in MATRIX_LAYOUTS:
+        return build_matrix_layout(layout, part, cfg, loader, model_name, partition_dir, replication)
 
     def sampler(fanouts):
         if layout == "hybrid":
@@ -259,6 +287,32 @@ def build_data_parallel(layout: str, part: LocalPartition, cfg: TrainConfig, loa
 
     store = build_store(layout, part, loader, cache_fraction)
     return DataParallel(sampler(cfg.fanouts), sampler(cfg.inference_fanouts), store, part, cfg, loader)
+
+
+def build_matrix_layout(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm, model_name: str,
+                        partition_dir, replication: int) -> DataParallel:
+    """``1d``: the whole topology on every worker, its own batches sampled ``bulk`` at a time with no
+    communication, features fetched from their owners (as hybrid). ``1.5d``: block rows replicated
+    ``replication`` times, rows of ``A`` and features fetched inside the process column
+    (:mod:`gnnscale.distributed.matrix15d`). Both give the single-process matrix sampler's blocks."""
+    if layout == "1d":
+        train, evaluate = build_samplers(part.topology, _model_for_sampler(model_name, cfg), cfg)
+        store = PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
+        graph = part.topology
+        held = graph.indptr.nbytes + graph.indices.nbytes + part.features.nbytes
+        return DataParallel(train, evaluate, store, part, cfg, loader, held_bytes=int(held))
+    sizes = (cfg.ladies_layer_size,) * cfg.num_layers
+    grid = build_15d(partition_dir, part, loader, replication, sampler=cfg.sampler, fanouts=cfg.fanouts,
+                     inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
+                     layer_sizes=sizes, self_loops=model_name == "gcn")
+    grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
+    return DataParallel(grid.sampler, grid.eval_sampler, grid.store, part, cfg, loader, data_comm=grid.column,
+                        held_bytes=grid.block.nbytes)
+
+
+def _model_for_sampler(model_name: str, cfg: TrainConfig):
+    """What :func:`build_samplers` reads of the model: its name (LADIES' operator) and layer count."""
+    return SimpleNamespace(name=model_name, num_layers=cfg.num_layers)
 
 
 def build_store(layout: str, part: LocalPartition, loader: Comm, cache_fraction: float) -> PartitionedFeatureStore:

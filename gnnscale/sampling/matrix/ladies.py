@@ -89,6 +89,7 @@ class LadiesSampler(BatchSampler):
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
         self.graph = graph
+        self.num_nodes = graph.num_nodes
         self.layer_sizes = check_layer_sizes(layer_sizes)
         self.bulk = check_bulk(bulk)
         self.self_loops = bool(self_loops)
@@ -103,7 +104,7 @@ class LadiesSampler(BatchSampler):
 
     def sample_many(self, seeds_list, keys) -> list[list[Block]]:
         """Blocks of every batch of the stack (model order), one set of products per layer for the stack."""
-        batches, keys = check_stack(self.graph, seeds_list, keys)
+        batches, keys = check_stack(self.num_nodes, seeds_list, keys)
         node_ptr = np.zeros(len(batches) + 1, dtype=np.int64)
         np.cumsum([b.shape[0] for b in batches], out=node_ptr[1:])
         nodes = np.concatenate(batches)
@@ -113,7 +114,7 @@ class LadiesSampler(BatchSampler):
         for hop, size in enumerate(self.layer_sizes):
             stacked = stack_rows(nodes, node_ptr, self._position)
             clock.lap("factor")
-            rows = gather_rows(self.operator, stacked)
+            rows = self._gather(stacked)
             probs = _probabilities(rows, stacked)
             clock.lap("product")
             drawn_ptr, drawn, drawn_p = draw_layer(probs.indptr, probs.indices, probs.data, keys, size, hop)
@@ -135,8 +136,12 @@ class LadiesSampler(BatchSampler):
     def _node_maps(self, num_batches: int) -> np.ndarray:
         workers = max(1, min(numba.get_num_threads(), num_batches))
         if self._maps.shape[0] < workers:
-            self._maps = np.full((workers, self.graph.num_nodes), -1, dtype=np.int64)
+            self._maps = np.full((workers, self.num_nodes), -1, dtype=np.int64)
         return self._maps[:workers]
+
+    def _gather(self, stacked: StackedRows) -> sp.csr_matrix:
+        """``S P``, the operator's rows the stack needs (a distributed layout fetches them instead)."""
+        return gather_rows(self.operator, stacked)
 
 
 @numba.njit(inline="always")

@@ -100,10 +100,21 @@ def adjacency_pattern(graph: CSCGraph) -> sp.csr_matrix:
 def gcn_operator(graph: CSCGraph, *, self_loops: bool) -> sp.csr_matrix:
     """The operator LADIES estimates, float64 CSR: ``D~^-1 (A + I)`` (random-walk GCN norm with self
     loops, as the LADIES reference code and gnnscale's GCNConv) or ``D^-1 A`` (GraphSAGE's mean)."""
-    n = graph.num_nodes
-    a = sp.csr_matrix((np.ones(graph.num_edges), graph.indices, graph.indptr), shape=(n, n))
+    return operator_rows(graph.indptr, graph.indices, 0, graph.num_nodes, self_loops=self_loops)
+
+
+def operator_rows(indptr: np.ndarray, indices: np.ndarray, first_row: int, num_nodes: int, *,
+                  self_loops: bool) -> sp.csr_matrix:
+    """Rows ``first_row ..`` of :func:`gcn_operator`, from those rows of ``A`` alone (``indptr`` int64
+    [rows + 1] from 0, ``indices`` their in-neighbors): float64 CSR [rows, num_nodes]. A row's
+    normalisation needs only the row, so the owner of a block row of ``A`` (the 1.5D layout) computes
+    the operator's rows bit for bit as the whole-graph operator has them."""
+    rows = indptr.shape[0] - 1
+    a = sp.csr_matrix((np.ones(indices.shape[0]), indices, indptr), shape=(rows, num_nodes))
     if self_loops:
-        a = (a + sp.identity(n, format="csr")).tocsr()
+        eye = sp.csr_matrix((np.ones(rows), np.arange(first_row, first_row + rows), np.arange(rows + 1)),
+                            shape=(rows, num_nodes))
+        a = (a + eye).tocsr()
     return row_normalize(a)
 
 

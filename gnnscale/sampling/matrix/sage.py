@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numba
 import numpy as np
+import scipy.sparse as sp
 
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.sampling import BatchSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
@@ -51,7 +52,7 @@ def check_bulk(bulk) -> int:
     return int(bulk)
 
 
-def check_stack(graph: CSCGraph, seeds_list, keys) -> tuple[list[np.ndarray], np.ndarray]:
+def check_stack(num_nodes: int, seeds_list, keys) -> tuple[list[np.ndarray], np.ndarray]:
     """Validate a stack of batches: as many keys as seed tensors, each seed tensor valid and unique."""
     if not isinstance(seeds_list, (list, tuple)) or len(seeds_list) == 0:
         raise ValueError(f"seeds_list: expected a non-empty list of seed tensors, got {type(seeds_list).__name__}"
@@ -61,7 +62,7 @@ def check_stack(graph: CSCGraph, seeds_list, keys) -> tuple[list[np.ndarray], np
         raise ValueError(f"keys: expected a list of {len(seeds_list)} keys (one per batch), got {got}")
     batches = []
     for b, seeds in enumerate(seeds_list):
-        seeds = check_seeds(seeds, graph.num_nodes)
+        seeds = check_seeds(seeds, num_nodes)
         if np.unique(seeds).shape[0] != seeds.shape[0]:
             raise ValueError(f"seeds: expected unique node ids, batch {b} repeats a node")
         batches.append(seeds)
@@ -85,6 +86,7 @@ class MatrixSampler(BatchSampler):
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
         self.graph = graph
+        self.num_nodes = graph.num_nodes
         self.fanouts = check_fanouts(fanouts)
         self.bulk = check_bulk(bulk)
         self.replace = bool(replace)
@@ -108,7 +110,7 @@ class MatrixSampler(BatchSampler):
             seeds_list: k int tensors/arrays of unique seed ids.
             keys: k sampling keys; batch ``b``'s blocks depend only on ``(seeds_list[b], keys[b])``.
         """
-        batches, keys = check_stack(self.graph, seeds_list, keys)
+        batches, keys = check_stack(self.num_nodes, seeds_list, keys)
         batch_ptr = np.zeros(len(batches) + 1, dtype=np.int64)
         np.cumsum([b.shape[0] for b in batches], out=batch_ptr[1:])
         nodes, node_ptr = np.concatenate(batches), batch_ptr
@@ -118,7 +120,7 @@ class MatrixSampler(BatchSampler):
         for hop, fanout in enumerate(self.fanouts):
             stacked = stack_rows(nodes, node_ptr, self._position)
             clock.lap("factor")
-            p = gather_rows(self.adjacency, stacked)  # P = Q A, stored as S A plus the index R
+            p = self._gather(stacked)  # P = Q A, stored as S A plus the index R
             clock.lap("product")
             offsets = count_rows(p.indptr, stacked.inverse, fanout, self.replace)
             chosen = choose_rows(p.indptr, p.indices, stacked.nodes, stacked.inverse, stacked.row_batch(), keys,
@@ -134,9 +136,13 @@ class MatrixSampler(BatchSampler):
             nodes, node_ptr = new_nodes, new_ptr
         return [blocks_from_hops(nodes[node_ptr[b]:node_ptr[b + 1]], hops[b]) for b in range(len(batches))]
 
+    def _gather(self, stacked) -> "sp.csr_matrix":
+        """``S A``, the rows of ``A`` the stack needs (a distributed layout fetches them instead)."""
+        return gather_rows(self.adjacency, stacked)
+
     def _node_maps(self, num_batches: int) -> np.ndarray:
         """One all -1 node map per worker thread (at most one per batch), grown on first need."""
         workers = max(1, min(numba.get_num_threads(), num_batches))
         if self._maps.shape[0] < workers:
-            self._maps = np.full((workers, self.graph.num_nodes), -1, dtype=self._maps.dtype)
+            self._maps = np.full((workers, self.num_nodes), -1, dtype=self._maps.dtype)
         return self._maps[:workers]

@@ -1,0 +1,132 @@
+"""Distributed matrix sampling (issue 8): ``--layout 1d`` and ``--layout 1.5d --replication C`` on real
+processes. The 1.5D samplers must give the single-process blocks for every C (spawned workers, gloo on
+127.0.0.1), 1d and 1.5d must train identically under torchrun, and bad flags must be refused clearly."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+import matrix_workers
+from gnnscale.distributed.matrix15d import ProcessGrid, check_replication
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.partition import write_partition_dir
+from gnnscale.partition.book import PartitionBook
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.distributed import check_options
+from launch import run_launch, torchrun
+from test_distributed import spawn_ok
+
+SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
+TRAIN_ARGS = ["--hidden", "16", "--batch-size", "48", "--epochs", "1", "--lr", "0.01", "--seed", "3",
+              "--threads", "1", "--quiet", "--bulk", "2"]
+
+
+@pytest.fixture(scope="module")
+def partitions(tmp_path_factory):
+    out = tmp_path_factory.mktemp("matrix_parts") / "p4"
+    write_partition_dir(make_synthetic(SyntheticConfig(**SMALL)), 4, "metis", out)
+    return out
+
+
+def test_15d_blocks_and_features_equal_the_single_process_ones_for_every_replication(partitions):
+    sample_bytes = spawn_ok(functools.partial(matrix_workers.compare_15d_with_single_process, str(partitions)), 4)
+    for worker in sample_bytes:
+        # C = 4 is the replicated topology: every row is in the worker's own block row.
+        assert worker[4] == 0, worker
+    # Over all workers, the sampling bytes fall as C grows (fewer rows live in other block rows).
+    totals = [sum(w[c] for w in sample_bytes) for c in (1, 2, 4)]
+    assert totals[0] > totals[1] > totals[2] == 0, totals
+
+
+@pytest.fixture(scope="module")
+def trained(partitions, tmp_path_factory):
+    """``trained(sampler, model, layout, C)``: rank 0's metrics of one 4-worker torchrun launch."""
+    runs: dict[tuple, dict] = {}
+    scratch = tmp_path_factory.mktemp("matrix_metrics")
+
+    def get(sampler: str, model: str, layout: str, replication: int = 1) -> dict:
+        key = (sampler, model, layout, replication)
+        if key not in runs:
+            out = scratch / f"{sampler}_{model}_{layout}_{replication}.json"
+            extra = ["--replication", str(replication)] if layout == "1.5d" else []
+            sizes = ["--layer-size", "64", "--fanouts", "5,5"] if sampler == "ladies" else ["--fanouts", "4,3"]
+            run = run_launch(torchrun(4, "--partitions", str(partitions), "--layout", layout, *extra, "--sampler",
+                                      sampler, "--model", model, *sizes, "--metrics-out", str(out), *TRAIN_ARGS))
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            runs[key] = json.loads(out.read_text())
+        return runs[key]
+
+    return get
+
+
+def assert_same_training(a: dict, b: dict) -> None:
+    for x, y in zip(a["history"], b["history"], strict=True):
+        assert x["iteration_losses"] == y["iteration_losses"]
+        assert x["sampled_edges"] == y["sampled_edges"] and x["edge_metrics"] == y["edge_metrics"]
+        assert (x["val_acc"], x["test_acc"]) == (y["val_acc"], y["test_acc"])
+
+
+# C = 1 trains in the slow tier (its blocks are checked in the default tier, by the spawned workers above).
+@pytest.mark.parametrize("replication", [pytest.param(1, marks=pytest.mark.slow), 2])
+def test_1d_and_15d_train_identically_at_4_workers(trained, replication):
+    one_d = trained("matrix", "sage", "1d")
+    one_half = trained("matrix", "sage", "1.5d", replication)
+    assert_same_training(one_d, one_half)
+    h1, h15 = one_d["history"][0], one_half["history"][0]
+    hops = 2
+    assert h1["rounds_per_bulk"]["sample"] == 0  # 1d: topology replicated, no sampling communication
+    assert h15["rounds_per_bulk"]["sample"] == 2 * hops and h15["bytes_per_bulk"]["sample"] > 0
+    assert h15["bulk"] == 2 and h15["num_bulks"] == -(-h15["num_batches"] // 2)
+    assert h15["memory"]["held_bytes_max"] > 0 and h15["memory"]["peak_rss_bytes_max"] > 0
+
+
+@pytest.mark.slow
+def test_ladies_1d_and_15d_train_identically(trained):
+    assert_same_training(trained("ladies", "gcn", "1d"), trained("ladies", "gcn", "1.5d", 2))
+
+
+def test_bad_replication_is_refused_with_the_flag():
+    with pytest.raises(ValueError, match=r"replication: expected a divisor of the 4 workers \(--replication one of "
+                                         r"\[1, 2, 4\]\), got 3"):
+        check_replication(3, 4)
+    with pytest.raises(ValueError, match="replication: expected a divisor"):
+        check_replication(0, 4)
+    with pytest.raises(TypeError, match="replication: expected an int"):
+        check_replication(2.0, 4)
+    cfg = TrainConfig(sampler="matrix", bulk=4)
+    with pytest.raises(ValueError, match=r"replication: --replication 2 applies to --layout 1.5d, got --layout 1d"):
+        check_options("1d", cfg, 0.0, 2, 4)
+    with pytest.raises(ValueError, match=r"sampler: --sampler matrix runs distributed with --layout 1d"):
+        check_options("hybrid", cfg, 0.0, 1, 4)
+    with pytest.raises(ValueError, match=r"layout: --layout 1.5d is the matrix samplers' layout"):
+        check_options("1.5d", TrainConfig(), 0.0, 1, 4)
+    with pytest.raises(ValueError, match=r"--model gat"):
+        check_options("1d", TrainConfig(sampler="ladies"), 0.0, 1, 4, "gat")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bulk", 0, r"bulk: expected an int >= 1 \(--bulk\), got 0"),
+    ("layer_size", 0, r"layer_size: .*--layer-size.*0"),
+])
+def test_bad_bulk_and_layer_size_are_refused_with_the_flag(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(sampler="ladies", **{field: value})
+
+
+def test_a_bad_replication_stops_every_worker_before_training(partitions):
+    run = run_launch(torchrun(2, "--partitions", str(partitions), "--layout", "1.5d", "--replication", "3",
+                              "--sampler", "matrix", *TRAIN_ARGS))
+    assert run.returncode != 0
+    assert "replication: expected a divisor of the 2 workers (--replication one of [1, 2]), got 3" in run.stdout + run.stderr
+
+
+def test_process_grid_places_block_rows():
+    grid = ProcessGrid(world_size=4, replication=2, rank=3)
+    assert (grid.row, grid.column, grid.num_rows) == (1, 1, 2)
+    assert grid.column_ranks(1) == [1, 3]
+    book = PartitionBook(offsets=np.array([0, 10, 25, 30, 42], dtype=np.int64))
+    assert grid.block_book(book).offsets.tolist() == [0, 25, 42]
