@@ -113,16 +113,16 @@ def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: T
     """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, sampler
     calls: groups of ``sampler.bulk`` batches, every iteration's mean loss)."""
     model.train()
-    # Dropout draws from torch's global RNG: re-seeding per epoch makes a resumed run exact.
-    torch.manual_seed(derive_key(cfg.seed, epoch, 0, 0, STREAM_DROPOUT))
     batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
     keys = [derive_key(cfg.seed, epoch, step, 0) for step in range(len(batches))]
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.long)
     edges, losses = 0, []
     stream = batch_stream(sampler, data, batches, keys, prefetch=cfg.prefetch, timer=timer)
-    for batch in tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False, disable=not progress):
+    for step, batch in enumerate(tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False,
+                                      disable=not progress)):
         with timer.phase("forward_backward"):
+            seed_dropout(cfg.seed, epoch, step, 0)
             logits = model(batch.blocks, batch.x)
             loss = F.cross_entropy(logits, batch.y)
             optimizer.zero_grad(set_to_none=True)
@@ -135,6 +135,13 @@ def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: T
         losses.append(loss.detach())
     n = data.train_idx.numel()
     return float(loss_sum) / n, float(correct) / n, edges, -(-len(losses) // sampler.bulk), torch.stack(losses).tolist()
+
+
+def seed_dropout(seed: int, epoch: int, step: int, rank: int) -> None:
+    """Seed torch's global RNG (dropout draws from it) for one iteration: every iteration's masks are a
+    function of ``(seed, epoch, step, rank)``, so a run resumed at any iteration continues exactly (a
+    seed per epoch would need the RNG state of the iteration the run stopped at)."""
+    torch.manual_seed(derive_key(seed, epoch, step, rank, STREAM_DROPOUT))
 
 
 @torch.no_grad()
