@@ -1,8 +1,9 @@
 """Atomic checkpoints and resuming.
 
 Every random choice of training is a function of ``(seed, epoch, step)`` (sampling keys, batch
-order, and torch's RNG re-seeded at each epoch start), so a run resumed from the checkpoint of epoch
-``e`` continues exactly as the uninterrupted run would have.
+order, and torch's RNG re-seeded at each iteration), so a run resumed from the checkpoint of epoch
+``e`` continues exactly as the uninterrupted run would have. Distributed runs write checkpoints of
+their own kind (:mod:`gnnscale.train.dist_checkpoint`); each kind refuses the other's.
 """
 
 from __future__ import annotations

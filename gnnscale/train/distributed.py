@@ -11,6 +11,9 @@ and never interleave with its gradient all-reduce (or split parallelism's shuffl
 train identically: only the communication differs. With one worker this is exactly the
 single-machine trainer. ``split`` trains, on P workers, the single-machine trainer's mini-batches of
 ``P x batch_size`` seeds, each vertex computed by one worker.
+
+With ``checkpoint``, rank 0 saves the run after every epoch (and every ``checkpoint_every``
+iterations); a resumed run continues at the saved epoch and step (:mod:`gnnscale.train.dist_checkpoint`).
 """
 
 from __future__ import annotations
