@@ -133,7 +133,8 @@ def test_a_run_killed_mid_epoch_resumes_exactly(interrupted, layout):
 @pytest.mark.timeout(900)
 def test_hybrid_continues_on_another_worker_count_at_an_epoch_boundary(interrupted, partitions, tmp_path):
     run = interrupted("hybrid")
-    ckpt = run["dir"] / "full.ckpt"  # 2 workers, every epoch done
+    # 2 workers, every epoch done; a copy, since the resume saves into the file it continues.
+    ckpt = Path(shutil.copy(run["dir"] / "full.ckpt", tmp_path / "two_workers.ckpt"))
     out = tmp_path / "one.json"
     output = run_ok(1, *launch_args(partitions[1], "hybrid", "--epochs", str(EPOCHS + 1), "--checkpoint", str(ckpt),
                                     "--resume", "--metrics-out", str(out)))
