@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"ladies: nodes drawn per batch per layer (default {DEFAULT_LAYER_SIZE})")
     t.add_argument("--replace", action="store_true", help="sample neighbors with replacement")
     t.add_argument("--metrics-out", default=None, help="write per-epoch metrics as JSON here")
-    t.add_argument("--checkpoint", default=None, help="save a checkpoint here after every epoch")
+    t.add_argument("--checkpoint", default=None,
+                   help="save a checkpoint here after every epoch (distributed: rank 0 writes it)")
+    t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="distributed: also save --checkpoint after every N iterations (a resume continues mid-epoch)")
     t.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
     t.add_argument("--overwrite", action="store_true",
                    help="replace an existing --checkpoint (without --resume) or --metrics-out file")
@@ -172,8 +175,9 @@ def train_settings(args) -> tuple[TrainConfig, dict]:
         if given:
             raise ValueError(f"partitions: {' and '.join(given)} cannot be used with --partitions (the partition "
                              "directory holds the dataset); drop them")
-        if args.checkpoint is not None:
-            raise ValueError("checkpoint: not supported with --partitions yet")
+    elif args.checkpoint_every is not None:
+        raise ValueError("checkpoint_every: --checkpoint-every is for distributed runs (--partitions); a "
+                         "single-process run saves --checkpoint after every epoch")
     return train_cfg, model_options
 
 
@@ -211,7 +215,8 @@ def cmd_train(args) -> None:
                                           metrics_out=args.metrics_out, progress=not args.quiet,
                                           timeout_s=args.timeout, overwrite=args.overwrite,
                                           cache_fraction=args.cache_fraction, model_out=args.save_model, dgs=dgs,
-                                          replication=args.replication)
+                                          replication=args.replication, checkpoint=args.checkpoint,
+                                          resume=args.resume, checkpoint_every=args.checkpoint_every)
     else:
         if args.replication != 1:
             raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")

@@ -92,6 +92,11 @@ def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
     return _env_int(_launch_env(environ), "WORLD_SIZE")
 
 
+def rank_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """This worker's rank (``RANK``), for checks made before joining the run."""
+    return _env_int(_launch_env(environ), "RANK")
+
+
 def _launch_env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     env = os.environ if environ is None else environ
     missing = [name for name in REQUIRED_ENV if name not in env]

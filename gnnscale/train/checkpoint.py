@@ -1,8 +1,9 @@
 """Atomic checkpoints and resuming.
 
 Every random choice of training is a function of ``(seed, epoch, step)`` (sampling keys, batch
-order, and torch's RNG re-seeded at each epoch start), so a run resumed from the checkpoint of epoch
-``e`` continues exactly as the uninterrupted run would have.
+order, and torch's RNG re-seeded at each iteration), so a run resumed from the checkpoint of epoch
+``e`` continues exactly as the uninterrupted run would have. Distributed runs write checkpoints of
+their own kind (:mod:`gnnscale.train.dist_checkpoint`); each kind refuses the other's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 import torch
 
 CHECKPOINT_VERSION = 1
+KIND_SINGLE = "single"  # written by run_training (one process)
+KIND_DISTRIBUTED = "distributed"  # written by rank 0 of run_distributed_training
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,19 +39,23 @@ class Checkpoint:
 
 
 def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over ``path``: a run killed
-    mid-write leaves the previous checkpoint intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    payload = {
+    """Write atomically (:func:`write_atomic`): a run killed mid-write leaves the previous checkpoint intact."""
+    write_atomic(path, {
         "version": CHECKPOINT_VERSION,
+        "kind": KIND_SINGLE,
         "epochs_done": ckpt.epochs_done,
         "model_state": ckpt.model_state,
         "optimizer_state": ckpt.optimizer_state,
         "run_signature": ckpt.run_signature,
         "history": ckpt.history,
-    }
+    })
+
+
+def write_atomic(path: str | Path, payload: object) -> None:
+    """``torch.save(payload)`` to a temporary file in the same directory, fsync, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
             torch.save(payload, f)
@@ -59,10 +66,11 @@ def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
         tmp.unlink(missing_ok=True)  # a failed write leaves no stray temporary file
 
 
-def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
-    """Load a checkpoint written by :func:`save_checkpoint` and check it belongs to this run.
+def read_payload(path: str | Path, kind: str) -> dict:
+    """The dict a checkpoint file holds, of ``kind`` (:data:`KIND_SINGLE` or :data:`KIND_DISTRIBUTED`).
 
-    Raises ValueError naming ``checkpoint`` for a missing, unreadable or mismatching file.
+    Raises ValueError naming ``checkpoint`` for a missing, unreadable or foreign file, or one written by
+    the other kind of run (a single-process checkpoint cannot resume a distributed run, nor the reverse).
     """
     path = Path(path)
     if not path.is_file():
@@ -74,15 +82,37 @@ def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
         raise ValueError(f"checkpoint: {path} is not a readable gnnscale checkpoint ({err})") from err
     if not isinstance(payload, dict) or payload.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint: {path} has no gnnscale checkpoint version {CHECKPOINT_VERSION}")
+    written = payload.get("kind", KIND_SINGLE)  # checkpoints from before distributed ones have no kind
+    if written != kind:
+        if written == KIND_DISTRIBUTED:
+            raise ValueError(f"checkpoint: {path} was written by a distributed run ({payload.get('world_size')} "
+                             f"workers, --layout {payload.get('layout')}); resume it with torchrun and --partitions")
+        raise ValueError(f"checkpoint: {path} was written by a single-process run (--dataset "
+                         f"{payload.get('run_signature', {}).get('dataset')}); resume it without --partitions")
+    return payload
+
+
+def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint` and check it belongs to this run.
+
+    Raises ValueError naming ``checkpoint`` for a missing, unreadable or mismatching file.
+    """
+    path = Path(path)
+    payload = read_payload(path, KIND_SINGLE)
     saved = payload["run_signature"]
-    difference = first_difference(saved, run_signature)
+    check_same_settings(path, saved, run_signature)
+    return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],
+                      optimizer_state=payload["optimizer_state"], run_signature=saved,
+                      history=list(payload["history"]))
+
+
+def check_same_settings(path: Path, saved: dict, current: dict) -> None:
+    """ValueError naming the first setting (and its flag) where ``saved`` and ``current`` differ."""
+    difference = first_difference(saved, current)
     if difference is not None:
         key, was, now = difference
         raise ValueError(f"checkpoint: {path} was written with {key}={was!r}, this run has {key}={now!r}; resume "
                          f"with the same {flag_of(key)} as the run that wrote it")
-    return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],
-                      optimizer_state=payload["optimizer_state"], run_signature=saved,
-                      history=list(payload["history"]))
 
 
 # Settings whose command-line flag is not "--" + the field name with dashes.

@@ -11,29 +11,36 @@ and never interleave with its gradient all-reduce (or split parallelism's shuffl
 train identically: only the communication differs. With one worker this is exactly the
 single-machine trainer. ``split`` trains, on P workers, the single-machine trainer's mini-batches of
 ``P x batch_size`` seeds, each vertex computed by one worker.
+
+With ``checkpoint``, rank 0 saves the run after every epoch (and every ``checkpoint_every``
+iterations); a resumed run continues at the saved epoch and step (:mod:`gnnscale.train.dist_checkpoint`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from tqdm import tqdm
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.context import init_from_env, shutdown, world_size_from_env
+from gnnscale.distributed.context import init_from_env, rank_from_env, shutdown, world_size_from_env
 from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
-from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
+from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.distributed.matrix15d import check_replication
 from gnnscale.train.dgs_layout import DGSConfig, DGSDataParallel, build_dgs
+from gnnscale.train.dist_checkpoint import (Checkpointer, RunIdentity, check_checkpoint_at_launch, receive_checkpoint,
+                                            run_identity, same_partition)
 from gnnscale.train.layouts import (DATA_PARALLEL_LAYOUTS, MATRIX_LAYOUTS, DataParallel, Step, _add_counts,
                                     build_data_parallel)
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
@@ -74,24 +81,57 @@ def prepared_batches(layout: Layout, steps: list[Step], cfg: TrainConfig, timer:
     timer.merge(loader)
 
 
+@dataclass(slots=True, kw_only=True)
+class EpochSums:
+    """This worker's running sums of one epoch, one entry per iteration trained so far (mutable: the
+    loop adds to it; a mid-epoch checkpoint saves it and a resumed run starts from it).
+
+    Args:
+        loss_sums: float64 0-d tensors: each iteration's cross-entropy summed over this worker's seeds.
+        correct: int64 0-d tensor: correct training predictions so far.
+        counts: each iteration's seed count (this worker's loss terms).
+        edges: sampled edges so far.
+        comm: each iteration's communication on this worker (loader and training groups together).
+    """
+
+    loss_sums: list[Tensor] = field(default_factory=list)
+    correct: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.long))
+    counts: list[int] = field(default_factory=list)
+    edges: int = 0
+    comm: list[dict] = field(default_factory=list)
+
+    def to_state(self) -> dict:
+        """Tensors, numbers and dicts only (``torch.load(weights_only=True)`` reads them back)."""
+        losses = torch.stack(self.loss_sums) if self.loss_sums else torch.zeros(0, dtype=torch.float64)
+        return {"loss_sums": losses, "correct": self.correct.clone(), "counts": list(self.counts),
+                "edges": self.edges, "comm": list(self.comm)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "EpochSums":
+        return cls(loss_sums=list(state["loss_sums"].unbind()), correct=state["correct"].clone(),
+                   counts=list(state["counts"]), edges=int(state["edges"]), comm=list(state["comm"]))
+
+
 def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, epoch: int,
-                num_batches: int, timer: PhaseTimer, progress: bool) -> dict:
-    """One epoch of ``num_batches`` iterations (the same on every worker). Returns this worker's sums
-    (per iteration too), the communication counted per iteration (loader and training groups
-    together) and the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
+                num_batches: int, timer: PhaseTimer, progress: bool, *, first_step: int = 0,
+                sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None) -> dict:
+    """Iterations ``first_step .. num_batches - 1`` of an epoch (the same on every worker), adding to
+    ``sums`` (a resumed epoch's sums so far; default: none). ``after_step(steps_done, sums)`` runs after
+    every iteration (the mid-epoch checkpoints). Returns this worker's sums (per iteration too), the
+    communication counted per iteration (loader and training groups together) and the layout's metrics
+    of the epoch (collective: :meth:`finish_epoch`)."""
     model.train()
-    steps = layout.plan_epoch(epoch, num_batches)
-    # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
-    dropout_keys = [derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT) for step in range(len(steps))]
-    loss_sums, counts, per_iteration = [], [], []
-    correct = torch.zeros((), dtype=torch.long)
-    edges = 0
+    steps = layout.plan_epoch(epoch, num_batches)[first_step:]
+    sums = sums if sums is not None else EpochSums()
     comm.stats.snapshot_and_reset()
     batches = prepared_batches(layout, steps, cfg, timer)
-    for step, batch in enumerate(tqdm(batches, total=len(steps), desc=f"epoch {epoch}", leave=False,
-                                      disable=not progress)):
+    bar = tqdm(batches, initial=first_step, total=num_batches, desc=f"epoch {epoch}", leave=False,
+               disable=not progress)
+    for step, batch in enumerate(bar, start=first_step):
         with timer.phase("forward_backward"):  # split parallelism: its shuffles included
-            logits = model(batch.blocks, batch.x, dropout_key=dropout_keys[step])
+            # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
+            dropout_key = derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT)
+            logits = model(batch.blocks, batch.x, dropout_key=dropout_key)
             loss = layout.loss(logits, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -99,16 +139,18 @@ def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, 
             all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
         optimizer.step()
         if isinstance(layout, DGSDataParallel):  # every T iterations: the model to the explainer (non-blocking)
-            layout.after_step(model, epoch * num_batches + len(counts) + 1)
-        per_iteration.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
-        edges += batch.sampled_edges
+            layout.after_step(model, epoch * num_batches + step + 1)
+        sums.comm.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
+        sums.edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sums.append(layout.loss_sum(loss, batch))
-        correct += (logits.detach().argmax(1) == batch.y).sum()
-        counts.append(batch.y.numel())
+        sums.loss_sums.append(layout.loss_sum(loss, batch))
+        sums.correct += (logits.detach().argmax(1) == batch.y).sum()
+        sums.counts.append(batch.y.numel())
+        if after_step is not None:
+            after_step(step + 1, sums)
     extra = layout.finish_epoch(comm)
-    return {"loss_sums": loss_sums, "correct": correct, "counts": counts, "edges": edges, "comm": per_iteration,
-            "layout": extra, "bulk": layout.bulk}
+    return {"loss_sums": sums.loss_sums, "correct": sums.correct, "counts": sums.counts, "edges": sums.edges,
+            "comm": sums.comm, "layout": extra, "bulk": layout.bulk}
 
 
 @torch.no_grad()
@@ -150,6 +192,7 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
         # Inside forward_backward: the cooperative layers' collectives (split parallelism).
         "shuffle_s": comm_mean["shuffle"]["seconds"] * len(per_iter),
         "grad_sync_s": seconds.get("grad_sync", 0.0), "metrics_s": seconds.get("metrics", 0.0),
+        "checkpoint_s": seconds.get("checkpoint", 0.0),
         "wait_s": seconds.get("wait", 0.0),
         "epoch_s": seconds["epoch"], "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
         "iteration_losses": iteration_losses,
@@ -243,7 +286,8 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
                              metrics_out: str | Path | None = None, progress: bool = True,
                              timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
                              model_out: str | Path | None = None, dgs: DGSConfig | None = None,
-                             replication: int = 1) -> TrainReport:
+                             replication: int = 1, checkpoint: str | Path | None = None, resume: bool = False,
+                             checkpoint_every: int | None = None) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
@@ -253,20 +297,30 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         cfg: training settings; ``batch_size`` is per worker (split: a mini-batch has P x batch_size seeds).
         metrics_out: rank 0 writes the metrics JSON here.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
-        overwrite: replace an existing ``metrics_out`` file (else it is an error, raised at start-up).
+        overwrite: replace an existing ``metrics_out`` or ``checkpoint`` file (else it is an error, raised
+            at start-up).
         cache_fraction: hybrid/vanilla: every worker caches the features of the highest in-degree remote
             nodes, this fraction of all nodes (0: no cache).
         model_out: rank 0 writes the trained model's ``state_dict`` here.
         dgs: explanation-guided sampling (hybrid/vanilla; :mod:`gnnscale.train.dgs_layout`), or None.
         replication: ``1.5d``: copies C of every block row of the adjacency (divides the worker count).
+        checkpoint: rank 0 saves the run here after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
+        resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker).
+        checkpoint_every: also save after every this many iterations (None: at epoch ends only).
     """
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
         check_options(layout, cfg, cache_fraction, dgs, replication, world_size_from_env(), model_options["name"])
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
-        check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
-                               per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
+        world_size = world_size_from_env()
+        manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
+                                          per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
+        model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
+                                num_layers=cfg.num_layers, **model_options)
+        identity = run_identity(partition_dir, manifest, model_cfg, cfg, layout, world_size)
+        check_checkpoint_at_launch(checkpoint, resume=resume, overwrite=overwrite, every=checkpoint_every,
+                                   rank=rank_from_env(), run=identity, epochs=cfg.epochs)
     except ValueError as err:
         raise LaunchError(str(err)) from err
     ctx = init_from_env(timeout_s=timeout_s)
@@ -278,8 +332,6 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         part = load_local_partition(partition_dir, layout, comm)
         # The data-loading stage's collectives run on a group of their own, beside the training step's.
         loader = comm.new_group()
-        model_cfg = ModelConfig(in_dim=part.feature_dim, num_classes=part.num_classes, num_layers=cfg.num_layers,
-                                **model_options)
         strategy = build_layout(layout, part, cfg, model_cfg, comm, loader, cache_fraction, partition_dir,
                                 replication, dgs)
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
@@ -288,18 +340,11 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         num_batches = agreed_num_batches(strategy, comm)
         lead = progress and ctx.rank == 0
-        history = []
-        for epoch in range(cfg.epochs):
-            timer = PhaseTimer()
-            with timer.phase("epoch"):
-                sums = train_epoch(model, optimizer, strategy, comm, cfg, epoch, num_batches, timer, lead)
-            val_acc = test_acc = float("nan")
-            if cfg.evaluate:
-                val_acc = evaluate(model, strategy, comm, part.val_idx, cfg)
-                test_acc = evaluate(model, strategy, comm, part.test_idx, cfg)
-            history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
-            if lead:
-                print_epoch(history[-1])
+        start = Start()
+        if resume:
+            start = resume_from(checkpoint, comm, model, optimizer, identity, num_batches, cfg.epochs, lead)
+        saver = None if checkpoint is None else Checkpointer(checkpoint, checkpoint_every, identity, comm, num_batches)
+        history = train_epochs(model, optimizer, strategy, comm, cfg, part, num_batches, start, saver, lead)
         report = summarize(history)
         if ctx.rank == 0:
             if metrics_out is not None:
@@ -316,6 +361,71 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         if isinstance(strategy, DGSDataParallel):
             strategy.close()  # the explainer thread
         shutdown()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start:
+    """Where training starts: a fresh run, or a checkpoint's epoch and step (with this worker's sums of
+    that epoch's first ``step`` iterations, None at an epoch boundary) and its finished epochs."""
+
+    epoch: int = 0
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    sums: EpochSums | None = None
+
+
+def resume_from(checkpoint: str | Path, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,
+                epochs: int, lead: bool) -> Start:
+    """Load rank 0's checkpoint (checked at launch) into every worker. Collective (one all-to-all)."""
+    ckpt = receive_checkpoint(comm, checkpoint)
+    model.load_state_dict(ckpt.model_state)
+    optimizer.load_state_dict(ckpt.optimizer_state)
+    sums = None
+    if ckpt.step:
+        # The same partition, worker count and batch size (checked at launch): the same iterations.
+        if ckpt.num_batches != num_batches:
+            raise LaunchError(f"checkpoint: {checkpoint} was written with {ckpt.num_batches} iterations per epoch, "
+                              f"this run has {num_batches}; it cannot resume mid-epoch")
+        sums = EpochSums.from_state(ckpt.workers[comm.rank])
+    if lead:
+        was = ckpt.identity
+        changed = "" if same_partition(was, identity) else (
+            f" (written by {was.world_size} workers on {was.partition['path']}: model, optimizer and epoch carry "
+            f"over, batches are drawn for these {identity.world_size} workers)")
+        print(f"resuming from {checkpoint}: {ckpt.epoch} of {epochs} epochs done, continuing at epoch {ckpt.epoch} "
+              f"step {ckpt.step} of {num_batches}{changed}", flush=True)
+    return Start(epoch=ckpt.epoch, step=ckpt.step, history=ckpt.history, sums=sums)
+
+
+def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, part: LocalPartition,
+                 num_batches: int, start: Start, saver: Checkpointer | None, lead: bool) -> list[dict]:
+    """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``saver`` saves after every epoch and,
+    when due, after an iteration. Returns the history, the checkpoint's epochs first."""
+    history = list(start.history)
+    for epoch in range(start.epoch, cfg.epochs):
+        timer = PhaseTimer()
+        resumed = epoch == start.epoch and start.step > 0
+
+        def after_step(steps_done: int, sums: EpochSums, epoch=epoch, timer=timer) -> None:
+            if saver is not None and saver.due(epoch, steps_done):
+                with timer.phase("checkpoint"):
+                    saver.save(model, optimizer, epoch=epoch, step=steps_done, history=history,
+                               worker_state=sums.to_state())
+
+        with timer.phase("epoch"):
+            sums = train_epoch(model, optimizer, layout, comm, cfg, epoch, num_batches, timer, lead,
+                               first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
+                               after_step=after_step)
+        val_acc = test_acc = float("nan")
+        if cfg.evaluate:
+            val_acc = evaluate(model, layout, comm, part.val_idx, cfg)
+            test_acc = evaluate(model, layout, comm, part.test_idx, cfg)
+        history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
+        if lead:
+            print_epoch(history[-1])
+        if saver is not None:
+            saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={})
+    return history
 
 
 def print_epoch(m: dict) -> None:
