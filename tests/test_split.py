@@ -359,7 +359,8 @@ def test_layers_aggregate_through_the_split_hook(name, hook):
     x = torch.randn(blocks[0].num_src, 4)
     wrapped = [_WholeLayer(b) for b in blocks]
     assert all(isinstance(w, SplitAwareBlock) for w in wrapped) and not isinstance(blocks[0], SplitAwareBlock)
-    torch.testing.assert_close(model(wrapped, x), model(blocks, x), rtol=0, atol=0)
+    # A whole Block takes the numba kernels, the hook the torch path: equal up to summation order.
+    torch.testing.assert_close(model(wrapped, x), model(blocks, x))
     assert [w.calls[hook] for w in wrapped] == [1, 1, 1]
     with pytest.raises(TypeError, match="block: expected a Block or a SplitAwareBlock, got dict"):
         model([{}] * 3, x)
