@@ -16,7 +16,8 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.dgs_layout import DGSConfig
-from gnnscale.train.distributed import check_options
+from gnnscale.train.checks import LaunchError
+from gnnscale.train.distributed import check_options, run_distributed_training
 from launch import run_launch, torchrun
 from test_distributed import spawn_run
 
@@ -43,6 +44,18 @@ def test_dgs_needs_a_layout_that_fetches_features():
     with pytest.raises(ValueError, match=r"dgs: --dgs and --cache-fraction"):
         check_options("hybrid", cfg, 0.1, DGSConfig())
     check_options("vanilla", cfg, 0.0, DGSConfig())
+
+
+def test_dgs_with_a_checkpoint_is_refused_before_joining(monkeypatch, tmp_path):
+    """The explainer's masks are not in a checkpoint, so a resumed DGS run could not equal an
+    uninterrupted one: refused at launch, not after training."""
+    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT="1").items():
+        monkeypatch.setenv(name, value)
+    cfg = TrainConfig(fanouts=(5, 3), batch_size=8)
+    with pytest.raises(LaunchError, match=r"checkpoint: --checkpoint is not supported with --dgs yet"):
+        run_distributed_training(tmp_path / "parts", "hybrid", dict(name="sage"), cfg, dgs=DGSConfig(),
+                                 checkpoint=tmp_path / "run.pt")
 
 
 @pytest.mark.parametrize("argv, match", [

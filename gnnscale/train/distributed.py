@@ -312,6 +312,9 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
     # after loading its part (or, for a metrics path, after the whole run).
     try:
         check_options(layout, cfg, cache_fraction, dgs, replication, world_size_from_env(), model_options["name"])
+        if dgs is not None and checkpoint is not None:
+            raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
+                             "saved, so a resumed run would not equal the uninterrupted one)")
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
         world_size = world_size_from_env()
         manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
