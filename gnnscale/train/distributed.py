@@ -33,7 +33,7 @@ from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
-from gnnscale.sampling.keys import STREAM_INIT
+from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
