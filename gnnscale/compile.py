@@ -91,6 +91,7 @@ def warm_partition_and_distributed(work: Path) -> None:
     """``gnnscale partition`` (both methods) and one-worker distributed training in every layout."""
     from gnnscale.partition import write_partition_dir
     from gnnscale.train.distributed import LAYOUTS, run_distributed_training
+    from gnnscale.train.layouts import MATRIX_LAYOUTS
 
     dataset = make_synthetic(TINY)
     write_partition_dir(dataset, 2, "random", work / "random")
@@ -101,8 +102,10 @@ def warm_partition_and_distributed(work: Path) -> None:
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     options = dict(name="sage", hidden_dim=8, dropout=0.5)
     for layout in LAYOUTS:
-        for replace in (False, True):
-            cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace)
+        matrix = layout in MATRIX_LAYOUTS  # the matrix samplers' layouts: --sampler matrix, no replacement
+        for replace in (False,) if matrix else (False, True):
+            cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace,
+                              sampler="matrix" if matrix else "fused")
             run_distributed_training(work / "metis", layout, options, cfg, progress=False, timeout_s=60)
 
 

@@ -40,10 +40,10 @@ def test_dgs_needs_a_layout_that_fetches_features():
     cfg = TrainConfig(fanouts=(5, 3), batch_size=8)
     with pytest.raises(ValueError, match=r"dgs: --dgs needs a layout that fetches features \(--layout hybrid or "
                                          r"vanilla\), got --layout split"):
-        check_options("split", cfg, 0.0, DGSConfig())
+        check_options("split", cfg, 0.0, dgs=DGSConfig())
     with pytest.raises(ValueError, match=r"dgs: --dgs and --cache-fraction"):
-        check_options("hybrid", cfg, 0.1, DGSConfig())
-    check_options("vanilla", cfg, 0.0, DGSConfig())
+        check_options("hybrid", cfg, 0.1, dgs=DGSConfig())
+    check_options("vanilla", cfg, 0.0, dgs=DGSConfig())
 
 
 def test_dgs_with_a_checkpoint_is_refused_before_joining(monkeypatch, tmp_path):

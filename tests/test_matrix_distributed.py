@@ -97,15 +97,18 @@ def test_bad_replication_is_refused_with_the_flag():
         check_replication(0, 4)
     with pytest.raises(TypeError, match="replication: expected an int"):
         check_replication(2.0, 4)
+    with pytest.raises(ValueError, match="replication: expected a divisor"):
+        check_options("1.5d", TrainConfig(sampler="matrix"), 0.0, replication=3, world_size=4)
+    check_options("1.5d", TrainConfig(sampler="matrix"), 0.0, replication=3)  # the launch's size not known yet
     cfg = TrainConfig(sampler="matrix", bulk=4)
     with pytest.raises(ValueError, match=r"replication: --replication 2 applies to --layout 1.5d, got --layout 1d"):
-        check_options("1d", cfg, 0.0, 2, 4)
+        check_options("1d", cfg, 0.0, replication=2, world_size=4)
     with pytest.raises(ValueError, match=r"sampler: --sampler matrix runs distributed with --layout 1d"):
-        check_options("hybrid", cfg, 0.0, 1, 4)
+        check_options("hybrid", cfg, 0.0, world_size=4)
     with pytest.raises(ValueError, match=r"layout: --layout 1.5d is the matrix samplers' layout"):
-        check_options("1.5d", TrainConfig(), 0.0, 1, 4)
+        check_options("1.5d", TrainConfig(), 0.0, world_size=4)
     with pytest.raises(ValueError, match=r"--model gat"):
-        check_options("1d", TrainConfig(sampler="ladies"), 0.0, 1, 4, "gat")
+        check_options("1d", TrainConfig(sampler="ladies"), 0.0, world_size=4, model_name="gat")
 
 
 @pytest.mark.parametrize("field, value, message", [

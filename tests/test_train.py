@@ -204,7 +204,7 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8",
     (["train", *SYNTH, "--sampler", "ladies", "--layer-size", "-1"], "layer_size.*--layer-size.*-1"),
     (["train", *SYNTH, "--sampler", "fused", "--layer-size", "64"], "--layer-size applies to --sampler ladies"),
     (["train", *SYNTH, "--sampler", "ladies", "--model", "gat"], "ladies.*gat"),
-    (["train", "--partitions", "/nonexistent", "--sampler", "matrix"], "single-process"),
+    (["train", "--partitions", "/nonexistent", "--sampler", "matrix"], "--sampler matrix runs distributed with --layout 1d"),
 ])
 def test_cli_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

@@ -233,9 +233,10 @@ def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_cfg:
                                partition_dir=partition_dir, replication=replication)
 
 
-def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGSConfig | None = None,
+def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, *, dgs: DGSConfig | None = None,
                   replication: int = 1, world_size: int | None = None, model_name: str = "sage") -> None:
-    """Reject option combinations that cannot run, before any worker starts."""
+    """Reject option combinations that cannot run, before any worker starts (``world_size``: the
+    launch's, once known; the flags alone are checked without it)."""
     check_dgs_options(layout, cfg, cache_fraction, dgs)
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
@@ -249,8 +250,9 @@ def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGS
     if cfg.sampler == "ladies" and model_name == "gat":
         raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
                          "use --model gcn or sage")
-    if layout == "1.5d" and world_size is not None:
-        check_replication(replication, world_size)
+    if layout == "1.5d":
+        if world_size is not None:
+            check_replication(replication, world_size)
     elif replication != 1:
         raise ValueError(f"replication: --replication {replication} applies to --layout 1.5d, got --layout {layout}")
     if layout in MATRIX_LAYOUTS and cache_fraction > 0:
@@ -311,12 +313,15 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
-        check_options(layout, cfg, cache_fraction, dgs, replication, world_size_from_env(), model_options["name"])
+        # The flags first: a bad combination is named even when the launch itself is wrong too.
+        check_options(layout, cfg, cache_fraction, dgs=dgs, replication=replication, model_name=model_options["name"])
         if dgs is not None and checkpoint is not None:
             raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
                              "saved, so a resumed run would not equal the uninterrupted one)")
         check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
         world_size = world_size_from_env()
+        if layout == "1.5d":
+            check_replication(replication, world_size)
         manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
                                           per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
         model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
