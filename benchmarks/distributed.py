@@ -330,6 +330,17 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 # --- main -----------------------------------------------------------------------------------------
 
 
+def check_run_arguments(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The options every distributed benchmark shares: a warm-up epoch and at least one timed, a
+    positive scale, a .png plot."""
+    if a.epochs < 2:
+        p.error(f"--epochs: expected >= 2 (the first epoch is warm-up and not reported), got {a.epochs}")
+    if not a.scale > 0:
+        p.error(f"--scale: expected a number > 0, got {a.scale}")
+    if a.plot is not None and not a.plot.endswith(".png"):
+        p.error(f"--plot: expected a .png path, got {a.plot}")
+
+
 def add_cache_dir_argument(parser: argparse.ArgumentParser) -> None:
     """``--cache-dir``: where the generated dataset and its partitions are kept between runs."""
     parser.add_argument("--cache-dir", default=str(HERE / ".cache"),
@@ -366,12 +377,7 @@ def parse_args() -> argparse.Namespace:
         p.error(f"--workers: expected counts >= 1, got {a.workers}")
     if any(layout not in LAYOUTS for layout in a.layout_list):
         p.error(f"--layouts: expected a subset of {','.join(LAYOUTS)}, got {a.layouts}")
-    if a.epochs < 2:
-        p.error(f"--epochs: expected >= 2 (the first epoch is warm-up and not reported), got {a.epochs}")
-    if not a.scale > 0:
-        p.error(f"--scale: expected a number > 0, got {a.scale}")
-    if a.plot is not None and not a.plot.endswith(".png"):
-        p.error(f"--plot: expected a .png path, got {a.plot}")
+    check_run_arguments(p, a)
     return a
 
 

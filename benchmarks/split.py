@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from distributed import (MB, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
+from distributed import (check_run_arguments, MB, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
                          exit_on_sigterm, partition_info, run_launch, torchrun_command)
 from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
 
@@ -218,12 +218,7 @@ def parse_args() -> argparse.Namespace:
         a.layout_list.append("hybrid+cache")
     if any(w < 1 or a.total_batch % w for w in a.worker_counts):
         p.error(f"--workers: expected counts >= 1 that divide --total-batch {a.total_batch}, got {a.workers}")
-    if a.epochs < 2:
-        p.error(f"--epochs: expected >= 2 (the first epoch is warm-up and not reported), got {a.epochs}")
-    if not a.scale > 0:
-        p.error(f"--scale: expected a number > 0, got {a.scale}")
-    if a.plot is not None and not a.plot.endswith(".png"):
-        p.error(f"--plot: expected a .png path, got {a.plot}")
+    check_run_arguments(p, a)
     return a
 
 

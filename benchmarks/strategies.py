@@ -37,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from distributed import (MB, ROOT, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
+from distributed import (check_run_arguments, MB, ROOT, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
                          exit_on_sigterm, partition_info, run_launch, torchrun_command)
 from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
 
@@ -267,12 +267,7 @@ def parse_args() -> argparse.Namespace:
     for flag in ("workers", "batch_size", "bulk", "replication"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')}: expected an int >= 1, got {getattr(a, flag)}")
-    if a.epochs < 2:
-        p.error(f"--epochs: expected >= 2 (the first epoch is warm-up and not reported), got {a.epochs}")
-    if not a.scale > 0:
-        p.error(f"--scale: expected a number > 0, got {a.scale}")
-    if a.plot is not None and not a.plot.endswith(".png"):
-        p.error(f"--plot: expected a .png path, got {a.plot}")
+    check_run_arguments(p, a)
     return a
 
 
