@@ -12,13 +12,16 @@ from gnnscale.train.memory import keep_freed_memory
 
 # Like a training step: allocates three large tensors (64, 36 and 33 MB, above glibc's default mmap
 # threshold), touches every page and frees them, on the main thread and on a second thread (the data
-# loader's); prints the minor page faults per iteration of each.
+# loader's); prints the minor page faults per iteration of each, averaged over ITERATIONS: a heap
+# that settles once in the measured window (seen now and then: one 64 MB block faulted in once)
+# must not read as faulting every iteration, which is what untuned malloc does.
 PROBE = r"""
 import json, resource, sys, threading, torch
 from gnnscale.train.memory import keep_freed_memory
 settings = keep_freed_memory() if sys.argv[1] == "tuned" else None
-def work():
-    for _ in range(5):
+ITERATIONS = 20
+def work(iterations=5):
+    for _ in range(iterations):
         a = torch.empty(16 << 20); a.fill_(1.0)
         b = torch.empty(9 << 20); b.fill_(1.0)
         c = torch.empty(33 << 20, dtype=torch.uint8); c.fill_(1)
@@ -26,10 +29,10 @@ def work():
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 work()
-start = faults(); work(); main = (faults() - start) / 5
+start = faults(); work(ITERATIONS); main = (faults() - start) / ITERATIONS
 thread = threading.Thread(target=work); thread.start(); thread.join()  # the thread's first arena use
-thread = threading.Thread(target=work); start = faults(); thread.start(); thread.join()
-print(json.dumps({"main": main, "thread": (faults() - start) / 5, "applied": settings and settings.applied}))
+thread = threading.Thread(target=work, args=(ITERATIONS,)); start = faults(); thread.start(); thread.join()
+print(json.dumps({"main": main, "thread": (faults() - start) / ITERATIONS, "applied": settings and settings.applied}))
 """
 
 
