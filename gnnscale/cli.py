@@ -23,6 +23,7 @@ from gnnscale.train.run import run_training
 
 
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
+LEAD_REPORT_GRACE_S = 5.0  # see report()
 EXIT_BAD_INPUT = 2  # bad input, reported before any work (argparse's own errors exit with 2 too)
 
 
@@ -291,6 +292,9 @@ def report(line: str, *, same_on_every_worker: bool) -> None:
             json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
                                                                   "timestamp": str(int(time.time()))}}}, f)
     if same_on_every_worker and os.environ.get("LOCAL_RANK", "0") != "0":
+        # torchrun stops every worker as soon as one exits: give the first worker, which finds the same
+        # error, time to write the line before this one's exit makes torchrun stop it (seen under load).
+        time.sleep(LEAD_REPORT_GRACE_S)
         return
     sys.stderr.write(line + "\n")
 
