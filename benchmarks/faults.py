@@ -274,6 +274,11 @@ class ExitTimes:
         with self.changed:
             return self.changed.wait_for(lambda: not self.fds, timeout=max(0.0, deadline - time.monotonic()))
 
+    def watching(self) -> bool:
+        """Whether a watched process is still running."""
+        with self.changed:
+            return bool(self.fds)
+
     def last(self) -> float | None:
         """When the last watched process exited (None while one runs, or if none was watched)."""
         with self.changed:
@@ -343,6 +348,12 @@ def run_trial(trial: Trial, partition_dir: Path, per_epoch: int, a: argparse.Nam
         pass  # a hang: what is left is reported, then killed
     launcher_end = time.monotonic() if launch.proc.poll() is not None else float("nan")
     workers_end = launch.exits.last()
+    if workers_end is None and not launch.exits.watching() and launch.proc.poll() is not None \
+            and not launch.leftover():
+        # Workers that started and died between two output lines were never watched (seen under load
+        # with a damaged file: they fail in set-up). torchrun waits for its workers before it exits and
+        # nothing of the launch is left, so they ended no later than torchrun: an upper bound.
+        workers_end = launcher_end
     stopped = launch.proc.poll() is not None and workers_end is not None and not launch.leftover()
     launch.kill_all()
     if fault_at is None:
