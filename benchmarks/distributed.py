@@ -78,6 +78,19 @@ def cached_dataset(scale: float, seed: int, cache: Path) -> Path:
     return path
 
 
+def dataset_meta(dataset_dir: Path) -> dict:
+    """The cached dataset's ``meta.json`` (node, edge and feature counts)."""
+    return json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
+
+
+def exit_unless_links_work(rates: list[float]) -> None:
+    """Check the emulated links before the dataset: a missing tc fails in a second, not after minutes."""
+    try:
+        check_link_support(rates)
+    except RuntimeError as err:
+        sys.exit(str(err))
+
+
 def cached_partition(dataset_dir: Path, workers: int, seed: int, timeout_s: float) -> Path:
     """The METIS partition directory of ``dataset_dir`` into ``workers`` parts, written on first use.
 
@@ -384,12 +397,9 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     exit_on_sigterm()
     a = parse_args()
-    try:
-        check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
-    except RuntimeError as err:
-        sys.exit(str(err))
+    exit_unless_links_work(a.link_gbit)
     dataset_dir = cached_dataset(a.scale, a.seed, Path(a.cache_dir))
-    meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
+    meta = dataset_meta(dataset_dir)
     print(f"dataset: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, {meta['feature_dim']} features "
           f"(scale {a.scale:g}); fanouts {a.fanouts}, batch {a.batch_size} per worker, hidden {a.hidden}, "
           f"{a.epochs} epochs (median of the last {a.epochs - 1}); {os.cpu_count()} CPU cores"

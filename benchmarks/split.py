@@ -36,9 +36,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from distributed import (check_run_arguments, MB, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
-                         exit_on_sigterm, partition_info, run_launch, torchrun_command)
-from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
+from distributed import (MB, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
+                         check_run_arguments, dataset_meta, exit_on_sigterm, exit_unless_links_work,
+                         partition_info, run_launch, torchrun_command)
+from emulated_link import add_link_argument, link_label  # noqa: E402
 
 LAYOUTS = ("hybrid", "split")
 # Phases of the epoch time split, in stacking order: (metrics key, label). Shuffle is inside fwd+bwd.
@@ -225,12 +226,9 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     exit_on_sigterm()
     a = parse_args()
-    try:
-        check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
-    except RuntimeError as err:
-        sys.exit(str(err))
+    exit_unless_links_work(a.link_gbit)
     dataset_dir = cached_dataset(a.scale, a.seed, Path(a.cache_dir))
-    meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
+    meta = dataset_meta(dataset_dir)
     print(f"dataset: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, {meta['feature_dim']} features "
           f"(scale {a.scale:g}); {a.model}, fanouts {a.fanouts}, {a.total_batch} seeds per iteration, hidden "
           f"{a.hidden}, {a.epochs} epochs (median of the last {a.epochs - 1}); {os.cpu_count()} CPU cores", flush=True)

@@ -37,9 +37,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from distributed import (check_run_arguments, MB, ROOT, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
-                         exit_on_sigterm, partition_info, run_launch, torchrun_command)
-from emulated_link import add_link_argument, check_link_support, link_label  # noqa: E402
+from distributed import (MB, ROOT, add_cache_dir_argument, cached_dataset, cached_partition,  # noqa: E402
+                         check_run_arguments, dataset_meta, exit_on_sigterm, exit_unless_links_work,
+                         partition_info, run_launch, torchrun_command)
+from emulated_link import add_link_argument, link_label  # noqa: E402
 
 BASELINE = "hybrid"
 CATEGORIES = ("sample", "feature", "shuffle", "grad")
@@ -281,15 +282,12 @@ def main() -> None:
             state = "available" if not missing else "not yet (no " + ", ".join(missing) + ")"
             print(f"{s.name:>12}  {' '.join(s.args):<60} {state}; {s.about}")
         return
-    try:
-        check_link_support(a.link_gbit)  # before the dataset: a missing tc fails in a second, not after minutes
-    except RuntimeError as err:
-        sys.exit(str(err))
+    exit_unless_links_work(a.link_gbit)
     strategies = available(a.selected)
     if not strategies:
         sys.exit("no selected strategy is offered by `gnnscale train` here")
     dataset_dir = cached_dataset(a.scale, a.seed, Path(a.cache_dir))
-    meta = json.loads((dataset_dir / "meta.json").read_text(encoding="utf-8"))
+    meta = dataset_meta(dataset_dir)
     partition_dir = cached_partition(dataset_dir, a.workers, a.seed, a.timeout)
     info = partition_info(partition_dir)
     print(f"dataset: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, {meta['feature_dim']} features "

@@ -12,9 +12,8 @@ import numpy as np
 
 from gnnscale.sampling.choose import CACHE_LINE_BYTES, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES, \
     choose_neighbors, num_chosen
+from gnnscale.sampling.fused import _relabel
 from gnnscale.sampling.intrinsics import prefetch
-
-RELABEL_PREFETCH = 16  # chosen ids ahead: the node-map lookups are random reads
 
 
 @numba.njit(parallel=True, cache=True)
@@ -100,17 +99,7 @@ def _relabel_one(chosen, lo, hi, known, node_map, out):
     for i in range(count):
         node_map[known[i]] = i
         out[i] = known[i]
-    for e in range(lo, hi):
-        if e + RELABEL_PREFETCH < hi:
-            prefetch(node_map, chosen[e + RELABEL_PREFETCH])
-        v = chosen[e]
-        local = node_map[v]
-        if local < 0:
-            local = count
-            node_map[v] = count
-            out[count] = v
-            count += 1
-        chosen[e] = local
+    count = _relabel(chosen, lo, hi, node_map, out, count)  # the fused kernel's loop
     for i in range(count):
         node_map[out[i]] = -1
     return count
