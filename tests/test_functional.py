@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.nn import GAT, GCN, GraphSAGE, aggregate_sum
-from gnnscale.nn.functional import aggregate, keyed_dropout, site_key, transform_first_is_cheaper
+from gnnscale.nn.functional import aggregate, csr_sum, keyed_dropout, site_key, transform_first_is_cheaper
 from gnnscale.sampling import Block, sample_blocks
 
 
@@ -91,6 +91,21 @@ def test_aggregate_rejects_bad_input(block):
                    num_dst=block.num_dst)
     with pytest.raises(ValueError, match=r"block: \d+ edges have a source id outside \[0, num_src="):
         aggregate(broken, x)
+
+
+def test_csr_sum_matches_index_add_with_more_rows_than_sources():
+    """A split's rows (owned + reference) can outnumber the sources; rows without edges sum to 0."""
+    gen = torch.Generator().manual_seed(3)
+    num_rows, num_src = 9, 5
+    indptr = torch.tensor([0, 2, 2, 5, 6, 6, 8, 9, 11, 12])
+    indices = torch.randint(num_src, (12,), generator=gen)
+    x = torch.randn(num_src, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    dst = torch.repeat_interleave(torch.arange(num_rows), indptr.diff())
+    expected = torch.zeros(num_rows, 4, dtype=torch.float64).index_add(0, dst, x[indices])
+    torch.testing.assert_close(csr_sum(indptr, indices, num_rows, x), expected)
+    assert torch.autograd.gradcheck(lambda t: csr_sum(indptr, indices, num_rows, t), (x,))
+    with pytest.raises(TypeError, match="float32/float64"):
+        csr_sum(indptr, indices, num_rows, x.detach().half())
 
 
 def test_transform_first_only_where_it_is_cheaper():

@@ -22,7 +22,6 @@ gradient of the mean loss of the whole mini-batch.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,11 +31,11 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.distributed.split import ShuffleKind, SplitBlock, split_blocks
+from gnnscale.nn.functional import KERNEL_DTYPES, csr_sum
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling.block import Block
 
 CATEGORY = "shuffle"
-_CSR_DTYPES = (torch.float32, torch.float64)
 
 
 class Shuffle(torch.autograd.Function):
@@ -161,14 +160,13 @@ class CooperativeBlock:
 
 def _csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:
     """``out[r] = sum of x[indices[e]]`` over row r's edges: [num_cols, d] -> [num_rows, d]."""
-    if x.dtype not in _CSR_DTYPES:  # torch's CPU CSR product lacks half/bfloat16
-        dst = torch.repeat_interleave(torch.arange(num_rows), indptr.diff(), output_size=indices.shape[0])
-        return x.new_zeros(num_rows, x.shape[1]).index_add_(0, dst, x[indices])
-    values = torch.ones(indices.shape[0], dtype=x.dtype)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-        adj = torch.sparse_csr_tensor(indptr, indices, values, (num_rows, x.shape[0]), check_invariants=False)
-    return adj @ x
+    if x.dtype in KERNEL_DTYPES and x.device.type == "cpu":
+        # The one-pass numba kernels of whole blocks: forward+backward took 0.65-0.8x the time of torch's
+        # CSR product on split-sized layers (1 thread; 4k-60k rows, 5-15 edges each, 100-256 columns).
+        return csr_sum(indptr, indices, num_rows, x)
+    # Other dtypes (torch's CPU CSR product lacks half/bfloat16) and devices: gather and index_add.
+    dst = torch.repeat_interleave(torch.arange(num_rows, device=x.device), indptr.diff(), output_size=indices.shape[0])
+    return x.new_zeros(num_rows, x.shape[1]).index_add_(0, dst, x[indices])
 
 
 def cooperative_blocks(blocks: Sequence[Block], book: PartitionBook, comm: Comm, *,

@@ -150,6 +150,19 @@ def aggregate(block: Block, x_src: Tensor, *, norm: str = "sum", self_mode: str 
     return _Aggregate.apply(x_src, block.indptr, block.indices, block.num_dst, NORMS[norm], SELF_MODES[self_mode])
 
 
+def csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:
+    """``out[r] = sum of x[indices[e]]`` over row r's edges (numba, float32/float64, CPU), for row sets
+    that are not a Block's destinations: a split's owned and reference rows (split parallelism), whose
+    count may exceed ``x``'s rows. The backward is the same one-pass kernel as :func:`aggregate`'s.
+
+    Shapes:
+        indptr int64 [num_rows + 1], indices int64 [num_edges] into [0, x.shape[0]); x [n, d] -> [num_rows, d].
+    """
+    if x.dtype not in KERNEL_DTYPES or x.device.type != "cpu":
+        raise TypeError(f"x: the numba aggregation takes float32/float64 CPU tensors, got {x.dtype} on {x.device}")
+    return _Aggregate.apply(x, indptr, indices, num_rows, kernels.NORM_SUM, kernels.SELF_NONE)
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: Tensor, score_src: Tensor, score_dst: Tensor, indptr: Tensor, indices: Tensor,
