@@ -3,7 +3,7 @@ category, at several (emulated) link rates, each strategy's epoch time as a rati
 
     python benchmarks/strategies.py [--scale 0.05] [--workers 4] [--strategies all] [--link-gbit inf,10,1]
                                     [--batch-size 250] [--fanouts 15,10,5] [--hidden 256] [--epochs 3]
-                                    [--bulk 4] [--replication 2] [--cache-dir DIR] [--json FILE]
+                                    [--bulk 4] [--replication 2] [--dgs-period 2] [--cache-dir DIR] [--json FILE]
                                     [--plot FILE.png] [--list]
 
 A strategy is a named set of ``gnnscale train`` arguments (the registry ``STRATEGIES`` below: adding one
@@ -55,8 +55,8 @@ class Strategy:
 
     Args:
         name: the row's label (also what ``--strategies`` selects).
-        args: extra ``gnnscale train`` arguments; ``{bulk}`` and ``{replication}`` are filled from this
-            script's options of those names.
+        args: extra ``gnnscale train`` arguments; ``{bulk}``, ``{replication}`` and ``{dgs_period}`` are
+            filled from this script's options of those names.
         about: one line for ``--list``: what the strategy is.
     """
 
@@ -74,8 +74,8 @@ STRATEGIES = (
     Strategy(name="matrix-1.5d", args=("--sampler", "matrix", "--bulk", "{bulk}", "--layout", "1.5d",
                                        "--replication", "{replication}"),
              about="matrix bulk sampling, 1.5D (replication c) products"),
-    Strategy(name="dgs-hybrid", args=("--layout", "hybrid", "--dgs"), about="explanation-guided sampling, hybrid"),
-    Strategy(name="dgs-vanilla", args=("--layout", "vanilla", "--dgs"), about="explanation-guided sampling, vanilla"),
+    Strategy(name="dgs-hybrid", args=("--layout", "hybrid", "--dgs", "--dgs-period", "{dgs_period}"), about="explanation-guided sampling, hybrid"),
+    Strategy(name="dgs-vanilla", args=("--layout", "vanilla", "--dgs", "--dgs-period", "{dgs_period}"), about="explanation-guided sampling, vanilla"),
 )
 
 
@@ -125,7 +125,7 @@ def available(selected: list[Strategy]) -> list[Strategy]:
 
 
 def train_command(strategy: Strategy, partition_dir: Path, a: argparse.Namespace, metrics: Path) -> list[str]:
-    extra = [arg.format(bulk=a.bulk, replication=a.replication) for arg in strategy.args]
+    extra = [arg.format(bulk=a.bulk, replication=a.replication, dgs_period=a.dgs_period) for arg in strategy.args]
     return [*torchrun_command(a.workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir), *extra,
             "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--hidden", str(a.hidden),
             "--epochs", str(a.epochs), "--seed", str(a.seed), "--threads", "1", "--no-eval", "--quiet",
@@ -251,6 +251,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=3, help="epochs per run, the first one warm-up (default 3)")
     p.add_argument("--bulk", type=int, default=4, help="matrix strategies: --bulk (default 4)")
     p.add_argument("--replication", type=int, default=2, help="matrix-1.5d: --replication (default 2)")
+    p.add_argument("--dgs-period", type=int, default=2,
+                   help="dgs strategies: --dgs-period (default 2: DGS samples plainly for its first 2 periods, "
+                        "so at the CLI's 30 a short run would never use its masks)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dataset, METIS and training")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to one launch (default 1800)")
     p.add_argument("--tune-malloc", action="store_true", help="as in benchmarks/distributed.py")
@@ -265,7 +268,7 @@ def parse_args() -> argparse.Namespace:
     if unknown:
         p.error(f"--strategies: expected names from {','.join(names)} (or all), got {','.join(unknown)}")
     a.selected = [names[n] for n in wanted]
-    for flag in ("workers", "batch_size", "bulk", "replication"):
+    for flag in ("workers", "batch_size", "bulk", "replication", "dgs_period"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')}: expected an int >= 1, got {getattr(a, flag)}")
     check_run_arguments(p, a)

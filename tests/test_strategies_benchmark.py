@@ -29,8 +29,9 @@ def test_missing_support_reads_flags_and_choices() -> None:
     assert strategies.missing_support(by_name("vanilla"), HELP) == []
     assert strategies.missing_support(by_name("matrix-1d"), HELP) == ["--layout 1d"]
     assert strategies.missing_support(by_name("matrix-1.5d"), HELP) == ["--layout 1.5d", "--replication"]
-    assert strategies.missing_support(by_name("dgs-hybrid"), HELP) == ["--dgs"]
-    with_dgs = HELP.replace("{hybrid,vanilla,split}", "{hybrid,vanilla,split,1d,1.5d}") + "  --dgs  ...\n"
+    assert strategies.missing_support(by_name("dgs-hybrid"), HELP) == ["--dgs", "--dgs-period"]
+    with_dgs = (HELP.replace("{hybrid,vanilla,split}", "{hybrid,vanilla,split,1d,1.5d}")
+                + "  --dgs  ...\n  --dgs-period DGS_PERIOD  ...\n")
     assert strategies.missing_support(by_name("dgs-hybrid"), with_dgs) == []
     assert strategies.missing_support(by_name("matrix-1d"), with_dgs) == []
 
@@ -42,14 +43,16 @@ def test_the_installed_cli_offers_the_data_and_split_parallel_layouts() -> None:
 
 
 def test_train_command_fills_placeholders_and_lets_torchrun_pick_the_port(tmp_path: Path) -> None:
-    a = argparse.Namespace(workers=4, bulk=8, replication=2, fanouts="15,10,5", batch_size=250, hidden=256,
-                           epochs=3, seed=0)
+    a = argparse.Namespace(workers=4, bulk=8, replication=2, dgs_period=3, fanouts="15,10,5", batch_size=250,
+                           hidden=256, epochs=3, seed=0)
     cmd = strategies.train_command(by_name("matrix-1.5d"), tmp_path / "parts", a, tmp_path / "m.json")
     assert cmd[:len(torchrun_command(4))] == torchrun_command(4)
     assert "--standalone" in cmd and "--master-port" not in cmd
     i = cmd.index("--bulk")
     assert cmd[i + 1] == "8" and cmd[cmd.index("--replication") + 1] == "2"
     assert not any("{" in arg for arg in cmd)
+    dgs = strategies.train_command(by_name("dgs-vanilla"), tmp_path / "parts", a, tmp_path / "m.json")
+    assert dgs[dgs.index("--dgs-period") + 1] == "3"
 
 
 def test_ratios_are_against_hybrid_at_the_same_rate() -> None:
