@@ -107,7 +107,7 @@ def add_ratios(rows: list[dict]) -> None:
         r["x_hybrid"] = r["epoch_s"] / hybrid[key] if key in hybrid else None
 
 
-HEADER = (f"{'Gbit/s':>6} {'P':>2} {'layout':>12} {'it':>3} {'epoch s':>7} {'sample':>6} {'split':>6} {'fetch':>6} "
+HEADER = (f"{'Gbit/s':>6} {'P':>2} {'layout':>16} {'it':>3} {'epoch s':>7} {'sample':>6} {'split':>6} {'fetch':>6} "
           f"{'fwd+bwd':>7} {'(shuf)':>6} {'grad':>6} {'other':>6} {'redund':>7} {'local':>6} {'skew':>5} "
           f"{'rounds s/f/s/g':>14} {'MB feat':>7} {'MB shuf':>7} {'MB grad':>7} {'hit':>5} {'x hybrid':>8}")
 
@@ -116,7 +116,7 @@ def print_row(r: dict) -> None:
     ratio = f"{r['x_hybrid']:.2f}" if r["x_hybrid"] is not None else "-"
     hit = f"{r['cache_hit_rate']:.0%}" if r["cache_hit_rate"] is not None else "-"
     rounds = f"{r['rounds']['sample']:g}/{r['rounds']['feature']:g}/{r['rounds']['shuffle']:g}/{r['rounds']['grad']:g}"
-    print(f"{r['link_gbit']:>6} {r['workers']:2d} {r['layout']:>12} {r['num_batches']:3d} {r['epoch_s']:7.2f} "
+    print(f"{r['link_gbit']:>6} {r['workers']:2d} {r['layout']:>16} {r['num_batches']:3d} {r['epoch_s']:7.2f} "
           f"{r['sample_s']:6.2f} {r['split_s']:6.2f} {r['fetch_s']:6.2f} {r['forward_backward_s']:7.2f} "
           f"{r['shuffle_s']:6.2f} {r['grad_sync_s']:6.2f} {r['other_s']:6.2f} {r['redundancy']:7.1%} "
           f"{r['local_edge_fraction']:6.1%} {r['edge_skew']:5.3f} {rounds:>14} {r['mb']['feature']:7.1f} "
