@@ -56,7 +56,7 @@ class SplitParallel:
         part: this worker's partition (its feature rows and labels, the partition book).
         cfg: training settings; ``batch_size`` is per worker, a mini-batch has ``P x batch_size`` seeds.
         comm: the MAIN (training) Comm: the cooperative layers' shuffles run on it.
-        loader: the loading stage's Comm (split training needs no collective there; accounting only).
+        loader: the loading stage's Comm: owner sampling's cross-edge rounds (replicated sampling: none).
         inference: the data-parallel hybrid layout that evaluation runs on.
         sampling: ``"owner"`` (each worker samples its own destinations; collective on ``loader``) or
             ``"replicated"`` (each worker samples the whole mini-batch), see :data:`SPLIT_SAMPLINGS`.
