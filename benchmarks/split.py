@@ -1,7 +1,7 @@
 """Split vs data parallelism (GSplit, Polisetty et al.): epoch time and its split, redundancy, local edges,
 edge skew, rounds and bytes per iteration, same data, same total batch, same run.
 
-    python benchmarks/split.py [--scale 0.25] [--workers 2,4] [--total-batch 4000] [--layouts hybrid,split]
+    python benchmarks/split.py [--scale 0.25] [--workers 2,4] [--total-batch 4000] [--layouts hybrid,split,split+replicated]
                                [--model sage] [--fanouts 15,10,5] [--hidden 256] [--epochs 3]
                                [--cache-fraction F] [--link-gbit inf,1] [--tune-malloc] [--cache-dir DIR]
                                [--json FILE] [--plot FILE.png]
@@ -41,7 +41,8 @@ from distributed import (MB, add_cache_dir_argument, cached_dataset, cached_part
                          partition_info, run_launch, torchrun_command)
 from emulated_link import add_link_argument, link_label  # noqa: E402
 
-LAYOUTS = ("hybrid", "split")
+# split: owner-driven sampling (the default); split+replicated: every worker samples the whole mini-batch.
+LAYOUTS = ("hybrid", "split", "split+replicated")
 # Phases of the epoch time split, in stacking order: (metrics key, label). Shuffle is inside fwd+bwd.
 PHASES = (("sample_s", "sample"), ("split_s", "split"), ("fetch_s", "fetch"), ("forward_backward_s", "fwd+bwd"),
           ("grad_sync_s", "grad sync"))
@@ -51,7 +52,9 @@ TARGET_WORKERS = 4
 
 def train_command(partition_dir: Path, workers: int, layout: str, a: argparse.Namespace, metrics: Path) -> list[str]:
     cache = layout.endswith("+cache")
-    return [*torchrun_command(workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout.removesuffix("+cache"),
+    replicated = ["--split-sampling", "replicated"] if layout == "split+replicated" else []
+    return [*torchrun_command(workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
+            "--layout", layout.removesuffix("+cache").removesuffix("+replicated"), *replicated,
             "--model", a.model, "--fanouts", a.fanouts, "--batch-size", str(a.total_batch // workers),
             "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--seed", str(a.seed), "--threads", "1",
             "--no-eval", "--quiet", "--metrics-out", str(metrics),
@@ -104,37 +107,37 @@ def add_ratios(rows: list[dict]) -> None:
         r["x_hybrid"] = r["epoch_s"] / hybrid[key] if key in hybrid else None
 
 
-HEADER = (f"{'Gbit/s':>6} {'P':>2} {'layout':>12} {'it':>3} {'epoch s':>7} {'sample':>6} {'split':>6} {'fetch':>6} "
+HEADER = (f"{'Gbit/s':>6} {'P':>2} {'layout':>16} {'it':>3} {'epoch s':>7} {'sample':>6} {'split':>6} {'fetch':>6} "
           f"{'fwd+bwd':>7} {'(shuf)':>6} {'grad':>6} {'other':>6} {'redund':>7} {'local':>6} {'skew':>5} "
-          f"{'rounds f/s/g':>12} {'MB feat':>7} {'MB shuf':>7} {'MB grad':>7} {'hit':>5} {'x hybrid':>8}")
+          f"{'rounds s/f/s/g':>14} {'MB feat':>7} {'MB shuf':>7} {'MB grad':>7} {'hit':>5} {'x hybrid':>8}")
 
 
 def print_row(r: dict) -> None:
     ratio = f"{r['x_hybrid']:.2f}" if r["x_hybrid"] is not None else "-"
     hit = f"{r['cache_hit_rate']:.0%}" if r["cache_hit_rate"] is not None else "-"
-    rounds = f"{r['rounds']['feature']:g}/{r['rounds']['shuffle']:g}/{r['rounds']['grad']:g}"
-    print(f"{r['link_gbit']:>6} {r['workers']:2d} {r['layout']:>12} {r['num_batches']:3d} {r['epoch_s']:7.2f} "
+    rounds = f"{r['rounds']['sample']:g}/{r['rounds']['feature']:g}/{r['rounds']['shuffle']:g}/{r['rounds']['grad']:g}"
+    print(f"{r['link_gbit']:>6} {r['workers']:2d} {r['layout']:>16} {r['num_batches']:3d} {r['epoch_s']:7.2f} "
           f"{r['sample_s']:6.2f} {r['split_s']:6.2f} {r['fetch_s']:6.2f} {r['forward_backward_s']:7.2f} "
           f"{r['shuffle_s']:6.2f} {r['grad_sync_s']:6.2f} {r['other_s']:6.2f} {r['redundancy']:7.1%} "
-          f"{r['local_edge_fraction']:6.1%} {r['edge_skew']:5.3f} {rounds:>12} {r['mb']['feature']:7.1f} "
+          f"{r['local_edge_fraction']:6.1%} {r['edge_skew']:5.3f} {rounds:>14} {r['mb']['feature']:7.1f} "
           f"{r['mb']['shuffle']:7.1f} {r['mb']['grad']:7.1f} {hit:>5} {ratio:>8}", flush=True)
 
 
 def print_verdict(rows: list[dict]) -> None:
     """The issue's done-when checks, stated plainly."""
     for r in rows:
-        if r["layout"] == "split":
+        if r["layout"].startswith("split"):
             dp = next((d for d in rows if d["layout"] == "hybrid" and d["workers"] == r["workers"]
                        and d["link_gbit"] == r["link_gbit"]), None)
             same = f"; data-parallel hybrid's redundancy in the same run {dp['redundancy']:.1%}" if dp else ""
-            print(f"link {r['link_gbit']} Gbit/s, {r['workers']} workers: split redundancy {r['redundancy']:.1%} "
+            print(f"link {r['link_gbit']} Gbit/s, {r['workers']} workers: {r['layout']} redundancy {r['redundancy']:.1%} "
                   f"(target exactly 0: {'met' if r['redundancy'] == 0 else 'NOT met'}){same}; local edges "
                   f"{r['local_edge_fraction']:.1%}" + (f" (target >= 83%: {'met' if r['local_edge_fraction'] >= 0.83 else 'NOT met'})"
                                                       if r["workers"] == TARGET_WORKERS else ""))
             if r["x_hybrid"] is not None:
                 target = (f" (target <= {TARGET_RATIO}: {'met' if r['x_hybrid'] <= TARGET_RATIO else 'NOT met'})"
                           if r["workers"] == TARGET_WORKERS else "")
-                print(f"  split / hybrid epoch time = {r['x_hybrid']:.2f}{target}")
+                print(f"  {r['layout']} / hybrid epoch time = {r['x_hybrid']:.2f}{target}")
     dropped = [r for r in rows if r["link_drops"]]
     if any(r["link_drops"] is not None for r in rows):
         print("emulated link: " + ("no packet dropped" if not dropped else "DROPPED packets in " + ", ".join(

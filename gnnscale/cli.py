@@ -20,6 +20,7 @@ from gnnscale.train.dgs_layout import DGS_MODES, DGSConfig
 from gnnscale.train.distributed import LAYOUTS, run_distributed_training
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
+from gnnscale.train.split_layout import SPLIT_SAMPLINGS
 
 
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
@@ -110,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(one mini-batch of P x --batch-size seeds split across workers, no feature fetch); with "
                         "--sampler matrix|ladies: 1d (topology replicated, no sampling rounds) or 1.5d (block rows "
                         "of the adjacency on --replication workers each)")
+    t.add_argument("--split-sampling", default=None, choices=SPLIT_SAMPLINGS,
+                   help="distributed --layout split: owner (default: each worker samples the destinations it owns and "
+                        "exchanges cross edges, one round per hop) or replicated (each worker samples the whole "
+                        "mini-batch); the same training either way")
     t.add_argument("--replication", type=int, default=1,
                    help="distributed --layout 1.5d: copies C of every block row of the adjacency and features (C "
                         "divides the worker count; 1: fully partitioned, all workers: fully replicated)")
@@ -217,10 +222,13 @@ def cmd_train(args) -> None:
                                           timeout_s=args.timeout, overwrite=args.overwrite,
                                           cache_fraction=args.cache_fraction, model_out=args.save_model, dgs=dgs,
                                           replication=args.replication, checkpoint=args.checkpoint,
-                                          resume=args.resume, checkpoint_every=args.checkpoint_every)
+                                          resume=args.resume, checkpoint_every=args.checkpoint_every,
+                                          split_sampling=args.split_sampling)
     else:
         if args.replication != 1:
             raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")
+        if args.split_sampling is not None:
+            raise ValueError("split_sampling: --split-sampling applies to distributed --layout split (--partitions)")
         if args.cache_fraction:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
                              "(--partitions) have")

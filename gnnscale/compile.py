@@ -107,6 +107,10 @@ def warm_partition_and_distributed(work: Path) -> None:
             cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace,
                               sampler="matrix" if matrix else "fused")
             run_distributed_training(work / "metis", layout, options, cfg, progress=False, timeout_s=60)
+    # GAT's split shuffles source rows: owner sampling builds those splits with kernels of their own.
+    cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2)
+    run_distributed_training(work / "metis", "split", dict(name="gat", hidden_dim=8, heads=2), cfg, progress=False,
+                             timeout_s=60)
 
 
 WARMUPS: list[tuple[str, Callable[[Path], None]]] = [

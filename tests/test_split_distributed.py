@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import cache_workers
+import owner_split_workers
 import split_workers
 from test_distributed import spawn_ok
 
@@ -22,3 +23,13 @@ def test_split_training_equals_single_process(world_size):
     received = sum(t["shuffle"]["bytes_received"] for t in totals)
     assert sent == received > 0
     assert all(t["num_cached"] == cache_workers.FRACTION * 500 for t in totals)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_owner_driven_splits_equal_the_whole_minibatch_split(world_size):
+    """Each worker samples only its own destinations (owner_split_blocks): the same splits as split_blocks
+    on the whole mini-batch up to row order, 2 and 3 layers, with and without replacement, both kinds; the
+    same logits, loss and gradients for SAGE, GCN and GAT; clear errors before any collective."""
+    totals = spawn_ok(owner_split_workers.check_owner_split, world_size)
+    sent = sum(t["sample"]["bytes_sent"] for t in totals)
+    assert sent == sum(t["sample"]["bytes_received"] for t in totals) > 0

@@ -92,15 +92,18 @@ def relative(a, b) -> float:
 
 
 def split_cases():
-    fast = [(2, "sage"), (4, "gat")]
-    slow = [(2, "gat"), (4, "sage")]
-    return [pytest.param(p, m, id=f"{p}-{m}") for p, m in fast] + \
-           [pytest.param(p, m, id=f"{p}-{m}", marks=pytest.mark.slow) for p, m in slow]
+    # Replicated sampling's splits are split_blocks', tested against the whole mini-batch in the default tier
+    # (test_split_distributed.py); its trainer runs are slow-tier, to keep the default tier short.
+    fast = [(2, "sage", "owner"), (4, "gat", "owner")]
+    slow = [(2, "gat", "owner"), (4, "sage", "owner"), (2, "sage", "replicated"), (4, "gat", "replicated")]
+    return [pytest.param(*case, id="-".join(map(str, case))) for case in fast] + \
+           [pytest.param(*case, id="-".join(map(str, case)), marks=pytest.mark.slow) for case in slow]
 
 
-@pytest.mark.parametrize("nproc, model", split_cases())
-def test_split_training_equals_the_single_process_trainer(partitions, nproc, model, tmp_path):
+@pytest.mark.parametrize("nproc, model, sampling", split_cases())
+def test_split_training_equals_the_single_process_trainer(partitions, nproc, model, sampling, tmp_path):
     run = launch_training(nproc, partitions[nproc], tmp_path / "split.json", "--layout", "split",
+                          "--split-sampling", sampling,
                           "--batch-size", str(MINIBATCH // nproc), "--epochs", str(EPOCHS), "--eval-fanouts", FULL,
                           "--save-model", str(tmp_path / "split.pt"), *model_args(model))
     dataset = relabelled_dataset(partitions[nproc], nproc)
@@ -122,24 +125,31 @@ def test_split_training_equals_the_single_process_trainer(partitions, nproc, mod
         assert (d["val_acc"], d["test_acc"]) == (s["val_acc"], s["test_acc"])
         rounds = d["rounds_per_iteration"]
         shuffles = 2 * len(FANOUTS) - (1 if SHUFFLE_FOR_MODEL[model] == "partial_sums" else 0)
-        assert (rounds["sample"], rounds["feature"], rounds["shuffle"], rounds["grad"]) == (0, 0, shuffles, 1)
+        # Owner sampling: one round per hop (the cross edges), on the loading stage's group.
+        sample_rounds = len(FANOUTS) if sampling == "owner" else 0
+        assert (rounds["sample"], rounds["feature"], rounds["shuffle"], rounds["grad"]) == (sample_rounds, 0, shuffles, 1)
         assert d["bytes_per_iteration"]["feature"] == 0 < d["bytes_per_iteration"]["shuffle"]
         assert 0 < d["shuffle_s"] < d["forward_backward_s"]
-    check_split_edge_metrics(run, dataset, partitions[nproc], nproc, model)
+    check_split_edge_metrics(run, dataset, partitions[nproc], nproc, model, sampling)
 
 
-def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Path, nproc: int, model: str) -> None:
-    """Redundancy exactly 0, and every count equal to split_edge_metrics on the re-sampled mini-batches."""
+def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Path, nproc: int, model: str,
+                             sampling: str) -> None:
+    """Redundancy exactly 0, every count equal to split_edge_metrics on the re-sampled mini-batches, and
+    rank 0's sampled edges: the whole mini-batch's (replicated) or its own destinations' in-edges (owner)."""
     book = load_partition(partition_dir, 0, "hybrid").book
     train_idx = torch.from_numpy(dataset.train_idx)
     num_batches = math.ceil(train_idx.numel() / MINIBATCH)
     for epoch, h in enumerate(run["history"]):
-        expected = [split_edge_metrics(sample_blocks(dataset.graph, seeds, FANOUTS, key=derive_key(SEED, epoch, step, 0)),
-                                       book, kind=SHUFFLE_FOR_MODEL[model])
-                    for step, seeds in enumerate(epoch_batches(train_idx, num_batches, SEED, epoch))]
+        minibatches = [sample_blocks(dataset.graph, seeds, FANOUTS, key=derive_key(SEED, epoch, step, 0))
+                       for step, seeds in enumerate(epoch_batches(train_idx, num_batches, SEED, epoch))]
+        expected = [split_edge_metrics(blocks, book, kind=SHUFFLE_FOR_MODEL[model]) for blocks in minibatches]
         got = h["edge_metrics"]
         assert got == epoch_edge_metrics(expected)  # the same counts, so the same ratios to the last bit
-        assert got["redundancy"] == 0.0 and got["edges_computed"] == got["minibatch_edges"] == h["sampled_edges"]
+        assert got["redundancy"] == 0.0 and got["edges_computed"] == got["minibatch_edges"]
+        rank0 = sum(int(b.in_degrees()[torch.from_numpy(book.owner(b.dst_ids.numpy()) == 0)].sum())
+                    for blocks in minibatches for b in blocks)
+        assert h["sampled_edges"] == (rank0 if sampling == "owner" else got["minibatch_edges"])
         assert got["iterations"] == num_batches
 
 
@@ -175,6 +185,16 @@ def check_data_parallel_edge_metrics(run: dict, partition_dir: Path, nproc: int,
         got = h["edge_metrics"]
         assert got == epoch_edge_metrics(expected)  # the same counts, so the same ratios to the last bit
         assert got["redundancy"] > 0 and got["iterations"] == min(num_batches, UNION_ITERATIONS)
+
+
+def test_split_sampling_outside_the_split_layout_is_one_clear_line(partitions, capsys):
+    argv = ["train", "--partitions", str(partitions[2]), "--layout", "hybrid", "--split-sampling", "replicated"]
+    assert cli_main(argv) == 2  # before any worker starts
+    assert "split_sampling: --split-sampling applies to --layout split, got --layout hybrid" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"split_sampling: expected one of \('owner', 'replicated'\)"):
+        check_options("split", TrainConfig(), 0.0, split_sampling="edges")
+    assert cli_main(["train", "--split-sampling", "owner"]) == 2
+    assert "split_sampling: --split-sampling applies to distributed --layout split" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

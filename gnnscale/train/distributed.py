@@ -46,7 +46,7 @@ from gnnscale.train.layouts import (DATA_PARALLEL_LAYOUTS, MATRIX_LAYOUTS, DataP
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.prefetch import stream_in_groups
 from gnnscale.train.run import TrainReport, summarize
-from gnnscale.train.split_layout import SplitParallel, build_split_parallel
+from gnnscale.train.split_layout import SPLIT_SAMPLINGS, SplitParallel, build_split_parallel
 
 LAYOUTS = (*DATA_PARALLEL_LAYOUTS, "split")
 Layout = DataParallel | SplitParallel
@@ -221,22 +221,29 @@ def agreed_num_batches(layout: Layout, comm: Comm) -> int:
 
 def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_cfg: ModelConfig, comm: Comm,
                  loader: Comm, cache_fraction: float, partition_dir: str | Path, replication: int,
-                 dgs: DGSConfig | None = None) -> Layout:
+                 dgs: DGSConfig | None = None, split_sampling: str = "owner") -> Layout:
     """This worker's layout; data loading's collectives on ``loader`` (1.5D: on process-column groups
     made from it), split parallelism's shuffles on ``comm``."""
     model_name = model_cfg.name
     if dgs is not None:
         return build_dgs(layout, part, cfg, loader, lambda: build_model(model_cfg), dgs)
     if layout == "split":
-        return build_split_parallel(part, cfg, model_name, comm, loader)
+        return build_split_parallel(part, cfg, model_name, comm, loader, sampling=split_sampling)
     return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction, model_name=model_name,
                                partition_dir=partition_dir, replication=replication)
 
 
 def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, *, dgs: DGSConfig | None = None,
-                  replication: int = 1, world_size: int | None = None, model_name: str = "sage") -> None:
+                  replication: int = 1, world_size: int | None = None, model_name: str = "sage",
+                  split_sampling: str | None = None) -> None:
     """Reject option combinations that cannot run, before any worker starts (``world_size``: the
-    launch's, once known; the flags alone are checked without it)."""
+    launch's, once known; the flags alone are checked without it; ``split_sampling``: None when not given)."""
+    if split_sampling is not None:
+        if split_sampling not in SPLIT_SAMPLINGS:
+            raise ValueError(f"split_sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got "
+                             f"{split_sampling!r}")
+        if layout != "split":
+            raise ValueError(f"split_sampling: --split-sampling applies to --layout split, got --layout {layout}")
     check_dgs_options(layout, cfg, cache_fraction, dgs)
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
@@ -289,7 +296,7 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
                              timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
                              model_out: str | Path | None = None, dgs: DGSConfig | None = None,
                              replication: int = 1, checkpoint: str | Path | None = None, resume: bool = False,
-                             checkpoint_every: int | None = None) -> TrainReport:
+                             checkpoint_every: int | None = None, split_sampling: str | None = None) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
@@ -309,12 +316,15 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         checkpoint: rank 0 saves the run here after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
         resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker).
         checkpoint_every: also save after every this many iterations (None: at epoch ends only).
+        split_sampling: ``split``: ``"owner"`` (each worker samples its own destinations; None means it) or
+            ``"replicated"`` (each worker samples the whole mini-batch); the same training either way.
     """
     # Checked before joining the run: every worker fails at once with the same line instead of
     # after loading its part (or, for a metrics path, after the whole run).
     try:
         # The flags first: a bad combination is named even when the launch itself is wrong too.
-        check_options(layout, cfg, cache_fraction, dgs=dgs, replication=replication, model_name=model_options["name"])
+        check_options(layout, cfg, cache_fraction, dgs=dgs, replication=replication, model_name=model_options["name"],
+                      split_sampling=split_sampling)
         if dgs is not None and checkpoint is not None:
             raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
                              "saved, so a resumed run would not equal the uninterrupted one)")
@@ -341,7 +351,7 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         # The data-loading stage's collectives run on a group of their own, beside the training step's.
         loader = comm.new_group()
         strategy = build_layout(layout, part, cfg, model_cfg, comm, loader, cache_fraction, partition_dir,
-                                replication, dgs)
+                                replication, dgs, split_sampling or "owner")
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)

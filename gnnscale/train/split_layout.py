@@ -2,14 +2,17 @@
 
 Every iteration trains ONE mini-batch of ``P x batch_size`` seeds drawn from all training nodes: exactly
 the mini-batch the single-process trainer draws with batch size ``P x b`` on the same relabelled graph
-(the same permutation of the training nodes, the same key per step). The hybrid layout's topology is on
-every worker, so each worker samples the whole mini-batch itself with the shared key (no
-communication), cuts out its own split (:func:`~gnnscale.distributed.split.split_blocks`: every vertex
-of every layer is computed by its owner only) and reads its layer-0 rows from its own feature part: no
-feature fetch. The model runs on :class:`~gnnscale.distributed.shuffle.CooperativeBlock` s whose
+(the same permutation of the training nodes, the same key per step). Every vertex of every layer is
+computed by its owner only. By default (``sampling="owner"``) each worker samples only the destinations
+it owns, hop by hop, and learns the cross edges from their destinations' owners (one ``"sample"`` round
+per hop on the loading stage's Comm: :func:`~gnnscale.distributed.owner_split.owner_split_blocks`);
+with ``sampling="replicated"`` each worker samples the whole mini-batch itself from the replicated
+topology (no communication) and cuts out its own split (:func:`~gnnscale.distributed.split.split_blocks`).
+Both give the same splits up to row order (tested), hence the same training. Each worker reads its
+layer-0 rows from its own feature part: no feature fetch. The model runs on :class:`~gnnscale.distributed.shuffle.CooperativeBlock` s whose
 shuffles (partial sums for SAGE/GCN, source rows for GAT) run on the MAIN (training) process group:
 they are part of the training step. Sampling, splitting and reading the rows run in the background
-loading stage (``prepare``), which needs no collective at all.
+loading stage (``prepare``), whose only collectives (owner sampling's) run on the loader's group.
 
 Each worker's loss is the cross-entropy summed over the seeds it owns divided by the mini-batch's seed
 count, and gradients are summed (divisor 1): one step equals the single-process step on the whole
@@ -27,6 +30,7 @@ import torch
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.owner_split import OwnerSplitWorkspace, owner_split_blocks
 from gnnscale.distributed.shuffle import CooperativeBlock, split_loss
 from gnnscale.distributed.split import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.split_metrics import epoch_edge_metrics, split_edge_counts
@@ -36,6 +40,10 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import DataParallel, DistBatch, EdgeLedger, Step, build_data_parallel
 from gnnscale.train.loop import epoch_batches, num_batches_for
 from gnnscale.train.metrics import PhaseTimer
+
+# owner: each worker samples its own destinations and exchanges cross edges (default, measured faster:
+# benchmarks/README.md); replicated: every worker samples the whole mini-batch and splits it.
+SPLIT_SAMPLINGS = ("owner", "replicated")
 
 
 class SplitParallel:
@@ -48,14 +56,21 @@ class SplitParallel:
         part: this worker's partition (its feature rows and labels, the partition book).
         cfg: training settings; ``batch_size`` is per worker, a mini-batch has ``P x batch_size`` seeds.
         comm: the MAIN (training) Comm: the cooperative layers' shuffles run on it.
-        loader: the loading stage's Comm (split training needs no collective there; accounting only).
+        loader: the loading stage's Comm: owner sampling's cross-edge rounds (replicated sampling: none).
         inference: the data-parallel hybrid layout that evaluation runs on.
+        sampling: ``"owner"`` (each worker samples its own destinations; collective on ``loader``) or
+            ``"replicated"`` (each worker samples the whole mini-batch), see :data:`SPLIT_SAMPLINGS`.
     """
 
     def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
-                 cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel) -> None:
+                 cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel, *,
+                 sampling: str = "owner") -> None:
+        if sampling not in SPLIT_SAMPLINGS:
+            raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
         self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
+        self.sampling = sampling
+        self._workspace = OwnerSplitWorkspace(part.book, comm.rank) if sampling == "owner" else None
         self.rank, self.world_size = comm.rank, comm.world_size
         self.labels = torch.from_numpy(part.labels.copy())
         self.minibatch_size = self.world_size * cfg.batch_size
@@ -85,26 +100,41 @@ class SplitParallel:
         return self.inference.eval_steps_needed(node_ids, batch_size)
 
     def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
-        """Sample the mini-batches of ``steps``, split them, read this worker's layer-0 rows: no collective.
-        Inference is the data-parallel hybrid layout's."""
+        """Sample the mini-batches of ``steps`` and split them (owner sampling: collective on the loader's
+        Comm, one round per hop), read this worker's layer-0 rows. Inference is the data-parallel hybrid
+        layout's."""
         if not training:
             return self.inference.prepare(steps, timer, training=False)
-        with timer.phase("sample"):
-            sampled = self.sampler.sample_many([s.seeds for s in steps], [s.key for s in steps])
         lo = self.part.node_offset
         out = []
-        for step, blocks in zip(steps, sampled):
-            with timer.phase("split"):
-                splits = split_blocks(blocks, self.part.book, self.rank, kind=self.kind)
+        for step, (splits, sampled, minibatch_edges) in zip(steps, self._split_many(steps, timer)):
             with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
                 x = torch.from_numpy(np.ascontiguousarray(self.part.features[(splits[0].src_ids - lo).numpy()]))
             computed, local = split_edge_counts(splits)
-            minibatch_edges = sum(b.num_edges for b in blocks)
-            self._ledger.record(computed, local, minibatch_edges if self.rank == 0 else 0)
+            self._ledger.record(computed, local, minibatch_edges)
             out.append(DistBatch(step=step, blocks=[CooperativeBlock(split=s, comm=self.comm) for s in splits], x=x,
-                                 y=self.labels[splits[-1].dst_ids - lo], sampled_edges=minibatch_edges,
+                                 y=self.labels[splits[-1].dst_ids - lo], sampled_edges=sampled,
                                  comm=self.loader.stats.snapshot_and_reset()))
         return out
+
+    def _split_many(self, steps: list[Step], timer: PhaseTimer):
+        """Per step: this worker's splits, the edges it sampled, and its share of the mini-batch's edge
+        count for the ledger (summed over workers: the mini-batch's edges)."""
+        if self.sampling == "owner":
+            for step in steps:
+                with timer.phase("sample"):  # sampling, the cross-edge exchange and building the splits
+                    splits, sampled = owner_split_blocks(self.part.topology, self.part.book, step.seeds,
+                                                         self.cfg.fanouts, step.key, self.loader, kind=self.kind,
+                                                         replace=self.cfg.replace, workspace=self._workspace)
+                yield splits, sampled, sampled  # each worker sampled its owned destinations' in-edges
+            return
+        with timer.phase("sample"):
+            sampled = self.sampler.sample_many([s.seeds for s in steps], [s.key for s in steps])
+        for blocks in sampled:
+            with timer.phase("split"):
+                splits = split_blocks(blocks, self.part.book, self.rank, kind=self.kind)
+            edges = sum(b.num_edges for b in blocks)
+            yield splits, edges, edges if self.rank == 0 else 0
 
     def loss(self, logits: Tensor, batch: DistBatch) -> Tensor:
         """This worker's share of the mini-batch's mean cross-entropy (summed over workers: the mean)."""
@@ -133,11 +163,12 @@ def all_training_nodes(part: LocalPartition, comm: Comm) -> Tensor:
 
 
 def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm,
-                         loader: Comm) -> SplitParallel:
+                         loader: Comm, *, sampling: str = "owner") -> SplitParallel:
     """The ``split`` layout of this worker: the hybrid partition (whole topology) is required."""
     if model_name not in SHUFFLE_FOR_MODEL:
         raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
     sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
     inference = build_data_parallel("hybrid", part, cfg, loader)
     train_idx = all_training_nodes(part, comm)
-    return SplitParallel(sampler, SHUFFLE_FOR_MODEL[model_name], train_idx, part, cfg, comm, loader, inference)
+    return SplitParallel(sampler, SHUFFLE_FOR_MODEL[model_name], train_idx, part, cfg, comm, loader, inference,
+                         sampling=sampling)
