@@ -44,6 +44,7 @@ from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import choose_all, count_and_offsets
+from gnnscale.sampling.fused import grow_nodes
 
 
 class OwnerSplitWorkspace:
@@ -129,7 +130,7 @@ def _one_hop(graph, book, comm, kind, nodes, num_known, fanout, replace, key, ho
     received = comm.all_to_allv([torch.from_numpy(p) for p in splits], "sample")
     recv_counts = np.array([t.shape[0] for t in received], dtype=np.int64)
     recv = torch.cat(received).numpy().astype(np.int64, copy=False).reshape(-1, 2)
-    nodes = _grow(nodes, num_known, num_known + chosen.shape[0] + recv.shape[0])
+    nodes = grow_nodes(nodes, num_known, num_known + chosen.shape[0] + recv.shape[0])
     num_known = int(_register(chosen, src_owner, comm.rank, recv, ws.lo, ws.local_map, nodes, num_known))
     return (indptr, chosen, src_owner, recv, _prefix(recv_counts)), nodes, num_dst, num_known
 
@@ -159,14 +160,6 @@ def _build(kind, rank, num_parts, indptr, chosen, src_owner, recv, recv_starts, 
 
 def _prefix(counts: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-
-def _grow(nodes: np.ndarray, num_known: int, needed: int) -> np.ndarray:
-    if nodes.shape[0] >= needed:
-        return nodes
-    grown = np.empty(max(2 * nodes.shape[0], needed), dtype=np.int64)
-    grown[:num_known] = nodes[:num_known]
-    return grown
 
 
 # -- kernels ----------------------------------------------------------------------------------------
