@@ -31,7 +31,7 @@ from gnnscale.sampling.keys import mix64_py
 CATEGORY = "sample"
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _sample_rows(indptr, indices, first_id, nodes, fanout, replace, key, hop):
     """Sample owned ``nodes`` (global ids) from a part's rows (row = node - first_id).
 
@@ -53,7 +53,7 @@ def _sample_rows(indptr, indices, first_id, nodes, fanout, replace, key, hop):
     return offsets, chosen
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _scatter_lists(positions, counts, values, num_dst):
     """Lay out per-node lists in CSC order of the destinations.
 

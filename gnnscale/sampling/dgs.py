@@ -247,7 +247,7 @@ def choose_neighbors_dgs(indptr, indices, row, v, fanout, replace, key, hop, lo,
         out[offset + s] = indices[start + out[offset + s]]
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def dgs_rows(indptr, indices, first_id, nodes, fanout, replace, key, hop, lo, hi, node_cluster, cluster_weight,
              epsilon):
     """DGS-sample ``nodes`` (global ids) from CSC rows ``node - first_id`` (0: the whole graph; a part's

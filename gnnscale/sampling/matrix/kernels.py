@@ -16,7 +16,7 @@ from gnnscale.sampling.fused import _relabel
 from gnnscale.sampling.intrinsics import prefetch
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def count_rows(p_indptr, inverse, fanout, replace):
     """int64 [num_rows + 1]: prefix sum of min(fanout, degree) over the stacked rows (every batch's
     block indptr is a slice of it)."""
@@ -31,7 +31,7 @@ def count_rows(p_indptr, inverse, fanout, replace):
     return offsets
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def choose_rows(p_indptr, p_indices, nodes, inverse, row_batch, keys, offsets, fanout, replace, hop):
     """int64 [offsets[-1]]: the chosen global ids of every stacked row, in CSC order.
 
@@ -60,7 +60,7 @@ def choose_rows(p_indptr, p_indices, nodes, inverse, row_batch, keys, offsets, f
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def relabel_batches(chosen, edge_ptr, nodes, node_ptr, maps):
     """Relabel every batch's chosen ids to its local ids, in place, batches in parallel.
 

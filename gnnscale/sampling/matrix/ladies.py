@@ -151,7 +151,7 @@ def exponential_draw(key, hop, node):
     return -np.log((np.float64(x >> np.uint64(11)) + 0.5) * 2.0**-53)
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def draw_layer(prob_indptr, prob_indices, prob_data, keys, size, hop):
     """Per batch (row of the probability matrix), ``min(size, support)`` distinct nodes.
 
@@ -181,7 +181,7 @@ def draw_layer(prob_indptr, prob_indices, prob_data, keys, size, hop):
     return drawn_ptr, drawn, drawn_p
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def extract_layer(p_indptr, p_indices, p_data, nodes, node_ptr, inverse, drawn_ptr, drawn, drawn_p, self_loops,
                   maps):
     """Every batch's block between its destinations and its drawn nodes, batches in parallel.
@@ -268,7 +268,7 @@ def _extract_one(p_indptr, p_indices, p_data, dst, dst_rows, drawn, drawn_p, sel
     return count
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _compact(indptr, indices, weights, node_ptr, cap_ptr, sources, src_cap, num_src):
     """Pack every batch's edges and sources end to end (they were written into capacity slots)."""
     k = node_ptr.shape[0] - 1

@@ -65,7 +65,7 @@ def stack_rows(nodes: np.ndarray, batch_ptr: np.ndarray, position: np.ndarray) -
     return StackedRows(nodes=nodes, batch_ptr=batch_ptr, needed=needed, inverse=inverse)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _distinct_sorted(nodes, position):
     """(distinct nodes ascending, index of every row's node among them). Serial: a few ns per row,
     less than waking the threads costs on a busy machine."""
