@@ -113,11 +113,26 @@ def warm_partition_and_distributed(work: Path) -> None:
                              timeout_s=60)
 
 
+def warm_dgs_sampling(work: Path) -> None:
+    """DGS node sampling (``--dgs``: it starts once the first masks exist, mid-run), on both index widths,
+    with and without replacement."""
+    from gnnscale.sampling.dgs import DGSPolicy, sample_blocks_dgs
+
+    dataset = make_synthetic(TINY)
+    n = dataset.graph.num_nodes
+    policy = DGSPolicy(local_lo=0, local_hi=n // 2, node_cluster=(np.arange(n) % 4).astype(np.int32),
+                       cluster_weight=np.linspace(0.5, 2.0, 4), epsilon=0.1)
+    for graph in (dataset.graph, _with_int64_indices(dataset).graph):
+        for replace in (False, True):
+            sample_blocks_dgs(graph, np.arange(0, n, 9), (4, 3), key=derive_key(0), policy=policy, replace=replace)
+
+
 WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("training, graph in memory", warm_training_in_memory),
     ("training, memory-mapped dataset", warm_training_memory_mapped),
     ("layers in both orders", warm_layer_orders),
     ("partitioning and distributed training", warm_partition_and_distributed),
+    ("DGS node sampling", warm_dgs_sampling),
 ]
 
 
