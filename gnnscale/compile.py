@@ -123,8 +123,17 @@ def warm_dgs_sampling(work: Path) -> None:
     policy = DGSPolicy(local_lo=0, local_hi=n // 2, node_cluster=(np.arange(n) % 4).astype(np.int32),
                        cluster_weight=np.linspace(0.5, 2.0, 4), epsilon=0.1)
     for graph in (dataset.graph, _with_int64_indices(dataset).graph):
-        for replace in (False, True):
-            sample_blocks_dgs(graph, np.arange(0, n, 9), (4, 3), key=derive_key(0), policy=policy, replace=replace)
+        # Training reads the topology from memory-mapped, read-only files: numba compiles those apart.
+        frozen = CSCGraph(indptr=_read_only(graph.indptr), indices=_read_only(graph.indices), num_nodes=n)
+        for g in (graph, frozen):
+            for replace in (False, True):
+                sample_blocks_dgs(g, np.arange(0, n, 9), (4, 3), key=derive_key(0), policy=policy, replace=replace)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    copy = array.copy()
+    copy.setflags(write=False)
+    return copy
 
 
 WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
