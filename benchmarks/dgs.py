@@ -93,7 +93,8 @@ def run_one(parts: Path, graph: str, mode: str, seed: int, rate: float, a, scrat
 
 
 def summarize(report: dict, period: int) -> dict:
-    """Medians over the epochs whose every iteration sampled with masks (the same epochs for plain)."""
+    """Over the epochs whose every iteration sampled with masks (the same epochs for plain): medians,
+    except epoch time and explainer CPU, which are means (see the module docstring)."""
     history = report["history"]
     n = history[0]["num_batches"]
     first = -(-2 * period // n)  # first epoch starting at or after iteration 2T

@@ -124,8 +124,9 @@ def _one_hop(graph, book, comm, kind, nodes, num_known, fanout, replace, key, ho
     send_counts = _owners_and_counts(chosen, book.offsets, comm.rank, src_owner)
     pair_dtype = np.int32 if book.num_nodes < 2**31 else np.int64  # ids only: half the bytes when they fit
     pairs = np.empty((int(send_counts.sum()), 2), dtype=pair_dtype)
-    _fill_pairs(indptr, chosen, dst, src_owner, comm.rank, _prefix(send_counts), pairs)
-    splits = np.split(pairs, np.cumsum(send_counts)[:-1])
+    send_starts = _prefix(send_counts)
+    _fill_pairs(indptr, chosen, dst, src_owner, comm.rank, send_starts, pairs)
+    splits = np.split(pairs, send_starts[1:-1])
     # Collective: every cross edge to its source's owner (ids only; sizes exchanged first).
     received = comm.all_to_allv([torch.from_numpy(p) for p in splits], "sample")
     recv_counts = np.array([t.shape[0] for t in received], dtype=np.int64)

@@ -56,7 +56,7 @@ def _claim_seeds(seeds, node_map):
 
 
 @numba.njit(cache=True, nogil=True)
-def _relabel(chosen, lo, hi, node_map, nodes, num_known):
+def relabel_range(chosen, lo, hi, node_map, nodes, num_known):
     """Turn ``chosen[lo:hi]`` global ids into local ids in place; new nodes are appended to ``nodes``
     in order of first appearance. Returns the new number of known nodes."""
     n = num_known
@@ -91,7 +91,7 @@ def _choose_and_relabel(indptr, indices, nodes, num_dst, offsets, chunk_starts, 
         claim[0] = 0
         for task in numba.prange(num_tasks):
             if task == 0 and stage > 0:
-                known[0] = _relabel(chosen, offsets[chunk_starts[stage - 1]], offsets[chunk_starts[stage]],
+                known[0] = relabel_range(chosen, offsets[chunk_starts[stage - 1]], offsets[chunk_starts[stage]],
                                     node_map, nodes, known[0])
             if stage < num_chunks:
                 lo, hi = chunk_starts[stage], chunk_starts[stage + 1]
@@ -132,7 +132,7 @@ def grow_nodes(nodes: np.ndarray, num_known: int, needed: int) -> np.ndarray:
 
 def relabel_all(chosen: np.ndarray, node_map: np.ndarray, nodes: np.ndarray, num_known: int) -> int:
     """The relabel over all of ``chosen`` at once (in place; ``nodes`` must have room for the new ones)."""
-    return int(_relabel(chosen, 0, chosen.shape[0], node_map, nodes, num_known))
+    return int(relabel_range(chosen, 0, chosen.shape[0], node_map, nodes, num_known))
 
 
 # sample_hop(nodes, num_dst, num_known, fanout, hop) -> (indptr, local_indices, nodes, num_known):

@@ -12,7 +12,7 @@ import numpy as np
 
 from gnnscale.sampling.choose import CACHE_LINE_BYTES, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES, \
     choose_neighbors, num_chosen
-from gnnscale.sampling.fused import _relabel
+from gnnscale.sampling.fused import relabel_range
 from gnnscale.sampling.intrinsics import prefetch
 
 
@@ -99,7 +99,7 @@ def _relabel_one(chosen, lo, hi, known, node_map, out):
     for i in range(count):
         node_map[known[i]] = i
         out[i] = known[i]
-    count = _relabel(chosen, lo, hi, node_map, out, count)  # the fused kernel's loop
+    count = relabel_range(chosen, lo, hi, node_map, out, count)  # the fused kernel's loop
     for i in range(count):
         node_map[out[i]] = -1
     return count
