@@ -12,7 +12,11 @@ Both give the same splits up to row order (tested), hence the same training. Eac
 layer-0 rows from its own feature part: no feature fetch. The model runs on :class:`~gnnscale.distributed.shuffle.CooperativeBlock` s whose
 shuffles (partial sums for SAGE/GCN, source rows for GAT) run on the MAIN (training) process group:
 they are part of the training step. Sampling, splitting and reading the rows run in the background
-loading stage (``prepare``), whose only collectives (owner sampling's) run on the loader's group.
+loading stage (``prepare``), whose collectives run on the loader's group: owner sampling's rounds and,
+for SAGE and GCN, layer 0's neighbor sums of the input features, which do not depend on the parameters
+(:func:`~gnnscale.distributed.shuffle.with_input_sums`, one ``"feature"`` round): the training step
+shuffles hidden features only. With input dropout layer 0 sums the dropped-out features, so the step
+shuffles them itself.
 
 Each worker's loss is the cross-entropy summed over the seeds it owns divided by the mini-batch's seed
 count, and gradients are summed (divisor 1): one step equals the single-process step on the whole
@@ -31,7 +35,7 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.owner_split import OwnerSplitWorkspace, owner_split_blocks
-from gnnscale.distributed.shuffle import CooperativeBlock, split_loss
+from gnnscale.distributed.shuffle import CooperativeBlock, split_loss, with_input_sums
 from gnnscale.distributed.split import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.split_metrics import epoch_edge_metrics, split_edge_counts
 from gnnscale.partition.directory import LocalPartition
@@ -60,13 +64,19 @@ class SplitParallel:
         inference: the data-parallel hybrid layout that evaluation runs on.
         sampling: ``"owner"`` (each worker samples its own destinations; collective on ``loader``) or
             ``"replicated"`` (each worker samples the whole mini-batch), see :data:`SPLIT_SAMPLINGS`.
+        input_sums: complete layer 0's neighbor sums in the loading stage (``kind="partial_sums"``, a
+            model without input dropout); False: the training step shuffles them.
     """
 
     def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
                  cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel, *,
-                 sampling: str = "owner") -> None:
+                 sampling: str = "owner", input_sums: bool = False) -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
+        if input_sums and kind != "partial_sums":
+            raise ValueError(f"input_sums: layer 0's sums are completed ahead for kind='partial_sums' (SAGE, GCN), "
+                             f"got kind={kind!r}")
+        self.input_sums = input_sums
         self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
         self.sampling = sampling
@@ -101,8 +111,8 @@ class SplitParallel:
 
     def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
         """Sample the mini-batches of ``steps`` and split them (owner sampling: collective on the loader's
-        Comm, one round per hop), read this worker's layer-0 rows. Inference is the data-parallel hybrid
-        layout's."""
+        Comm, one round per hop), read this worker's layer-0 rows and (``input_sums``) complete layer 0's
+        neighbor sums (collective on the loader's Comm). Inference is the data-parallel hybrid layout's."""
         if not training:
             return self.inference.prepare(steps, timer, training=False)
         lo = self.part.node_offset
@@ -110,9 +120,13 @@ class SplitParallel:
         for step, (splits, sampled, minibatch_edges) in zip(steps, self._split_many(steps, timer)):
             with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
                 x = torch.from_numpy(np.ascontiguousarray(self.part.features[(splits[0].src_ids - lo).numpy()]))
+            blocks = [CooperativeBlock(split=s, comm=self.comm) for s in splits]
+            if self.input_sums:
+                with timer.phase("fetch"):  # layer 0's cross-split sums: the split layout's only input traffic
+                    blocks[0] = with_input_sums(blocks[0], x, self.loader)
             computed, local = split_edge_counts(splits)
             self._ledger.record(computed, local, minibatch_edges)
-            out.append(DistBatch(step=step, blocks=[CooperativeBlock(split=s, comm=self.comm) for s in splits], x=x,
+            out.append(DistBatch(step=step, blocks=blocks, x=x,
                                  y=self.labels[splits[-1].dst_ids - lo], sampled_edges=sampled,
                                  comm=self.loader.stats.snapshot_and_reset()))
         return out
@@ -163,12 +177,14 @@ def all_training_nodes(part: LocalPartition, comm: Comm) -> Tensor:
 
 
 def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm,
-                         loader: Comm, *, sampling: str = "owner") -> SplitParallel:
-    """The ``split`` layout of this worker: the hybrid partition (whole topology) is required."""
+                         loader: Comm, *, sampling: str = "owner", input_dropout: float = 0.0) -> SplitParallel:
+    """The ``split`` layout of this worker: the hybrid partition (whole topology) is required.
+    ``input_dropout``: the model's; without it, SAGE and GCN get layer 0's sums from the loading stage."""
     if model_name not in SHUFFLE_FOR_MODEL:
         raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
+    kind = SHUFFLE_FOR_MODEL[model_name]
     sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
     inference = build_data_parallel("hybrid", part, cfg, loader)
     train_idx = all_training_nodes(part, comm)
-    return SplitParallel(sampler, SHUFFLE_FOR_MODEL[model_name], train_idx, part, cfg, comm, loader, inference,
-                         sampling=sampling)
+    return SplitParallel(sampler, kind, train_idx, part, cfg, comm, loader, inference, sampling=sampling,
+                         input_sums=kind == "partial_sums" and input_dropout == 0)
