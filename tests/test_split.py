@@ -349,6 +349,9 @@ class _WholeLayer:
         self.calls["gather_sources"] += 1
         return x_src
 
+    def exchanged_ahead(self, x_src):
+        return False
+
 
 @pytest.mark.parametrize("name,hook", [("sage", "aggregate_sum"), ("gcn", "aggregate_sum"), ("gat", "gather_sources")])
 def test_layers_aggregate_through_the_split_hook(name, hook):

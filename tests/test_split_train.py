@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import check_options
 from gnnscale.train.layouts import UNION_ITERATIONS
 from gnnscale.train.loop import epoch_batches
+from gnnscale.train.split_layout import exchanges_input_ahead
 from gnnscale.train.run import run_training
 from launch import rendezvous_port, torchrun
 
@@ -124,17 +126,28 @@ def test_split_training_equals_the_single_process_trainer(partitions, nproc, mod
         # Whole neighborhoods at inference: the same parameters classify every node the same way.
         assert (d["val_acc"], d["test_acc"]) == (s["val_acc"], s["test_acc"])
         rounds = d["rounds_per_iteration"]
-        # SAGE/GCN: layer 0's sums of input features complete in the loading stage (one feature round);
-        # the step shuffles hidden features, forward and backward. GAT: every layer's sources, both ways.
-        sums_ahead = SHUFFLE_FOR_MODEL[model] == "partial_sums"
-        shuffles = 2 * len(FANOUTS) - (2 if sums_ahead else 0)
+        # Layer 0's exchange of input features (SAGE: sums; GAT: 8-wide rows, narrower than 2 x 16 of W x)
+        # completes in the loading stage, one feature round; the step shuffles hidden features both ways.
+        assert exchanges_input_ahead(model_cfg)
         # Owner sampling: one round per hop (the cross edges), on the loading stage's group.
         sample_rounds = len(FANOUTS) if sampling == "owner" else 0
         assert (rounds["sample"], rounds["feature"], rounds["shuffle"], rounds["grad"]) == \
-            (sample_rounds, int(sums_ahead), shuffles, 1)
-        assert (d["bytes_per_iteration"]["feature"] > 0) == sums_ahead and d["bytes_per_iteration"]["shuffle"] > 0
+            (sample_rounds, 1, 2 * len(FANOUTS) - 2, 1)
+        assert d["bytes_per_iteration"]["feature"] > 0 and d["bytes_per_iteration"]["shuffle"] > 0
         assert 0 < d["shuffle_s"] < d["forward_backward_s"]
     check_split_edge_metrics(run, dataset, partitions[nproc], nproc, model, sampling)
+
+
+def test_layer_0_exchange_runs_ahead_when_it_moves_no_more_than_the_step_would():
+    sage = ModelConfig(name="sage", in_dim=100, hidden_dim=256, num_classes=47, num_layers=3)
+    assert exchanges_input_ahead(sage) and exchanges_input_ahead(replace(sage, name="gcn"))
+    assert not exchanges_input_ahead(replace(sage, input_dropout=0.2))  # the step draws the input's masks
+    assert exchanges_input_ahead(replace(sage, name="gat", hidden_dim=256, heads=8))  # 100 <= 2 x 2048
+    cora_gat = ModelConfig(name="gat", in_dim=1433, hidden_dim=8, num_classes=7, num_layers=2, heads=8)
+    assert not exchanges_input_ahead(cora_gat)  # 1433 > 2 x 64
+    # One layer: layer 0 is the output layer, out_heads x num_classes wide.
+    assert exchanges_input_ahead(replace(cora_gat, in_dim=14, num_layers=1))  # 14 <= 2 x 1 x 7
+    assert not exchanges_input_ahead(replace(cora_gat, in_dim=15, num_layers=1))
 
 
 def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Path, nproc: int, model: str,

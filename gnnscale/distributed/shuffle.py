@@ -14,10 +14,11 @@ a gradient, one backward that returns every received row's gradient to its sende
 per layer (layer 0 of SAGE/GCN shuffles sums of input features, which need no gradient: 1). Both
 sides of every exchange come from the split's plan, so no sizes are exchanged.
 
-Layer 0's neighbor sums depend on the input features only, not on the parameters, so the loading
-stage can complete them ahead of the training step (:func:`with_input_sums`, on the loader's Comm,
-category ``"feature"``: like a data-parallel fetch it moves input features, aggregated): the training
-step then shuffles only hidden features, 2L - 2 times per iteration.
+Layer 0's exchange can move input features, which do not depend on the parameters, so the loading
+stage can complete it ahead of the training step (:func:`exchange_input_ahead`, on the loader's Comm,
+category ``"feature"``: like a data-parallel fetch it moves input features): the neighbor sums of the
+input features (SAGE, GCN) or the remote sources' input rows, which GAT then transforms locally. The
+training step shuffles only hidden features, 2L - 2 times per iteration.
 
 Training on splits (:func:`split_loss`): each worker sums the cross-entropy of the seeds it owns and
 divides by the global batch size; summing gradients over workers
@@ -91,17 +92,19 @@ class PartialSums(torch.autograd.Function):
 
 
 @dataclass(frozen=True, slots=True)
-class InputSums:
-    """Layer 0's complete neighbor sums, computed ahead (:func:`with_input_sums`) from the input ``x``.
+class InputAhead:
+    """Layer 0's exchange of the input ``x``, completed ahead of the step (:func:`exchange_input_ahead`).
 
     Args:
-        x: float [num_src, d], the input features they were summed from; a layer whose ``x_src`` is
-            this very tensor takes ``sums`` (any other input, e.g. after input dropout, shuffles anew).
-        sums: float [num_dst, d], every owned destination's sum over its in-edges in the whole mini-batch.
+        x: float [num_src, d], the input features it was computed from; a layer whose ``x_src`` is this
+            very tensor takes ``out`` (any other input, e.g. after input dropout, is exchanged anew).
+        out: ``"partial_sums"``: float [num_dst, d], every owned destination's neighbor sum over the whole
+            mini-batch (:meth:`CooperativeBlock.aggregate_sum`); ``"source_features"``: float
+            [num_src + num_reference, d], ``x`` then the remote sources' rows (:meth:`CooperativeBlock.gather_sources`).
     """
 
     x: Tensor
-    sums: Tensor
+    out: Tensor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,13 +115,13 @@ class CooperativeBlock:
     Args:
         split: this worker's split of the layer (``split.rank == comm.rank``).
         comm: the collectives (every worker runs the same layers in the same order).
-        input_sums: layer 0's neighbor sums of the input features, computed ahead (see
-            :func:`with_input_sums`); None: :meth:`aggregate_sum` shuffles.
+        input_ahead: layer 0's exchange of the input features, completed ahead (see
+            :func:`exchange_input_ahead`); None: the layer shuffles.
     """
 
     split: SplitBlock
     comm: Comm
-    input_sums: InputSums | None = None
+    input_ahead: InputAhead | None = None
     edge_weight: None = field(default=None, init=False)  # unweighted: see SplitAwareBlock
 
     def __post_init__(self) -> None:
@@ -157,8 +160,8 @@ class CooperativeBlock:
     def aggregate_sum(self, x_src: Tensor) -> Tensor:
         """[num_src, d] -> [num_dst, d]: each owned destination's neighbor sum over the whole mini-batch."""
         split, plan = self.split, self.split.plan
-        if self.input_sums is not None and x_src is self.input_sums.x:
-            return self.input_sums.sums  # completed in the loading stage: no shuffle in the step
+        if split.kind == "partial_sums" and self.exchanged_ahead(x_src):
+            return self.input_ahead.out  # completed in the loading stage: no shuffle in the step
         if split.kind == "source_features":
             return _csr_sum(split.indptr, split.indices, split.num_dst, self.gather_sources(x_src))
         partial = _csr_sum(split.indptr, split.indices, split.num_rows, x_src)  # owned rows, then reference rows
@@ -175,6 +178,10 @@ class CooperativeBlock:
         received = self.comm.exchange_rows(partial[split.num_dst:], plan.send_counts, plan.recv_counts, category)
         return partial[: split.num_dst].index_add_(0, plan.recv_index, received)
 
+    def exchanged_ahead(self, x_src: Tensor) -> bool:
+        """Whether this layer's exchange of ``x_src`` was completed in the loading stage (no shuffle)."""
+        return self.input_ahead is not None and x_src is self.input_ahead.x
+
     def gather_sources(self, x_src: Tensor) -> Tensor:
         """[num_src, d] -> [num_src + num_reference, d]: ``x_src``, then the remote sources' rows."""
         split, plan = self.split, self.split.plan
@@ -182,38 +189,45 @@ class CooperativeBlock:
             raise ValueError(f"split: this layer needs the rows of remote sources (GAT), which a split built with "
                              f"kind={split.kind!r} does not exchange; split the mini-batch with "
                              "kind='source_features' (SHUFFLE_FOR_MODEL['gat'])")
+        if self.exchanged_ahead(x_src):
+            return self.input_ahead.out  # received in the loading stage
         received = Shuffle.apply(x_src.index_select(0, plan.send_index), self.comm, plan.send_counts,
                                  plan.recv_counts)
         return torch.cat([x_src, received])
 
 
-def with_input_sums(block: CooperativeBlock, x: Tensor, comm: Comm) -> CooperativeBlock:
-    """``block`` (layer 0 of a ``"partial_sums"`` split) with its neighbor sums of the input features
-    ``x`` completed now, on ``comm``: the loading stage's Comm, so that the exchange runs while the
-    previous mini-batch trains. Category ``"feature"``: it replaces data parallelism's fetch of remote
-    input features, and the training step's ``"shuffle"`` rounds stay those of hidden features.
-
-    The sums are the ones :meth:`CooperativeBlock.aggregate_sum` would compute in the step (the same
-    kernel, the same order): training does not change. Collective: every worker calls it together.
+def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm) -> CooperativeBlock:
+    """``block`` (layer 0) with its exchange of the input features ``x`` completed now, on ``comm``: the
+    loading stage's Comm, so that it runs while the previous mini-batch trains. A ``"partial_sums"``
+    split gets its destinations' complete neighbor sums (the same kernel and order as
+    :meth:`CooperativeBlock.aggregate_sum` in the step: the same training, bitwise); a
+    ``"source_features"`` split gets the remote sources' rows of ``x`` (GAT then transforms them itself).
+    Category ``"feature"``: it replaces data parallelism's fetch of remote input features, and the
+    training step's ``"shuffle"`` rounds stay those of hidden features. Collective: every worker calls
+    it together.
 
     Args:
-        block: this worker's layer-0 split, ``kind="partial_sums"``.
-        x: float [block.num_src, d], the input features of its sources; no gradient (sums computed
-            ahead cannot carry one to ``x``).
+        block: this worker's layer-0 split.
+        x: float [block.num_src, d], the input features of its sources; no gradient (an exchange done
+            ahead cannot carry one back to ``x``).
         comm: the Comm to exchange on (``comm.rank == block.split.rank``).
     """
-    split = block.split
-    if split.kind != "partial_sums":
-        raise ValueError(f"block: input sums are computed for partial_sums splits (SAGE, GCN), got kind={split.kind!r}")
+    split, plan = block.split, block.split.plan
     if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[0] != split.num_src:
         shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x: expected [num_src={split.num_src}, d] input features, got {shape}")
     if x.requires_grad:
-        raise ValueError("x: input sums computed ahead carry no gradient to x; pass features that do not require one")
+        raise ValueError("x: an exchange done ahead carries no gradient to x; pass features that do not require one")
     ahead = CooperativeBlock(split=split, comm=comm)  # checks that comm is this split's worker
     with torch.no_grad():
-        sums = ahead._complete(_csr_sum(split.indptr, split.indices, split.num_rows, x), "feature")
-    return CooperativeBlock(split=split, comm=block.comm, input_sums=InputSums(x, sums))
+        if split.kind == "partial_sums":
+            out = ahead._complete(_csr_sum(split.indptr, split.indices, split.num_rows, x), "feature")
+        else:
+            # Collective: the owned rows that other workers' destinations read, to those workers.
+            received = comm.exchange_rows(x.index_select(0, plan.send_index), plan.send_counts, plan.recv_counts,
+                                          "feature")
+            out = torch.cat([x, received])
+    return CooperativeBlock(split=split, comm=block.comm, input_ahead=InputAhead(x, out))
 
 
 def _csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:

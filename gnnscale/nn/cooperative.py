@@ -44,3 +44,8 @@ class SplitAwareBlock(Protocol):
     def gather_sources(self, x_src: Tensor) -> Tensor:
         """[num_src, d] -> [num_src + num_remote, d]: ``x_src`` followed by the rows of the remote sources
         that ``indices`` reads (identity for a whole :class:`~gnnscale.sampling.block.Block`)."""
+
+    def exchanged_ahead(self, x_src: Tensor) -> bool:
+        """Whether the exchange of ``x_src`` was completed before the layer ran (layer 0's input
+        features, in the loading stage): then :meth:`gather_sources` and :meth:`aggregate_sum` of
+        ``x_src`` cost no communication, and GAT gathers its input rows rather than their transform."""

@@ -312,7 +312,12 @@ class GATConv(nn.Module):
         """The same with torch ops: messages gathered per edge and summed with ``index_add`` (also the
         path of split blocks, whose edges read remote sources' rows)."""
         nd, H, C = block.num_dst, self.heads, self.out_dim
-        z = gather_sources(block, self.lin(x_src)).view(-1, H, C)  # [num_src (+ remote), H, C]
+        if isinstance(block, SplitAwareBlock) and block.exchanged_ahead(x_src):
+            # Split layer 0: the remote sources' input rows arrived in the loading stage; transforming
+            # them here needs no shuffle, where the rows of W x would need one each way.
+            z = self.lin(block.gather_sources(x_src)).view(-1, H, C)
+        else:
+            z = gather_sources(block, self.lin(x_src)).view(-1, H, C)  # [num_src (+ remote), H, C]
         score_src = (z * self.att_src).sum(-1)                   # [num_src, H]
         score_dst = (z[:nd] * self.att_dst).sum(-1)              # [num_dst, H]
         src, dst = block.indices, block.dst_index()

@@ -228,8 +228,7 @@ def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_cfg:
     if dgs is not None:
         return build_dgs(layout, part, cfg, loader, lambda: build_model(model_cfg), dgs)
     if layout == "split":
-        return build_split_parallel(part, cfg, model_name, comm, loader, sampling=split_sampling,
-                                    input_dropout=model_cfg.input_dropout)
+        return build_split_parallel(part, cfg, model_cfg, comm, loader, sampling=split_sampling)
     return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction, model_name=model_name,
                                partition_dir=partition_dir, replication=replication)
 

@@ -12,11 +12,10 @@ Both give the same splits up to row order (tested), hence the same training. Eac
 layer-0 rows from its own feature part: no feature fetch. The model runs on :class:`~gnnscale.distributed.shuffle.CooperativeBlock` s whose
 shuffles (partial sums for SAGE/GCN, source rows for GAT) run on the MAIN (training) process group:
 they are part of the training step. Sampling, splitting and reading the rows run in the background
-loading stage (``prepare``), whose collectives run on the loader's group: owner sampling's rounds and,
-for SAGE and GCN, layer 0's neighbor sums of the input features, which do not depend on the parameters
-(:func:`~gnnscale.distributed.shuffle.with_input_sums`, one ``"feature"`` round): the training step
-shuffles hidden features only. With input dropout layer 0 sums the dropped-out features, so the step
-shuffles them itself.
+loading stage (``prepare``), whose collectives run on the loader's group: owner sampling's rounds and
+layer 0's exchange of input features, which do not depend on the parameters
+(:func:`~gnnscale.distributed.shuffle.exchange_input_ahead`, one ``"feature"`` round; see
+:func:`exchanges_input_ahead` for when): the training step then shuffles hidden features only.
 
 Each worker's loss is the cross-entropy summed over the seeds it owns divided by the mini-batch's seed
 count, and gradients are summed (divisor 1): one step equals the single-process step on the whole
@@ -35,9 +34,10 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.owner_split import OwnerSplitWorkspace, owner_split_blocks
-from gnnscale.distributed.shuffle import CooperativeBlock, split_loss, with_input_sums
+from gnnscale.distributed.shuffle import CooperativeBlock, exchange_input_ahead, split_loss
 from gnnscale.distributed.split import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.split_metrics import epoch_edge_metrics, split_edge_counts
+from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import NeighborSampler, derive_key
 from gnnscale.train.config import TrainConfig
@@ -64,19 +64,16 @@ class SplitParallel:
         inference: the data-parallel hybrid layout that evaluation runs on.
         sampling: ``"owner"`` (each worker samples its own destinations; collective on ``loader``) or
             ``"replicated"`` (each worker samples the whole mini-batch), see :data:`SPLIT_SAMPLINGS`.
-        input_sums: complete layer 0's neighbor sums in the loading stage (``kind="partial_sums"``, a
-            model without input dropout); False: the training step shuffles them.
+        input_ahead: complete layer 0's exchange of input features in the loading stage
+            (:func:`exchanges_input_ahead`); False: the training step shuffles.
     """
 
     def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
                  cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel, *,
-                 sampling: str = "owner", input_sums: bool = False) -> None:
+                 sampling: str = "owner", input_ahead: bool = False) -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
-        if input_sums and kind != "partial_sums":
-            raise ValueError(f"input_sums: layer 0's sums are completed ahead for kind='partial_sums' (SAGE, GCN), "
-                             f"got kind={kind!r}")
-        self.input_sums = input_sums
+        self.input_ahead = input_ahead
         self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
         self.sampling = sampling
@@ -111,8 +108,8 @@ class SplitParallel:
 
     def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
         """Sample the mini-batches of ``steps`` and split them (owner sampling: collective on the loader's
-        Comm, one round per hop), read this worker's layer-0 rows and (``input_sums``) complete layer 0's
-        neighbor sums (collective on the loader's Comm). Inference is the data-parallel hybrid layout's."""
+        Comm, one round per hop), read this worker's layer-0 rows and (``input_ahead``) complete layer 0's
+        exchange of them (collective on the loader's Comm). Inference is the data-parallel hybrid layout's."""
         if not training:
             return self.inference.prepare(steps, timer, training=False)
         lo = self.part.node_offset
@@ -121,9 +118,9 @@ class SplitParallel:
             with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
                 x = torch.from_numpy(np.ascontiguousarray(self.part.features[(splits[0].src_ids - lo).numpy()]))
             blocks = [CooperativeBlock(split=s, comm=self.comm) for s in splits]
-            if self.input_sums:
-                with timer.phase("fetch"):  # layer 0's cross-split sums: the split layout's only input traffic
-                    blocks[0] = with_input_sums(blocks[0], x, self.loader)
+            if self.input_ahead:
+                with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic
+                    blocks[0] = exchange_input_ahead(blocks[0], x, self.loader)
             computed, local = split_edge_counts(splits)
             self._ledger.record(computed, local, minibatch_edges)
             out.append(DistBatch(step=step, blocks=blocks, x=x,
@@ -176,15 +173,28 @@ def all_training_nodes(part: LocalPartition, comm: Comm) -> Tensor:
     return torch.cat([t.cpu() for t in comm.all_to_allv([mine] * comm.world_size, "setup")])
 
 
-def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model_name: str, comm: Comm,
-                         loader: Comm, *, sampling: str = "owner", input_dropout: float = 0.0) -> SplitParallel:
-    """The ``split`` layout of this worker: the hybrid partition (whole topology) is required.
-    ``input_dropout``: the model's; without it, SAGE and GCN get layer 0's sums from the loading stage."""
-    if model_name not in SHUFFLE_FOR_MODEL:
-        raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
-    kind = SHUFFLE_FOR_MODEL[model_name]
+def exchanges_input_ahead(model: ModelConfig) -> bool:
+    """Whether layer 0's exchange runs in the loading stage for ``model``. Its input must be the
+    features themselves (no input dropout, whose masks the step draws). SAGE and GCN: always (the same
+    sums, one round off the step). GAT: when the input rows are no wider than the two shuffles of the
+    transformed rows (forward and backward) they replace, as on the products-shaped graph (100 features
+    against 8 heads x 256); Cora's 1,433 features against 8 x 8 keep the shuffles in the step."""
+    if model.input_dropout > 0:
+        return False
+    if SHUFFLE_FOR_MODEL[model.name] == "partial_sums":
+        return True
+    layer0_width = model.heads * model.hidden_dim if model.num_layers > 1 else model.out_heads * model.num_classes
+    return model.in_dim <= 2 * layer0_width
+
+
+def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelConfig, comm: Comm,
+                         loader: Comm, *, sampling: str = "owner") -> SplitParallel:
+    """The ``split`` layout of this worker: the hybrid partition (whole topology) is required."""
+    if model.name not in SHUFFLE_FOR_MODEL:
+        raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model.name!r}")
+    kind = SHUFFLE_FOR_MODEL[model.name]
     sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
     inference = build_data_parallel("hybrid", part, cfg, loader)
     train_idx = all_training_nodes(part, comm)
     return SplitParallel(sampler, kind, train_idx, part, cfg, comm, loader, inference, sampling=sampling,
-                         input_sums=kind == "partial_sums" and input_dropout == 0)
+                         input_ahead=exchanges_input_ahead(model))
