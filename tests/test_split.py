@@ -333,6 +333,7 @@ class _WholeLayer:
     def __init__(self, block):
         self.block, self.calls = block, {"aggregate_sum": 0, "gather_sources": 0}
         self.num_dst, self.num_src, self.indices = block.num_dst, block.num_src, block.indices
+        self.num_edges, self.indptr = block.num_edges, block.indptr
         self.edge_weight = None
 
     def in_degrees(self):

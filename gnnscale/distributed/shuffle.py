@@ -146,6 +146,14 @@ class CooperativeBlock:
         return self.split.num_src
 
     @property
+    def num_edges(self) -> int:
+        return self.split.num_edges
+
+    @property
+    def indptr(self) -> Tensor:
+        return self.split.indptr
+
+    @property
     def indices(self) -> Tensor:
         return self.split.indices
 

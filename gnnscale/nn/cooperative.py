@@ -20,6 +20,10 @@ class SplitAwareBlock(Protocol):
     Attributes:
         num_dst: destinations owned here (rows of the layer's output on this worker).
         num_src: sources owned here (rows of ``x_src``); the first ``num_dst`` are the destinations.
+        num_edges: edges this worker computes in this layer.
+        indptr: int64 [num_rows + 1], CSC offsets of ``indices`` over the rows this worker aggregates:
+            its owned destinations first (GAT's splits have no other rows, so with ``indices`` they form
+            a block over the gathered sources, which the attention kernel runs on).
         indices: int64 [num_edges], source column of every edge this worker computes, into the rows
             that :meth:`gather_sources` returns.
         edge_weight: always None: split layers are unweighted (weighted LADIES blocks train in one
@@ -28,6 +32,8 @@ class SplitAwareBlock(Protocol):
 
     num_dst: int
     num_src: int
+    num_edges: int
+    indptr: Tensor
     indices: Tensor
     edge_weight: None
 

@@ -8,10 +8,12 @@ Backends. ``"numba"`` (the default for float32/float64 on CPU) aggregates with t
 one pass, and their backward writes each source's gradient once (no zero-filled slice gradient, no
 separate add). ``"csr"`` (a ``torch.sparse`` CSR matrix straight from the block's ``(indptr,
 indices)``) and ``"index_add"`` (gather + ``index_add_``) are the reference paths, and index_add is the
-fallback for dtypes the kernels lack (half, bfloat16). Two kinds of block always take the torch path
+fallback for dtypes the kernels lack (half, bfloat16). Two kinds of block take other paths
 (:func:`uses_kernels`): a split block (:class:`~gnnscale.nn.cooperative.SplitAwareBlock`, split
-parallelism), whose edges cross workers and which aggregates through its own hook, and a block with
-``edge_weight`` (LADIES), which the kernels have no weights for (weighted sums: the CSR product).
+parallelism), whose edges cross workers and which SAGE and GCN aggregate through its own hook (numba
+sums there too), while GAT runs its attention kernel on the split's edges over the gathered sources;
+and a block with ``edge_weight`` (LADIES), which the kernels have no weights for (weighted sums: the
+CSR product).
 
 Order. GraphSAGE and GCN are linear before their nonlinearity, so ``W (A x)`` = ``A (W x)``: they
 aggregate first (sums over ``in`` columns, product over the destinations) or transform first (product
@@ -50,9 +52,10 @@ def resolve_backend(backend: Backend, x: Tensor) -> str:
 
 
 def uses_kernels(backend: Backend, block: Block | SplitAwareBlock, x: Tensor) -> bool:
-    """Whether a layer takes the numba path: the numba backend on a whole, unweighted block. A split
-    block aggregates through its own hook (its edges cross workers) and a weighted block (LADIES)
-    through the torch reference, which the kernels do not replace (they have no per-edge weight)."""
+    """Whether SAGE and GCN take their numba path: the numba backend on a whole, unweighted block. A
+    split block aggregates through its own hook (its edges cross workers) and a weighted block (LADIES)
+    through the torch reference, which the kernels do not replace (they have no per-edge weight). GAT
+    refuses weighted blocks and runs its attention kernel on split blocks too."""
     return (resolve_backend(backend, x) == "numba" and not isinstance(block, SplitAwareBlock)
             and block.edge_weight is None)
 
@@ -297,8 +300,10 @@ class GATConv(nn.Module):
         nd, H, C = block.num_dst, self.heads, self.out_dim
         p = self.attn_dropout if self.training else 0.0
         key = check_dropout_key(dropout_key) if p > 0 else 0
-        if uses_kernels(self.backend, block, x_src):
-            z = self.lin(x_src)                                                  # [num_src, H * C]
+        if resolve_backend(self.backend, x_src) == "numba":
+            # Whole and split blocks alike: a split's edges end at its owned destinations and read the
+            # gathered rows (its own sources first, then the remote ones), a block's CSC layout.
+            z = self._source_rows(block, x_src)                                  # [num_src (+ remote), H * C]
             # Both scores in one product with block-diagonal [H * C, H] attention vectors: no [S, H, C] temporary.
             scores = z @ torch.cat([_block_diagonal(self.att_src), _block_diagonal(self.att_dst)], dim=1)
             out = attention(block, z.view(-1, H, C), scores[:, :H], scores[:nd, H:],
@@ -308,16 +313,18 @@ class GATConv(nn.Module):
         out = out.reshape(nd, H * C) if self.concat else out.mean(dim=1)
         return out if self.bias is None else out + self.bias
 
-    def _reference(self, block: Block, x_src: Tensor, p: float, key: int) -> Tensor:
-        """The same with torch ops: messages gathered per edge and summed with ``index_add`` (also the
-        path of split blocks, whose edges read remote sources' rows)."""
-        nd, H, C = block.num_dst, self.heads, self.out_dim
+    def _source_rows(self, block: Block | SplitAwareBlock, x_src: Tensor) -> Tensor:
+        """``W x`` of every source the block's edges read: [num_src (+ remote sources of a split), H * C]."""
         if isinstance(block, SplitAwareBlock) and block.exchanged_ahead(x_src):
             # Split layer 0: the remote sources' input rows arrived in the loading stage; transforming
             # them here needs no shuffle, where the rows of W x would need one each way.
-            z = self.lin(block.gather_sources(x_src)).view(-1, H, C)
-        else:
-            z = gather_sources(block, self.lin(x_src)).view(-1, H, C)  # [num_src (+ remote), H, C]
+            return self.lin(block.gather_sources(x_src))
+        return gather_sources(block, self.lin(x_src))
+
+    def _reference(self, block: Block, x_src: Tensor, p: float, key: int) -> Tensor:
+        """The same with torch ops: messages gathered per edge and summed with ``index_add``."""
+        nd, H, C = block.num_dst, self.heads, self.out_dim
+        z = self._source_rows(block, x_src).view(-1, H, C)       # [num_src (+ remote), H, C]
         score_src = (z * self.att_src).sum(-1)                   # [num_src, H]
         score_dst = (z[:nd] * self.att_dst).sum(-1)              # [num_dst, H]
         src, dst = block.indices, block.dst_index()
