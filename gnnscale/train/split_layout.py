@@ -178,7 +178,7 @@ def exchanges_input_ahead(model: ModelConfig) -> bool:
     features themselves (no input dropout, whose masks the step draws). SAGE and GCN: always (the same
     sums, one round off the step). GAT: when the input rows are no wider than the two shuffles of the
     transformed rows (forward and backward) they replace, as on the products-shaped graph (100 features
-    against 8 heads x 256); Cora's 1,433 features against 8 x 8 keep the shuffles in the step."""
+    against 8 heads x 32); Cora's 1,433 features against 8 x 8 keep the shuffles in the step."""
     if model.input_dropout > 0:
         return False
     if SHUFFLE_FOR_MODEL[model.name] == "partial_sums":
