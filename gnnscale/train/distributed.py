@@ -45,7 +45,7 @@ from gnnscale.train.layouts import (DATA_PARALLEL_LAYOUTS, MATRIX_LAYOUTS, DataP
                                     build_data_parallel)
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.prefetch import stream_in_groups
-from gnnscale.train.run import TrainReport, summarize
+from gnnscale.train.run import TrainReport, build_optimizer, summarize
 from gnnscale.train.split_layout import SPLIT_SAMPLINGS, SplitParallel, build_split_parallel
 
 LAYOUTS = (*DATA_PARALLEL_LAYOUTS, "split")
@@ -355,7 +355,9 @@ def run_distributed_training(partition_dir: str | Path, layout: str, model_optio
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
         torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
         model = build_model(model_cfg)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # The single-machine trainer's optimizer: fused and unfused Adam round differently, so one worker
+        # equals the single-machine run only if both step with the same one.
+        optimizer = build_optimizer(model, cfg)
         num_batches = agreed_num_batches(strategy, comm)
         lead = progress and ctx.rank == 0
         start = Start()
