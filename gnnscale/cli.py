@@ -16,11 +16,12 @@ from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
-from gnnscale.train.dgs_layout import DGS_MODES, DGSConfig
-from gnnscale.train.distributed import LAYOUTS, run_distributed_training
+from gnnscale.train.distributed import RunOutputs, run_distributed_training
+from gnnscale.train.layouts import LAYOUTS, LayoutOptions
+from gnnscale.train.layouts.dgs import DGS_MODES, DGSConfig
+from gnnscale.train.layouts.split import SPLIT_SAMPLINGS
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
-from gnnscale.train.split_layout import SPLIT_SAMPLINGS
 
 
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
@@ -106,11 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (it holds the data: no --dataset); "
                         "launch one worker per part with torchrun")
-    t.add_argument("--layout", default="hybrid", choices=LAYOUTS,
-                   help="distributed: hybrid (topology replicated, 2 rounds/iteration), vanilla (2L rounds), or split "
-                        "(one mini-batch of P x --batch-size seeds split across workers, no feature fetch); with "
-                        "--sampler matrix|ladies: 1d (topology replicated, no sampling rounds) or 1.5d (block rows "
-                        "of the adjacency on --replication workers each)")
+    t.add_argument("--layout", default="hybrid", choices=tuple(LAYOUTS),
+                   help="distributed: " + "; ".join(f"{name} ({spec.summary})" for name, spec in LAYOUTS.items()))
     t.add_argument("--split-sampling", default=None, choices=SPLIT_SAMPLINGS,
                    help="distributed --layout split: owner (default: each worker samples the destinations it owns and "
                         "exchanges cross edges, one round per hop) or replicated (each worker samples the whole "
@@ -217,13 +215,12 @@ def cmd_train(args) -> None:
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
-        report = run_distributed_training(args.partitions, args.layout, model_options, train_cfg,
-                                          metrics_out=args.metrics_out, progress=not args.quiet,
-                                          timeout_s=args.timeout, overwrite=args.overwrite,
-                                          cache_fraction=args.cache_fraction, model_out=args.save_model, dgs=dgs,
-                                          replication=args.replication, checkpoint=args.checkpoint,
-                                          resume=args.resume, checkpoint_every=args.checkpoint_every,
-                                          split_sampling=args.split_sampling)
+        options = LayoutOptions(layout=args.layout, cache_fraction=args.cache_fraction, replication=args.replication,
+                                split_sampling=args.split_sampling, dgs=dgs)
+        outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
+                             resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite)
+        report = run_distributed_training(args.partitions, options, model_options, train_cfg, outputs,
+                                          progress=not args.quiet, timeout_s=args.timeout)
     else:
         if args.replication != 1:
             raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")

@@ -90,8 +90,8 @@ def warm_layer_orders(work: Path) -> None:
 def warm_partition_and_distributed(work: Path) -> None:
     """``gnnscale partition`` (both methods) and one-worker distributed training in every layout."""
     from gnnscale.partition import write_partition_dir
-    from gnnscale.train.distributed import LAYOUTS, run_distributed_training
-    from gnnscale.train.layouts import MATRIX_LAYOUTS
+    from gnnscale.train.distributed import run_distributed_training
+    from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 
     dataset = make_synthetic(TINY)
     write_partition_dir(dataset, 2, "random", work / "random")
@@ -101,16 +101,16 @@ def warm_partition_and_distributed(work: Path) -> None:
         port = s.getsockname()[1]
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     options = dict(name="sage", hidden_dim=8, dropout=0.5)
-    for layout in LAYOUTS:
-        matrix = layout in MATRIX_LAYOUTS  # the matrix samplers' layouts: --sampler matrix, no replacement
-        for replace in (False,) if matrix else (False, True):
-            cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace,
-                              sampler="matrix" if matrix else "fused")
-            run_distributed_training(work / "metis", layout, options, cfg, progress=False, timeout_s=60)
+    for name, spec in LAYOUTS.items():
+        sampler = spec.samplers[0]  # the fused kernel, or (the matrix layouts) --sampler matrix, no replacement
+        for replace in (False,) if sampler == "matrix" else (False, True):
+            cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace, sampler=sampler)
+            run_distributed_training(work / "metis", LayoutOptions(layout=name), options, cfg, progress=False,
+                                     timeout_s=60)
     # GAT's split shuffles source rows: owner sampling builds those splits with kernels of their own.
     cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2)
-    run_distributed_training(work / "metis", "split", dict(name="gat", hidden_dim=8, heads=2), cfg, progress=False,
-                             timeout_s=60)
+    run_distributed_training(work / "metis", LayoutOptions(layout="split"), dict(name="gat", hidden_dim=8, heads=2),
+                             cfg, progress=False, timeout_s=60)
 
 
 def warm_dgs_sampling(work: Path) -> None:

@@ -18,7 +18,7 @@ from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import sample_blocks
 from gnnscale.sampling.dgs import sample_blocks_dgs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.dgs_layout import DGSConfig, build_dgs
+from gnnscale.train.layouts.dgs import DGSConfig, build_dgs
 from gnnscale.train.metrics import PhaseTimer
 
 PERIOD = 2
@@ -30,10 +30,10 @@ def model_factory():
 
 
 def build(comm: Comm, mode: str = "both"):
-    part = local_partition(comm.rank, comm.world_size, "hybrid")
+    part = local_partition(comm.rank, comm.world_size, "whole")
     cfg = TrainConfig(fanouts=FANOUTS, batch_size=8, seed=3, threads=1)
     dgs = DGSConfig(period=PERIOD, epsilon=EPSILON, feature_rate=RATE, mode=mode, probes=8, clusters_per_part=4)
-    return build_dgs("hybrid", part, cfg, comm, model_factory, dgs)
+    return build_dgs(part, cfg, comm, model_factory, dgs)
 
 
 def check_dgs_layout(rank: int, world_size: int, port: int) -> dict:

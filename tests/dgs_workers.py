@@ -24,17 +24,17 @@ FANOUTS = (5, 3)
 ITERATION = 30
 
 
-def local_partition(rank: int, world_size: int, layout: str) -> LocalPartition:
+def local_partition(rank: int, world_size: int, view: str) -> LocalPartition:
     """This worker's part of the shared test graph, as ``load_partition`` would give it."""
     graph, book, features = make_graph(), make_book(world_size), make_features()
     lo, hi = book.node_range(rank)
-    if layout == "hybrid":
+    if view == "whole":
         topology = graph
     else:
         indptr, indices = part_rows(graph, book, rank)
         topology = PartRows(local_indptr=indptr, local_indices=indices, node_offset=lo, num_nodes=NUM_NODES)
     ids = np.arange(lo, hi, dtype=np.int64)
-    return LocalPartition(dataset_name="test", book=book, part=rank, layout=layout, topology=topology,
+    return LocalPartition(dataset_name="test", book=book, part=rank, view=view, topology=topology,
                           features=features[lo:hi], labels=ids % 3, train_idx=ids[::2], val_idx=ids[1::4],
                           test_idx=ids[3::4], num_classes=3)
 
@@ -63,12 +63,12 @@ def check_dgs(rank: int, world_size: int, port: int) -> dict:
 
 def check_cluster_map(comm: Comm):
     """Every worker learns the same clusters as the single-process construction, in 2 setup rounds,
-    whichever layout it loaded."""
+    whichever view of the partition it loaded."""
     rank, world = comm.rank, comm.world_size
     expected = build_cluster_map_local(make_graph(), make_book(world), make_features(), CLUSTERS)
-    for layout in ("hybrid", "vanilla"):
+    for view in ("whole", "own"):
         comm.stats.snapshot_and_reset()
-        got = build_cluster_map(local_partition(rank, world, layout), comm, CLUSTERS)
+        got = build_cluster_map(local_partition(rank, world, view), comm, CLUSTERS)
         assert only(comm.stats.snapshot_and_reset(), "setup")["rounds"] == 2
         assert got.fingerprint == expected.fingerprint
         assert np.array_equal(got.node_cluster, expected.node_cluster)
@@ -185,7 +185,7 @@ def check_online_explanation(comm: Comm, clusters) -> dict:
     """End to end on real masks: the explanation graph (probes sampled and fetched once), an online
     explanation of a model in a background thread, and both layouts sampling alike with its masks."""
     rank, world = comm.rank, comm.world_size
-    part = local_partition(rank, world, "hybrid")
+    part = local_partition(rank, world, "whole")
     graph, book = make_graph(), make_book(world)
     store = PartitionedFeatureStore(book, rank, part.features, comm)
     explained = build_explanation_graph(part, HybridSampler(graph, book, rank, FANOUTS), store, clusters,

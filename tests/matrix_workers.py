@@ -38,9 +38,9 @@ def compare_15d_with_single_process(partition_dir: str, rank: int, world_size: i
     ctx = init_for_test(rank, world_size, port, timeout_s=60.0)
     try:
         comm = Comm(ctx)
-        part = load_partition(partition_dir, rank, "vanilla")
-        graph = load_partition(partition_dir, rank, "hybrid").topology
-        features = np.concatenate([load_partition(partition_dir, q, "vanilla").features for q in range(world_size)])
+        part = load_partition(partition_dir, rank, "own")
+        graph = load_partition(partition_dir, rank, "whole").topology
+        features = np.concatenate([load_partition(partition_dir, q, "own").features for q in range(world_size)])
         seeds = list(torch.from_numpy(part.train_idx.copy()).split(16))[:BULK + 1]
         keys = [derive_key(7, 0, step, rank) for step in range(len(seeds))]
         sage = MatrixSampler(graph, FANOUTS, bulk=BULK).sample_many(seeds, keys)

@@ -15,9 +15,10 @@ from gnnscale.cli import EXIT_BAD_INPUT, main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.dgs_layout import DGSConfig
+from gnnscale.train.layouts import LayoutOptions, check_layout_options
+from gnnscale.train.layouts.dgs import DGSConfig
 from gnnscale.train.checks import LaunchError
-from gnnscale.train.distributed import check_options, run_distributed_training
+from gnnscale.train.distributed import RunOutputs, run_distributed_training
 from launch import run_launch, torchrun
 from test_distributed import spawn_run
 
@@ -40,10 +41,10 @@ def test_dgs_needs_a_layout_that_fetches_features():
     cfg = TrainConfig(fanouts=(5, 3), batch_size=8)
     with pytest.raises(ValueError, match=r"dgs: --dgs needs a layout that fetches features \(--layout hybrid or "
                                          r"vanilla\), got --layout split"):
-        check_options("split", cfg, 0.0, dgs=DGSConfig())
+        check_layout_options(LayoutOptions(layout="split", dgs=DGSConfig()), cfg)
     with pytest.raises(ValueError, match=r"dgs: --dgs and --cache-fraction"):
-        check_options("hybrid", cfg, 0.1, dgs=DGSConfig())
-    check_options("vanilla", cfg, 0.0, dgs=DGSConfig())
+        check_layout_options(LayoutOptions(layout="hybrid", cache_fraction=0.1, dgs=DGSConfig()), cfg)
+    check_layout_options(LayoutOptions(layout="vanilla", dgs=DGSConfig()), cfg)
 
 
 def test_dgs_with_a_checkpoint_is_refused_before_joining(monkeypatch, tmp_path):
@@ -54,8 +55,8 @@ def test_dgs_with_a_checkpoint_is_refused_before_joining(monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     cfg = TrainConfig(fanouts=(5, 3), batch_size=8)
     with pytest.raises(LaunchError, match=r"checkpoint: --checkpoint is not supported with --dgs yet"):
-        run_distributed_training(tmp_path / "parts", "hybrid", dict(name="sage"), cfg, dgs=DGSConfig(),
-                                 checkpoint=tmp_path / "run.pt")
+        run_distributed_training(tmp_path / "parts", LayoutOptions(layout="hybrid", dgs=DGSConfig()), dict(name="sage"),
+                                 cfg, RunOutputs(checkpoint=tmp_path / "run.pt"))
 
 
 @pytest.mark.parametrize("argv, match", [

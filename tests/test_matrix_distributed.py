@@ -16,7 +16,7 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.partition.book import PartitionBook
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.distributed import check_options
+from gnnscale.train.layouts import LayoutOptions, check_layout_options
 from launch import run_launch, torchrun
 from test_distributed import spawn_ok
 
@@ -98,17 +98,19 @@ def test_bad_replication_is_refused_with_the_flag():
     with pytest.raises(TypeError, match="replication: expected an int"):
         check_replication(2.0, 4)
     with pytest.raises(ValueError, match="replication: expected a divisor"):
-        check_options("1.5d", TrainConfig(sampler="matrix"), 0.0, replication=3, world_size=4)
-    check_options("1.5d", TrainConfig(sampler="matrix"), 0.0, replication=3)  # the launch's size not known yet
+        check_layout_options(LayoutOptions(layout="1.5d", replication=3), TrainConfig(sampler="matrix"), world_size=4)
+    check_layout_options(LayoutOptions(layout="1.5d", replication=3), TrainConfig(sampler="matrix"))  # the launch's size not known yet
     cfg = TrainConfig(sampler="matrix", bulk=4)
     with pytest.raises(ValueError, match=r"replication: --replication 2 applies to --layout 1.5d, got --layout 1d"):
-        check_options("1d", cfg, 0.0, replication=2, world_size=4)
-    with pytest.raises(ValueError, match=r"sampler: --sampler matrix runs distributed with --layout 1d"):
-        check_options("hybrid", cfg, 0.0, world_size=4)
-    with pytest.raises(ValueError, match=r"layout: --layout 1.5d is the matrix samplers' layout"):
-        check_options("1.5d", TrainConfig(), 0.0, world_size=4)
+        check_layout_options(LayoutOptions(layout="1d", replication=2), cfg, world_size=4)
+    with pytest.raises(ValueError, match=r"sampler: --sampler matrix runs distributed with --layout 1d or 1.5d, got "
+                                         r"--layout hybrid \(which samples with --sampler fused or two_step\)"):
+        check_layout_options(LayoutOptions(layout="hybrid"), cfg, world_size=4)
+    with pytest.raises(ValueError, match=r"sampler: --sampler fused runs distributed with --layout hybrid or vanilla "
+                                         r"or split, got --layout 1.5d \(which samples with --sampler matrix or ladies\)"):
+        check_layout_options(LayoutOptions(layout="1.5d"), TrainConfig(), world_size=4)
     with pytest.raises(ValueError, match=r"--model gat"):
-        check_options("1d", TrainConfig(sampler="ladies"), 0.0, world_size=4, model_name="gat")
+        check_layout_options(LayoutOptions(layout="1d"), TrainConfig(sampler="ladies"), "gat", world_size=4)
 
 
 @pytest.mark.parametrize("field, value, message", [

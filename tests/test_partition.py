@@ -190,17 +190,17 @@ def test_relabelling_ignores_the_input_row_order(ds):
 # --- the partition directory ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["hybrid", "vanilla"])
-def test_round_trip(written, ds, layout):
+@pytest.mark.parametrize("view", ["whole", "own"])
+def test_round_trip(written, ds, view):
     manifest = read_manifest(written)
     new_to_old = np.load(written / "new_to_old.npy")
     old_to_new = np.argsort(new_to_old)
-    topology = load_partition(written, 0, "hybrid").topology
+    topology = load_partition(written, 0, "whole").topology
     np.testing.assert_array_equal(edge_keys(topology, new_to_old), edge_keys(ds.graph))
     seen = {name: [] for name in ("train_idx", "val_idx", "test_idx")}
     for p in range(4):
-        lp = load_partition(written, p, layout)
-        assert isinstance(lp, LocalPartition) and lp.layout == layout and lp.num_parts == 4
+        lp = load_partition(written, p, view)
+        assert isinstance(lp, LocalPartition) and lp.view == view and lp.num_parts == 4
         assert (lp.dataset_name, lp.num_classes, lp.feature_dim) == ("synthetic", 5, 8)
         lo, hi = lp.book.node_range(p)
         assert lp.node_offset == lo == manifest["offsets"][p]
@@ -211,7 +211,7 @@ def test_round_trip(written, ds, layout):
             ids = getattr(lp, name)
             assert ids.dtype == np.int64 and (ids.size == 0 or (lo <= ids[0] and ids[-1] < hi))
             seen[name].append(ids)
-        if layout == "vanilla":
+        if view == "own":
             assert isinstance(lp.topology, PartRows) and lp.topology.node_offset == lo
             rows = slice(topology.indptr[lo], topology.indptr[hi])
             np.testing.assert_array_equal(lp.topology.local_indices, topology.indices[rows])
@@ -247,9 +247,9 @@ def test_flipped_byte_is_reported_as_corrupt(damaged):
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="part1/features.npy: file is corrupt"):
-        load_partition(damaged, 1, "vanilla")
-    load_partition(damaged, 0, "vanilla")  # other parts do not read it
-    load_partition(damaged, 1, "vanilla", verify=False)  # same shape: only the checksum can tell
+        load_partition(damaged, 1, "own")
+    load_partition(damaged, 0, "own")  # other parts do not read it
+    load_partition(damaged, 1, "own", verify=False)  # same shape: only the checksum can tell
 
 
 def test_corrupt_topology_fails_hybrid_only(damaged):
@@ -258,17 +258,17 @@ def test_corrupt_topology_fails_hybrid_only(damaged):
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="topology/indices.npy: file is corrupt"):
-        load_partition(damaged, 2, "hybrid")
-    assert load_partition(damaged, 2, "vanilla").layout == "vanilla"
+        load_partition(damaged, 2, "whole")
+    assert load_partition(damaged, 2, "own").view == "own"
 
 
 @pytest.mark.parametrize("rel", ["part3/labels.npy", "part3/indices.npy", "topology/indptr.npy",
                                  "part3/test_idx.npy"])
 def test_missing_file_is_named(damaged, rel):
     (damaged / rel).unlink()
-    layout = "hybrid" if rel.startswith("topology") else "vanilla"
+    view = "whole" if rel.startswith("topology") else "own"
     with pytest.raises(ValueError, match=f"{rel}: missing file"):
-        load_partition(damaged, 3, layout)
+        load_partition(damaged, 3, view)
 
 
 @pytest.mark.parametrize(("edit", "match"), [
@@ -283,7 +283,7 @@ def test_bad_manifest_is_named(damaged, edit, match):
     edit(manifest)
     (damaged / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=match):
-        load_partition(damaged, 0, "vanilla")
+        load_partition(damaged, 0, "own")
 
 
 def test_bad_load_arguments(written, tmp_path):
@@ -291,7 +291,7 @@ def test_bad_load_arguments(written, tmp_path):
         load_partition(written, 4)
     with pytest.raises(ValueError, match="part: .* got -1"):
         load_partition(written, -1)
-    with pytest.raises(ValueError, match="layout: expected one of hybrid, vanilla, got 'both'"):
+    with pytest.raises(ValueError, match="view: expected one of whole, own, got 'both'"):
         load_partition(written, 0, "both")
     with pytest.raises(ValueError, match="directory: expected a partition directory"):
         load_partition(tmp_path / "absent", 0)
@@ -356,7 +356,7 @@ def test_cli_partition_writes_a_loadable_directory(tmp_path, capsys):
     assert "edge cut" in printed and "balance" in printed
     manifest = read_manifest(out)
     assert (manifest["num_parts"], manifest["method"], manifest["seed"]) == (3, "metis", 2)
-    assert load_partition(out, 2, "vanilla").features.shape[0] == 200
+    assert load_partition(out, 2, "own").features.shape[0] == 200
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"gnnscale partition: error: out: {out} already exists; pass --overwrite to replace it, or choose " \

@@ -36,10 +36,10 @@ from gnnscale.nn import ModelConfig
 from gnnscale.partition import load_partition, write_partition_dir
 from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.distributed import check_options
-from gnnscale.train.layouts import UNION_ITERATIONS
+from gnnscale.train.layouts import LayoutOptions, check_layout_options
+from gnnscale.train.layouts.data_parallel import UNION_ITERATIONS
 from gnnscale.train.loop import epoch_batches
-from gnnscale.train.split_layout import exchanges_input_ahead
+from gnnscale.train.layouts.split import exchanges_input_ahead
 from gnnscale.train.run import run_training
 from launch import rendezvous_port, torchrun
 
@@ -65,7 +65,7 @@ def partitions(tmp_path_factory):
 def relabelled_dataset(partition_dir: Path, num_parts: int) -> NodeDataset:
     """The partitioned graph as one dataset (relabelled ids, the parts' rows in order): what the
     single-process trainer must see to draw the same mini-batches as split training."""
-    parts = [load_partition(partition_dir, p, "hybrid") for p in range(num_parts)]
+    parts = [load_partition(partition_dir, p, "whole") for p in range(num_parts)]
 
     def joined(name: str) -> np.ndarray:
         return np.concatenate([np.asarray(getattr(p, name)) for p in parts])
@@ -156,7 +156,7 @@ def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Pat
                              sampling: str) -> None:
     """Redundancy exactly 0, every count equal to split_edge_metrics on the re-sampled mini-batches, and
     rank 0's sampled edges: the whole mini-batch's (replicated) or its own destinations' in-edges (owner)."""
-    book = load_partition(partition_dir, 0, "hybrid").book
+    book = load_partition(partition_dir, 0, "whole").book
     train_idx = torch.from_numpy(dataset.train_idx)
     num_batches = math.ceil(train_idx.numel() / MINIBATCH)
     for epoch, h in enumerate(run["history"]):
@@ -191,7 +191,7 @@ def test_a_cache_changes_the_bytes_not_the_training(partitions, tmp_path):
 
 
 def check_data_parallel_edge_metrics(run: dict, partition_dir: Path, nproc: int, batch_size: int) -> None:
-    parts = [load_partition(partition_dir, p, "hybrid") for p in range(nproc)]
+    parts = [load_partition(partition_dir, p, "whole") for p in range(nproc)]
     graph, book = parts[0].topology, parts[0].book
     train = [torch.from_numpy(np.array(p.train_idx)) for p in parts]
     num_batches = max(math.ceil(t.numel() / batch_size) for t in train)
@@ -211,13 +211,13 @@ def test_split_sampling_outside_the_split_layout_is_one_clear_line(partitions, c
     assert cli_main(argv) == 2  # before any worker starts
     assert "split_sampling: --split-sampling applies to --layout split, got --layout hybrid" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"split_sampling: expected one of \('owner', 'replicated'\)"):
-        check_options("split", TrainConfig(), 0.0, split_sampling="edges")
+        check_layout_options(LayoutOptions(layout="split", split_sampling="edges"), TrainConfig())
     assert cli_main(["train", "--split-sampling", "owner"]) == 2
     assert "split_sampling: --split-sampling applies to distributed --layout split" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--layout", "split", "--cache-fraction", "0.2"], "cache_fraction: --layout split reads only the feature rows"),
+    (["--layout", "split", "--cache-fraction", "0.2"], "cache_fraction: --cache-fraction caches the feature rows a worker fetches, which --layout hybrid or vanilla do; --layout split has none to cache"),
     (["--layout", "hybrid", "--cache-fraction", "1.5"], r"cache_fraction: expected a fraction of all nodes in \[0, 1\] "
                                                         r"\(--cache-fraction\), got 1.5"),
 ])
@@ -225,7 +225,7 @@ def test_bad_cache_options_are_one_clear_line(partitions, capsys, argv, message)
     assert cli_main(["train", "--partitions", str(partitions[2]), *argv]) == 2  # before any worker starts
     assert capsys.readouterr().err.startswith("gnnscale train: error: ")
     with pytest.raises(ValueError, match=message):
-        check_options(argv[1], TrainConfig(), float(argv[3]))
+        check_layout_options(LayoutOptions(layout=argv[1], cache_fraction=float(argv[3])), TrainConfig())
 
 
 def test_cache_fraction_without_partitions_is_an_error(capsys):

@@ -10,7 +10,7 @@ from gnnscale.partition.assign import METHODS, assign_parts, symmetric_adjacency
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import (
     FORMAT_VERSION,
-    LAYOUTS,
+    VIEWS,
     LocalPartition,
     PartRows,
     load_partition,
@@ -20,7 +20,7 @@ from gnnscale.partition.directory import (
 from gnnscale.partition.relabel import PartitionSummary, Relabeling, relabel, summarize
 
 __all__ = [
-    "FORMAT_VERSION", "LAYOUTS", "METHODS", "LocalPartition", "PartRows", "PartitionBook", "PartitionSummary",
+    "FORMAT_VERSION", "METHODS", "VIEWS", "LocalPartition", "PartRows", "PartitionBook", "PartitionSummary",
     "Relabeling", "assign_parts", "load_partition", "read_manifest", "relabel", "summarize",
     "symmetric_adjacency", "write_partition_dir",
 ]

@@ -8,12 +8,12 @@ Layout (node ids are the relabelled ones: part ``p`` owns ``[offsets[p], offsets
                               split_sizes {train_idx|val_idx|test_idx: count per part},
                               files {relative path: sha256 hex} for every other file
     new_to_old.npy            int64 [num_nodes], original id of each node
-    topology/indptr.npy       int64 [num_nodes + 1]     the whole relabelled graph (hybrid layout)
+    topology/indptr.npy       int64 [num_nodes + 1]     the whole relabelled graph ("whole" view)
     topology/indices.npy      int32|int64 [num_edges]
     part<p>/features.npy      float32 [n_p, feature_dim], row i is node offsets[p] + i
     part<p>/labels.npy        int64 [n_p]
     part<p>/train_idx.npy     int64, global ids owned by p, sorted (also val_idx.npy, test_idx.npy)
-    part<p>/indptr.npy        int64 [n_p + 1]           in-edges of p's nodes (vanilla layout): the
+    part<p>/indptr.npy        int64 [n_p + 1]           in-edges of p's nodes ("own" view): the
     part<p>/indices.npy       int32|int64 [e_p]         topology's rows offsets[p]..offsets[p+1], same order
 
 Writes are atomic (a hidden staging sibling, fsync, one rename, as in :mod:`gnnscale.graph.storage`);
@@ -41,7 +41,8 @@ from gnnscale.partition.relabel import PartitionSummary, Relabeling, relabel, su
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-LAYOUTS: tuple[str, ...] = ("hybrid", "vanilla")
+# What a worker reads of the topology: the whole graph (replicated) or its own part's in-edges.
+VIEWS: tuple[str, ...] = ("whole", "own")
 SPLITS = ("train_idx", "val_idx", "test_idx")
 # Read and write in 8 MiB pieces: large enough for sha256 and the disk to run at full speed, small
 # enough that gathering one piece of a memory-mapped feature matrix stays cheap.
@@ -172,7 +173,7 @@ def _write_npy(path: Path, array: np.ndarray | _Gathered) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartRows:
-    """One part's rows of the relabelled CSC graph (vanilla layout).
+    """One part's rows of the relabelled CSC graph ("own" view).
 
     Args:
         local_indptr: int64 [n_p + 1], starts at 0; the in-edges of global node ``v`` are
@@ -210,8 +211,8 @@ class LocalPartition:
         dataset_name: name of the partitioned dataset.
         book: node ranges of all parts (global ids are the relabelled ones).
         part: this worker's part, in [0, num_parts).
-        layout: ``"hybrid"`` (topology is the whole graph) or ``"vanilla"`` (only this part's rows).
-        topology: hybrid: the whole relabelled :class:`CSCGraph`; vanilla: :class:`PartRows`. Memory-mapped.
+        view: ``"whole"`` (topology is the whole graph) or ``"own"`` (only this part's rows).
+        topology: whole: the whole relabelled :class:`CSCGraph`; own: :class:`PartRows`. Memory-mapped.
         features: float32 [n_p, feature_dim], memory-mapped; row i is global node ``node_offset + i``.
         labels: int64 [n_p], same rows.
         train_idx, val_idx, test_idx: int64, GLOBAL ids owned by this part, sorted.
@@ -221,7 +222,7 @@ class LocalPartition:
     dataset_name: str
     book: PartitionBook
     part: int
-    layout: str
+    view: str
     topology: CSCGraph | PartRows
     features: np.ndarray
     labels: np.ndarray
@@ -233,11 +234,11 @@ class LocalPartition:
     def __post_init__(self) -> None:
         if not 0 <= self.part < self.book.num_parts:
             raise ValueError(f"part: expected an int in [0, {self.book.num_parts}), got {self.part}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        expected = CSCGraph if self.layout == "hybrid" else PartRows
+        if self.view not in VIEWS:
+            raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {self.view!r}")
+        expected = CSCGraph if self.view == "whole" else PartRows
         if not isinstance(self.topology, expected):
-            raise TypeError(f"topology: layout {self.layout!r} needs a {expected.__name__}, "
+            raise TypeError(f"topology: view {self.view!r} needs a {expected.__name__}, "
                             f"got {type(self.topology).__name__}")
         n_p = self.num_local_nodes
         if self.features.ndim != 2 or self.features.shape[0] != n_p or self.labels.shape != (n_p,):
@@ -262,24 +263,24 @@ class LocalPartition:
         return int(self.features.shape[1])
 
 
-def load_partition(directory: str | Path, part: int, layout: str = "hybrid", *, verify: bool = True) -> LocalPartition:
+def load_partition(directory: str | Path, part: int, view: str = "whole", *, verify: bool = True) -> LocalPartition:
     """Load part ``part`` of a directory written by :func:`write_partition_dir`, memory-mapped.
 
     Args:
         directory: the partition directory.
         part: which part, in [0, num_parts).
-        layout: ``"hybrid"`` (read the whole topology) or ``"vanilla"`` (read this part's rows only).
+        view: ``"whole"`` (read the whole topology) or ``"own"`` (read this part's rows only).
         verify: check the sha256 of every file read against the manifest (default True; streams each
             file once).
 
     Raises ValueError naming the path when the manifest or a file is missing, a file is corrupt
     (checksum mismatch) or disagrees with the manifest's counts; and for a wrong format_version,
-    ``part`` out of range or an unknown ``layout``.
+    ``part`` out of range or an unknown ``view``.
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if view not in VIEWS:
+        raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
     num_parts = manifest["num_parts"]
     if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < num_parts:
         raise ValueError(f"part: expected an int in [0, num_parts = {num_parts}), got {part!r}")
@@ -291,7 +292,7 @@ def load_partition(directory: str | Path, part: int, layout: str = "hybrid", *, 
     labels = reader.array(f"part{part}/labels.npy", np.int64, (n_p,))
     splits = {name: reader.ids(f"part{part}/{name}.npy", lo, hi, manifest["split_sizes"][name][part])
               for name in SPLITS}
-    if layout == "hybrid":
+    if view == "whole":
         indptr = reader.array("topology/indptr.npy", np.int64, (n + 1,))
         indices = reader.array("topology/indices.npy", None, (manifest["num_edges"],))
         topology: CSCGraph | PartRows = _checked(directory, lambda: CSCGraph(indptr=indptr, indices=indices,
@@ -301,7 +302,7 @@ def load_partition(directory: str | Path, part: int, layout: str = "hybrid", *, 
         local_indices = reader.array(f"part{part}/indices.npy", None, (manifest["edges"][part],))
         topology = _checked(directory, lambda: PartRows(local_indptr=local_indptr, local_indices=local_indices,
                                                         node_offset=lo, num_nodes=n))
-    return LocalPartition(dataset_name=str(manifest["dataset"]), book=book, part=int(part), layout=layout,
+    return LocalPartition(dataset_name=str(manifest["dataset"]), book=book, part=int(part), view=view,
                           topology=topology, features=local, labels=labels, num_classes=manifest["num_classes"],
                           **splits)
 

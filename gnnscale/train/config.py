@@ -102,3 +102,10 @@ class TrainConfig:
     @property
     def inference_fanouts(self) -> tuple[int, ...]:
         return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts
+
+
+def check_sampler_fits_model(sampler: str, model_name: str) -> None:
+    """LADIES' blocks are weighted (importance sampling), which attention cannot use."""
+    if sampler == "ladies" and model_name == "gat":
+        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
+                         "use --model gcn or sage")

@@ -17,7 +17,7 @@ One file, written by rank 0 only, is enough to rebuild every worker:
 
 What a resumed run may change: the epoch count, threads and prefetch depth (as single-process runs,
 :data:`~gnnscale.train.run.RESUMABLE_CHANGES`). The hybrid layout may also continue at an epoch boundary
-on another partition of the same dataset, with another worker count: model, optimizer, epoch and
+on another partition of the same dataset (a layout whose spec is ``repartitionable``), with another worker count: model, optimizer, epoch and
 history carry over; batches are then drawn for the new workers (not bit for bit the old run). The data
 is identified by dataset-level facts (name, node, edge, feature, class and split counts), which do not
 depend on how nodes were numbered per partition.
@@ -39,10 +39,8 @@ from gnnscale.train.checkpoint import (CHECKPOINT_VERSION, KIND_DISTRIBUTED, che
                                        read_payload, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.registry import layout_spec, layouts_with
 from gnnscale.train.run import RESUMABLE_CHANGES
-
-# The layout that may resume on another partition (another worker count) at an epoch boundary.
-REPARTITIONABLE_LAYOUTS = ("hybrid",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +49,7 @@ class RunIdentity:
 
     Args:
         signature: ``{"model": ModelConfig fields, "train": TrainConfig fields but RESUMABLE_CHANGES}``.
-        layout: ``"hybrid"``, ``"vanilla"`` or ``"split"``.
+        layout: the registered layout's name (``--layout``).
         world_size: number of workers.
         data: dataset-level facts of the partitioned dataset (:func:`dataset_facts`).
         partition: ``{"path": str, "manifest_sha256": hex}``: which partition directory exactly.
@@ -134,10 +132,10 @@ def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int
     check_same_settings(path, was.signature, run.signature)
     if not same_partition(was, run):
         where = f"{was.world_size} workers on --partitions {was.partition['path']}"
-        if run.layout not in REPARTITIONABLE_LAYOUTS:
+        if not layout_spec(run.layout).repartitionable:
             raise ValueError(f"checkpoint: {path} was written by {where} (another partition or worker count); "
                              f"--layout {run.layout} resumes only on the same partition with the same worker count "
-                             f"(--layout hybrid can change them at an epoch boundary)")
+                             f"(--layout {layouts_with('repartitionable')} can change them at an epoch boundary)")
         if ckpt.step > 0:
             raise ValueError(f"checkpoint: {path} was written mid-epoch (epoch {ckpt.epoch}, step {ckpt.step}) by "
                              f"{where}; a mid-epoch checkpoint resumes only with the same --partitions and worker "

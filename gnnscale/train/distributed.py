@@ -1,7 +1,7 @@
 """Distributed training over a partition directory, one worker per part (torchrun).
 
-The loop is the same for every layout (:mod:`gnnscale.train.layouts` and
-:mod:`gnnscale.train.split_layout` say what each worker samples, fetches and computes): per
+The loop is the same for every layout (:mod:`gnnscale.train.layouts` says what each worker of each
+registered layout samples, fetches and computes): per
 iteration, take the next prepared batch, forward+backward, all-reduce the gradients, step. Batches
 are prepared ``--prefetch`` iterations ahead by a background stage whose collectives (remote
 sampling, the feature fetch) run on a process group of their own, so they overlap the training step
@@ -37,29 +37,23 @@ from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_INIT
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.distributed.matrix15d import check_replication
-from gnnscale.train.dgs_layout import DGSConfig, DGSDataParallel, build_dgs
 from gnnscale.train.dist_checkpoint import (Checkpointer, RunIdentity, check_checkpoint_at_launch, receive_checkpoint,
                                             run_identity, same_partition)
-from gnnscale.train.layouts import (DATA_PARALLEL_LAYOUTS, MATRIX_LAYOUTS, DataParallel, Step, _add_counts,
-                                    build_data_parallel)
+from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, Step, build_layout,
+                                   check_layout_options)
+from gnnscale.train.layouts.base import add_counts
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.prefetch import stream_in_groups
 from gnnscale.train.run import TrainReport, build_optimizer, summarize
-from gnnscale.train.split_layout import SPLIT_SAMPLINGS, SplitParallel, build_split_parallel
-
-LAYOUTS = (*DATA_PARALLEL_LAYOUTS, "split")
-Layout = DataParallel | SplitParallel
 
 
-def load_local_partition(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
-    """Load this worker's part; if any worker fails (missing or corrupt file, wrong worker count),
-    every worker raises with that worker's message instead of waiting forever for it. The ``split``
-    layout reads the hybrid one's files (the whole topology), ``1d`` too; ``1.5d`` reads the vanilla
-    ones (its part's in-edges; the rest of its block row is read when the layout is built)."""
+def load_local_partition(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartition:
+    """Load this worker's part in the layout's ``view`` (the whole topology, or its part's in-edges);
+    if any worker fails (missing or corrupt file, wrong worker count), every worker raises with that
+    worker's message instead of waiting forever for it."""
     part, error = None, ""
     try:
-        part = load_partition(partition_dir, comm.rank, "vanilla" if layout in ("vanilla", "1.5d") else "hybrid")
+        part = load_partition(partition_dir, comm.rank, view)
         if part.num_parts != comm.world_size:
             raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} "
                              f"workers were launched; use --nproc-per-node {part.num_parts}")
@@ -138,9 +132,8 @@ def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, 
         with timer.phase("grad_sync"):
             all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
         optimizer.step()
-        if isinstance(layout, DGSDataParallel):  # every T iterations: the model to the explainer (non-blocking)
-            layout.after_step(model, epoch * num_batches + step + 1)
-        sums.comm.append(_add_counts(batch.comm, comm.stats.snapshot_and_reset()))
+        layout.after_step(model, epoch * num_batches + step + 1)  # DGS: the model to its explainer, every T
+        sums.comm.append(add_counts(batch.comm, comm.stats.snapshot_and_reset()))
         sums.edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
         sums.loss_sums.append(layout.loss_sum(loss, batch))
@@ -219,168 +212,124 @@ def agreed_num_batches(layout: Layout, comm: Comm) -> int:
     return num_batches
 
 
-def build_layout(layout: str, part: LocalPartition, cfg: TrainConfig, model_cfg: ModelConfig, comm: Comm,
-                 loader: Comm, cache_fraction: float, partition_dir: str | Path, replication: int,
-                 dgs: DGSConfig | None = None, split_sampling: str = "owner") -> Layout:
-    """This worker's layout; data loading's collectives on ``loader`` (1.5D: on process-column groups
-    made from it), split parallelism's shuffles on ``comm``."""
-    model_name = model_cfg.name
-    if dgs is not None:
-        return build_dgs(layout, part, cfg, loader, lambda: build_model(model_cfg), dgs)
-    if layout == "split":
-        return build_split_parallel(part, cfg, model_cfg, comm, loader, sampling=split_sampling)
-    return build_data_parallel(layout, part, cfg, loader, cache_fraction=cache_fraction, model_name=model_name,
-                               partition_dir=partition_dir, replication=replication)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOutputs:
+    """Where a distributed run writes (rank 0) and what it resumes.
+
+    Args:
+        metrics_out: the metrics JSON.
+        model_out: the trained model's ``state_dict``.
+        checkpoint: saved after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
+        resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker).
+        checkpoint_every: also save after every this many iterations (None: at epoch ends only).
+        overwrite: replace an existing ``metrics_out`` or ``checkpoint`` (else an error at start-up).
+    """
+
+    metrics_out: str | Path | None = None
+    model_out: str | Path | None = None
+    checkpoint: str | Path | None = None
+    resume: bool = False
+    checkpoint_every: int | None = None
+    overwrite: bool = False
 
 
-def check_options(layout: str, cfg: TrainConfig, cache_fraction: float, *, dgs: DGSConfig | None = None,
-                  replication: int = 1, world_size: int | None = None, model_name: str = "sage",
-                  split_sampling: str | None = None) -> None:
-    """Reject option combinations that cannot run, before any worker starts (``world_size``: the
-    launch's, once known; the flags alone are checked without it; ``split_sampling``: None when not given)."""
-    if split_sampling is not None:
-        if split_sampling not in SPLIT_SAMPLINGS:
-            raise ValueError(f"split_sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got "
-                             f"{split_sampling!r}")
-        if layout != "split":
-            raise ValueError(f"split_sampling: --split-sampling applies to --layout split, got --layout {layout}")
-    check_dgs_options(layout, cfg, cache_fraction, dgs)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    matrix = cfg.sampler in ("matrix", "ladies")
-    if matrix and layout not in MATRIX_LAYOUTS:
-        raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout 1d (topology replicated) "
-                         f"or --layout 1.5d --replication C (block rows on C workers each), got --layout {layout}")
-    if layout in MATRIX_LAYOUTS and not matrix:
-        raise ValueError(f"layout: --layout {layout} is the matrix samplers' layout; add --sampler matrix or ladies "
-                         f"(got --sampler {cfg.sampler}), or use --layout hybrid/vanilla for neighbor sampling")
-    if cfg.sampler == "ladies" and model_name == "gat":
-        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
-                         "use --model gcn or sage")
-    if layout == "1.5d":
-        if world_size is not None:
-            check_replication(replication, world_size)
-    elif replication != 1:
-        raise ValueError(f"replication: --replication {replication} applies to --layout 1.5d, got --layout {layout}")
-    if layout in MATRIX_LAYOUTS and cache_fraction > 0:
-        raise ValueError(f"cache_fraction: --cache-fraction is for --layout hybrid/vanilla, got --layout {layout}")
-    if layout == "vanilla" and cfg.sampler != "fused":
-        raise ValueError(f"sampler: --sampler {cfg.sampler} is only available with --layout hybrid or split (the "
-                         "vanilla layout samples remote hops through their owners)")
-    if isinstance(cache_fraction, bool) or not isinstance(cache_fraction, (int, float)) \
-            or not 0.0 <= cache_fraction <= 1.0:
-        raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1] (--cache-fraction), got "
-                         f"{cache_fraction!r}")
-    if layout == "split" and cache_fraction > 0:
-        raise ValueError("cache_fraction: --layout split reads only the feature rows its worker owns (no fetch), "
-                         "so a cache has nothing to save; drop --cache-fraction or use --layout hybrid/vanilla")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedLaunch:
+    """What the start-up checks found: the layout's spec, the model's shape and the identity a checkpoint
+    must match."""
+
+    spec: LayoutSpec
+    model_cfg: ModelConfig
+    identity: RunIdentity
 
 
-def check_dgs_options(layout: str, cfg: TrainConfig, cache_fraction: float, dgs: DGSConfig | None) -> None:
-    if dgs is None:
-        return
-    if not isinstance(dgs, DGSConfig):
-        raise TypeError(f"dgs: expected a DGSConfig, got {type(dgs).__name__}")
-    if layout not in ("hybrid", "vanilla"):
-        raise ValueError(f"dgs: --dgs needs a layout that fetches features (--layout hybrid or vanilla), got "
-                         f"--layout {layout}")
-    if cfg.sampler != "fused":
-        raise ValueError(f"dgs: --dgs samples with its own node-sampling kernel (the fused one with masks); drop "
-                         f"--sampler {cfg.sampler}")
-    if cache_fraction > 0:
-        raise ValueError("dgs: --dgs and --cache-fraction both cut the feature fetch; use one of them")
+def check_launch(partition_dir: str | Path, options: LayoutOptions, model_options: dict, cfg: TrainConfig,
+                 outputs: RunOutputs) -> CheckedLaunch:
+    """Every check that needs no peer, before joining the run: every worker fails at once with the same
+    line instead of after loading its part (or, for a metrics path, after the whole run)."""
+    try:
+        # The flags first: a bad combination is named even when the launch itself is wrong too.
+        spec = check_layout_options(options, cfg, model_options["name"])
+        if options.dgs is not None and outputs.checkpoint is not None:
+            raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
+                             "saved, so a resumed run would not equal the uninterrupted one)")
+        check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=None, resume=False, overwrite=outputs.overwrite)
+        world_size = world_size_from_env()
+        check_layout_options(options, cfg, model_options["name"], world_size)
+        manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
+                                          per_worker_batches=spec.per_worker_batches)
+        model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
+                                num_layers=cfg.num_layers, **model_options)
+        identity = run_identity(partition_dir, manifest, model_cfg, cfg, options.layout, world_size)
+        check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume, overwrite=outputs.overwrite,
+                                   every=outputs.checkpoint_every, rank=rank_from_env(), run=identity,
+                                   epochs=cfg.epochs)
+    except ValueError as err:
+        raise LaunchError(str(err)) from err
+    return CheckedLaunch(spec=spec, model_cfg=model_cfg, identity=identity)
 
 
-def run_distributed_training(partition_dir: str | Path, layout: str, model_options: dict, cfg: TrainConfig, *,
-                             metrics_out: str | Path | None = None, progress: bool = True,
-                             timeout_s: float = 120.0, overwrite: bool = False, cache_fraction: float = 0.0,
-                             model_out: str | Path | None = None, dgs: DGSConfig | None = None,
-                             replication: int = 1, checkpoint: str | Path | None = None, resume: bool = False,
-                             checkpoint_every: int | None = None, split_sampling: str | None = None) -> TrainReport:
+def run_distributed_training(partition_dir: str | Path, options: LayoutOptions, model_options: dict,
+                             cfg: TrainConfig, outputs: RunOutputs = RunOutputs(), *, progress: bool = True,
+                             timeout_s: float = 120.0) -> TrainReport:
     """Join the torchrun job, train, and return the report (the same on every worker).
 
     Args:
         partition_dir: written by ``gnnscale partition``; one part per worker.
-        layout: ``"hybrid"``, ``"vanilla"``, ``"split"``, or the matrix samplers' ``"1d"`` and ``"1.5d"``.
+        options: the layout and its options (:class:`~gnnscale.train.layouts.LayoutOptions`).
         model_options: ModelConfig fields other than in_dim, num_classes and num_layers.
         cfg: training settings; ``batch_size`` is per worker (split: a mini-batch has P x batch_size seeds).
-        metrics_out: rank 0 writes the metrics JSON here.
+        outputs: what rank 0 writes, and the checkpoint to resume.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
-        overwrite: replace an existing ``metrics_out`` or ``checkpoint`` file (else it is an error, raised
-            at start-up).
-        cache_fraction: hybrid/vanilla: every worker caches the features of the highest in-degree remote
-            nodes, this fraction of all nodes (0: no cache).
-        model_out: rank 0 writes the trained model's ``state_dict`` here.
-        dgs: explanation-guided sampling (hybrid/vanilla; :mod:`gnnscale.train.dgs_layout`), or None.
-        replication: ``1.5d``: copies C of every block row of the adjacency (divides the worker count).
-        checkpoint: rank 0 saves the run here after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
-        resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker).
-        checkpoint_every: also save after every this many iterations (None: at epoch ends only).
-        split_sampling: ``split``: ``"owner"`` (each worker samples its own destinations; None means it) or
-            ``"replicated"`` (each worker samples the whole mini-batch); the same training either way.
     """
-    # Checked before joining the run: every worker fails at once with the same line instead of
-    # after loading its part (or, for a metrics path, after the whole run).
-    try:
-        # The flags first: a bad combination is named even when the launch itself is wrong too.
-        check_options(layout, cfg, cache_fraction, dgs=dgs, replication=replication, model_name=model_options["name"],
-                      split_sampling=split_sampling)
-        if dgs is not None and checkpoint is not None:
-            raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
-                             "saved, so a resumed run would not equal the uninterrupted one)")
-        check_run_outputs(metrics_out=metrics_out, checkpoint=None, resume=False, overwrite=overwrite)
-        world_size = world_size_from_env()
-        if layout == "1.5d":
-            check_replication(replication, world_size)
-        manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
-                                          per_worker_batches=layout in DATA_PARALLEL_LAYOUTS)
-        model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
-                                num_layers=cfg.num_layers, **model_options)
-        identity = run_identity(partition_dir, manifest, model_cfg, cfg, layout, world_size)
-        check_checkpoint_at_launch(checkpoint, resume=resume, overwrite=overwrite, every=checkpoint_every,
-                                   rank=rank_from_env(), run=identity, epochs=cfg.epochs)
-    except ValueError as err:
-        raise LaunchError(str(err)) from err
+    launch = check_launch(partition_dir, options, model_options, cfg, outputs)
     ctx = init_from_env(timeout_s=timeout_s)
     strategy = None
     try:
         torch.set_num_threads(cfg.threads)
         set_sampler_threads(cfg.threads)
         comm = Comm(ctx)
-        part = load_local_partition(partition_dir, layout, comm)
+        part = load_local_partition(partition_dir, launch.spec.view, comm)
         # The data-loading stage's collectives run on a group of their own, beside the training step's.
         loader = comm.new_group()
-        strategy = build_layout(layout, part, cfg, model_cfg, comm, loader, cache_fraction, partition_dir,
-                                replication, dgs, split_sampling or "owner")
+        strategy = build_layout(LayoutContext(part=part, cfg=cfg, model=launch.model_cfg, comm=comm, loader=loader,
+                                              options=options, partition_dir=Path(partition_dir)))
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
-        torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))  # same initial weights on every worker
-        model = build_model(model_cfg)
-        # The single-machine trainer's optimizer: fused and unfused Adam round differently, so one worker
-        # equals the single-machine run only if both step with the same one.
-        optimizer = build_optimizer(model, cfg)
-        num_batches = agreed_num_batches(strategy, comm)
-        lead = progress and ctx.rank == 0
-        start = Start()
-        if resume:
-            start = resume_from(checkpoint, comm, model, optimizer, identity, num_batches, cfg.epochs, lead)
-        saver = None if checkpoint is None else Checkpointer(checkpoint, checkpoint_every, identity, comm, num_batches)
-        history = train_epochs(model, optimizer, strategy, comm, cfg, part, num_batches, start, saver, lead)
-        report = summarize(history)
-        if ctx.rank == 0:
-            if metrics_out is not None:
-                write_json_atomic(metrics_out, {"partitions": str(partition_dir), "layout": layout,
-                                                "world_size": ctx.world_size, "cache_fraction": cache_fraction,
-                                                "dgs": None if dgs is None else asdict(dgs), "replication": replication,
-                                                "model": asdict(model_cfg), "train": asdict(cfg), **report.to_json()})
-            if model_out is not None:
-                save_model(model_out, model)
+        report = train(strategy, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0)
+        if ctx.rank == 0 and outputs.metrics_out is not None:
+            write_json_atomic(outputs.metrics_out, {
+                "partitions": str(partition_dir), "layout": options.layout, "world_size": ctx.world_size,
+                "cache_fraction": options.cache_fraction, "dgs": None if options.dgs is None else asdict(options.dgs),
+                "replication": options.replication, "model": asdict(launch.model_cfg), "train": asdict(cfg),
+                **report.to_json()})
         # Collective: nobody tears the group down while a peer is still in its last collective.
         comm.barrier("setup")
         return report
     finally:
-        if isinstance(strategy, DGSDataParallel):
-            strategy.close()  # the explainer thread
+        if strategy is not None:
+            strategy.close()  # DGS: the explainer thread
         shutdown()
+
+
+def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, launch: CheckedLaunch,
+          outputs: RunOutputs, *, lead: bool) -> TrainReport:
+    """Build the model (the same initial weights on every worker), resume if asked, train every epoch and
+    save the model (rank 0)."""
+    torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))
+    model = build_model(launch.model_cfg)
+    # The single-machine trainer's optimizer: fused and unfused Adam round differently, so one worker
+    # equals the single-machine run only if both step with the same one.
+    optimizer = build_optimizer(model, cfg)
+    num_batches = agreed_num_batches(layout, comm)
+    start = Start()
+    if outputs.resume:
+        start = resume_from(outputs.checkpoint, comm, model, optimizer, launch.identity, num_batches, cfg.epochs, lead)
+    saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
+                                                                 launch.identity, comm, num_batches)
+    history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead)
+    if comm.rank == 0 and outputs.model_out is not None:
+        save_model(outputs.model_out, model)
+    return summarize(history)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,7 +17,7 @@ from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model
 from gnnscale.train.checks import check_run_outputs
-from gnnscale.train.config import TrainConfig
+from gnnscale.train.config import TrainConfig, check_sampler_fits_model
 from gnnscale.train.loop import TrainData, fit
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import EpochMetrics, write_json_atomic
@@ -78,9 +78,7 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
     check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite)
-    if train_cfg.sampler == "ladies" and model_cfg.name == "gat":
-        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
-                         "use --model gcn or sage")
+    check_sampler_fits_model(train_cfg.sampler, model_cfg.name)
     keep_freed_memory()  # before the loader thread starts: large tensors are reused, not faulted in anew
     data = train_data_from(dataset)
     torch.set_num_threads(train_cfg.threads)

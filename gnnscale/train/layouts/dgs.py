@@ -35,9 +35,11 @@ from gnnscale.distributed.explainer import ExplainConfig, Masks, OnlineExplainer
 from gnnscale.distributed.explanation import build_cluster_map, build_explanation_graph
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.split_metrics import local_edges, minibatch_signature
+from gnnscale.nn import build_model
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts import UNION_ITERATIONS, DataParallel, DistBatch, Step, _add_counts
+from gnnscale.train.layouts.base import DistBatch, LayoutContext, Step, add_counts
+from gnnscale.train.layouts.data_parallel import UNION_ITERATIONS, DataParallel
 from gnnscale.train.metrics import PhaseTimer
 
 DGS_MODES = ("both", "node", "feature")
@@ -166,7 +168,7 @@ class DGSDataParallel(DataParallel):
                 with timer.phase("metrics"):
                     self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
                     self._signatures.append(minibatch_signature(blocks))
-            counts = _add_counts(comm, self.loader.stats.snapshot_and_reset())
+            counts = add_counts(comm, self.loader.stats.snapshot_and_reset())
             self._count(blocks, counts, t)
             out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
                                  sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
@@ -241,15 +243,16 @@ class DGSDataParallel(DataParallel):
         return out
 
 
-def build_dgs(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm, model_factory,
+def build_dgs(part: LocalPartition, cfg: TrainConfig, loader: Comm, model_factory,
               dgs: DGSConfig) -> DGSDataParallel:
-    """The ``hybrid`` or ``vanilla`` layout with DGS. Collective on ``loader`` (every worker, at start-up):
+    """The ``hybrid`` (the partition in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout with
+    DGS. Collective on ``loader`` (every worker, at start-up):
     the cluster map (2 "setup" rounds), the feature store (1), the vanilla sampler (1) and the
     explanation graph (the layout's sampling rounds and 2 feature rounds, once)."""
     rank = loader.rank
     clusters = build_cluster_map(part, loader, clusters_per_part=dgs.clusters_per_part, seed=cfg.seed)
     rows = part.topology
-    if layout == "hybrid":
+    if part.view == "whole":
         if dgs.node_sampling:
             sampler = DGSHybridSampler(rows, part.book, rank, cfg.fanouts, clusters, dgs.epsilon, cfg.replace)
         else:
@@ -268,3 +271,8 @@ def build_dgs(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm,
     graph = build_explanation_graph(part, sampler, store, clusters, num_probes=dgs.probes, seed=cfg.seed)
     explainer = OnlineExplainer(graph, model_factory, ExplainConfig(seed=cfg.seed))
     return DGSDataParallel(sampler, eval_sampler, store, part, cfg, loader, explainer, dgs)
+
+
+def build_dgs_layout(ctx: LayoutContext) -> DGSDataParallel:
+    """DGS on top of the context's layout (one whose spec takes ``--dgs``)."""
+    return build_dgs(ctx.part, ctx.cfg, ctx.loader, lambda: build_model(ctx.model), ctx.options.dgs)

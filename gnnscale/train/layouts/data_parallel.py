@@ -1,22 +1,15 @@
-"""What each worker samples, fetches and computes per iteration: the distributed layouts.
+"""Data parallelism: the ``hybrid`` and ``vanilla`` layouts (FastSample, section 3.3).
 
-A layout turns an epoch into this worker's steps (:meth:`plan_epoch`), prepares each step's batch
-(:meth:`prepare`: sampling and the feature fetch, collective where the layout needs it), and says
-how the loss is normalised and gradients reduced, so that a distributed step equals the
-single-process step it stands for. ``prepare`` runs in the background data-loading stage, on a
-process group of its own (the *loader* Comm), while the training step runs on the main group: the
-two never share a group, so their collectives cannot interleave.
-
-Data parallelism (this module): every worker trains on mini-batches of its own training nodes;
-the loss is the mean over the worker's seeds and gradients are averaged over workers. The layouts
-differ in how a batch is sampled and fetched (FastSample, section 3.3):
+Every worker trains on mini-batches of its own training nodes; the loss is the mean over the worker's
+seeds and gradients are averaged over workers. The layouts differ in how a batch is sampled and fetched:
 
 - ``hybrid``: the whole topology on every worker, sampled locally (0 rounds); features fetched
   from their owners (2 rounds).
 - ``vanilla``: each worker holds its part's in-edges; every hop after the first asks the owners
   (2 rounds per hop, the requester's key travels with the request); then the 2 feature rounds.
 
-Split parallelism (``split``, :mod:`gnnscale.train.split_layout`) implements the same interface.
+The matrix samplers' layouts (:mod:`gnnscale.train.layouts.matrix`) and DGS
+(:mod:`gnnscale.train.layouts.dgs`) train through :class:`DataParallel` too.
 
 Edge metrics (GSplit Tables 2 and 5), per epoch, for every layout: edges computed (summed over
 workers), edges of the union mini-batch, redundancy, local edges and edge skew. A data-parallel
@@ -33,99 +26,26 @@ from __future__ import annotations
 
 import math
 import resource
-from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.feature_cache import CachedFeatureStore, global_in_degrees
 from gnnscale.distributed.features import PartitionedFeatureStore
-from gnnscale.distributed.matrix15d import build_15d
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
-from gnnscale.distributed.split_metrics import (EdgeMetrics, epoch_edge_metrics, local_edges, minibatch_signature,
-                                                union_minibatch_edges)
-from gnnscale.nn.cooperative import SplitAwareBlock
+from gnnscale.distributed.split_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.sampling import BatchSampler, Block, derive_key
+from gnnscale.sampling import BatchSampler, derive_key
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutSpec, Step, add_counts
 from gnnscale.train.loop import EVAL_EPOCH, epoch_batches
 from gnnscale.train.metrics import PhaseTimer
-from gnnscale.train.run import build_samplers
 
-DATA_PARALLEL_LAYOUTS = ("hybrid", "vanilla", "1d", "1.5d")
-MATRIX_LAYOUTS = ("1d", "1.5d")  # the matrix samplers' layouts (Tripathy et al.)
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
 UNION_ITERATIONS = 8
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """One iteration's input on this worker.
-
-    Args:
-        seeds: int64 [b], the seed nodes this worker samples for.
-        key: the sampling key of the batch (:func:`gnnscale.sampling.derive_key`).
-        real: False for a stand-in step of a worker that has run out of nodes but must still take
-            part in the collectives (evaluation); its result is ignored.
-        iteration: the training iteration counted over the whole run (set by layouts that follow a
-            schedule over iterations, such as DGS's mask refreshes; 0 otherwise).
-    """
-
-    seeds: Tensor
-    key: int
-    real: bool = True
-    iteration: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DistBatch:
-    """One prepared iteration on this worker.
-
-    Args:
-        step: what was prepared.
-        blocks: what the model runs on, in model order: the sampled blocks (data parallelism), or this
-            worker's cooperative splits of the mini-batch (split parallelism).
-        x: float32 [blocks[0].num_src, feature_dim], input features of the first block's sources.
-        y: int64 [b], labels of the seeds whose loss this worker computes (logits' rows, in order).
-        sampled_edges: edges of this worker's blocks.
-        comm: this batch's communication in the loader's process group, ``{category: {"rounds",
-            "calls", "bytes_sent", "bytes_received", "seconds"}}`` (see :class:`gnnscale.distributed.CommStats`).
-    """
-
-    step: Step
-    blocks: list[Block] | list[SplitAwareBlock]
-    x: Tensor
-    y: Tensor
-    sampled_edges: int
-    comm: dict[str, dict[str, float]]
-
-
-class EdgeLedger:
-    """This worker's edge counts, one row per measured iteration of an epoch, summed over workers once at
-    its end. Every worker must record the same number of rows."""
-
-    def __init__(self, rank: int, world_size: int) -> None:
-        self.rank, self.world_size = rank, world_size
-        self.rows: list[list[int]] = []
-
-    def record(self, computed: int, local: int, minibatch: int = 0) -> None:
-        """Edges this worker computed, how many of them are local, and (from one worker only) the
-        iteration's mini-batch edges."""
-        self.rows.append([computed, local, minibatch])
-
-    def reduce(self, comm: Comm) -> list[EdgeMetrics]:
-        """Every measured iteration's metrics over all workers: one all-reduce (category ``"eval"``)."""
-        p = self.world_size
-        table = torch.zeros((len(self.rows), p + 2), dtype=torch.int64)
-        for i, (computed, local, minibatch) in enumerate(self.rows):
-            table[i, self.rank], table[i, p], table[i, p + 1] = computed, local, minibatch
-        comm.all_reduce_(table, torch.distributed.ReduceOp.SUM, "eval")  # collective: every worker's counts
-        return [EdgeMetrics(edges_per_worker=tuple(row[:p]), local_edges=row[p], minibatch_edges=row[p + 1])
-                for row in table.tolist()]
 
 
 class DataParallel:
@@ -211,7 +131,7 @@ class DataParallel:
                 with timer.phase("metrics"):
                     self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
                     self._signatures.append(minibatch_signature(blocks))
-            counts = _add_counts(comm, self.data_comm.stats.snapshot_and_reset())
+            counts = add_counts(comm, self.data_comm.stats.snapshot_and_reset())
             comm = None
             out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
                                  sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
@@ -225,6 +145,13 @@ class DataParallel:
     def loss_sum(self, loss: Tensor, batch: DistBatch) -> Tensor:
         """float64: the cross-entropy summed over this worker's seeds, which ``loss`` stands for."""
         return loss.detach().double() * batch.y.numel()
+
+    def after_step(self, model: nn.Module, iterations_done: int) -> None:
+        """Training thread, after each optimizer step: nothing to do here (DGS hands the model to its
+        explainer)."""
+
+    def close(self) -> None:
+        """Release what the layout started (nothing here; DGS stops its explainer thread)."""
 
     def finish_epoch(self, comm: Comm) -> dict:
         """The epoch's layout metrics over all workers: edge metrics of the measured iterations and, with
@@ -265,70 +192,45 @@ def worker_memory(held_bytes: int, comm: Comm) -> dict:
     return {"held_bytes_max": held, "peak_rss_bytes_max": rss}
 
 
-def build_data_parallel(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
-                        cache_fraction: float = 0.0, model_name: str = "sage", partition_dir=None,
-                        replication: int = 1) -> DataParallel:
-    """The ``hybrid``, ``vanilla``, ``1d`` or ``1.5d`` layout of this worker, its collectives on ``loader``;
-    with ``cache_fraction`` > 0 its feature store caches that fraction of all nodes' rows (the hottest remote
-    ones, :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). The matrix
-    layouts (``1d``, ``1.5d --replication C``) sample with ``cfg.sampler`` (matrix or ladies)."""
-    if layout not in DATA_PARALLEL_LAYOUTS:
-        raise ValueError(f"layout: expected one of {DATA_PARALLEL_LAYOUTS}, got {layout!r}")
-    if layout in MATRIX_LAYOUTS:
-        return build_matrix_layout(layout, part, cfg, loader, model_name, partition_dir, replication)
+def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
+                        cache_fraction: float = 0.0) -> DataParallel:
+    """The ``hybrid`` (the partition loaded in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout
+    of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
+    fraction of all nodes' rows (the hottest remote ones,
+    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up)."""
 
     def sampler(fanouts):
-        if layout == "hybrid":
+        if part.view == "whole":
             return HybridSampler(part.topology, part.book, loader.rank, fanouts, replace=cfg.replace,
                                  method=cfg.sampler)
         rows = part.topology
         return VanillaSampler(part.book, loader.rank, rows.local_indptr, rows.local_indices, fanouts, loader,
                               replace=cfg.replace)
 
-    store = build_store(layout, part, loader, cache_fraction)
+    store = build_store(part, loader, cache_fraction)
     return DataParallel(sampler(cfg.fanouts), sampler(cfg.inference_fanouts), store, part, cfg, loader)
 
 
-def build_matrix_layout(layout: str, part: LocalPartition, cfg: TrainConfig, loader: Comm, model_name: str,
-                        partition_dir, replication: int) -> DataParallel:
-    """``1d``: the whole topology on every worker, its own batches sampled ``bulk`` at a time with no
-    communication, features fetched from their owners (as hybrid). ``1.5d``: block rows replicated
-    ``replication`` times, rows of ``A`` and features fetched inside the process column
-    (:mod:`gnnscale.distributed.matrix15d`). Both give the single-process matrix sampler's blocks."""
-    if layout == "1d":
-        train, evaluate = build_samplers(part.topology, _model_for_sampler(model_name, cfg), cfg)
-        store = PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
-        graph = part.topology
-        held = graph.indptr.nbytes + graph.indices.nbytes + part.features.nbytes
-        return DataParallel(train, evaluate, store, part, cfg, loader, held_bytes=int(held))
-    sizes = (cfg.ladies_layer_size,) * cfg.num_layers
-    grid = build_15d(partition_dir, part, loader, replication, sampler=cfg.sampler, fanouts=cfg.fanouts,
-                     inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
-                     layer_sizes=sizes, self_loops=model_name == "gcn")
-    grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
-    return DataParallel(grid.sampler, grid.eval_sampler, grid.store, part, cfg, loader, data_comm=grid.column,
-                        held_bytes=grid.block.nbytes)
-
-
-def _model_for_sampler(model_name: str, cfg: TrainConfig):
-    """What :func:`build_samplers` reads of the model: its name (LADIES' operator) and layer count."""
-    return SimpleNamespace(name=model_name, num_layers=cfg.num_layers)
-
-
-def build_store(layout: str, part: LocalPartition, loader: Comm, cache_fraction: float) -> PartitionedFeatureStore:
+def build_store(part: LocalPartition, loader: Comm, cache_fraction: float) -> PartitionedFeatureStore:
     """The feature store of a data-parallel layout; cached when ``cache_fraction`` > 0 (in-degrees from the
-    replicated topology, or gathered from the parts' in-edges in the vanilla layout)."""
+    replicated topology, or gathered from the parts' in-edges when a worker holds only its own)."""
     if cache_fraction == 0:
         return PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
-    if layout == "hybrid":
+    if part.view == "whole":
         degrees = np.diff(part.topology.indptr)
     else:
         degrees = global_in_degrees(np.diff(part.topology.local_indptr), part.book, loader)
     return CachedFeatureStore(part.book, loader.rank, part.features, loader, degrees=degrees, fraction=cache_fraction)
 
 
-def _add_counts(a: dict | None, b: dict) -> dict:
-    """Per-category sum of two :meth:`CommStats.snapshot` dicts (``a`` may be None)."""
-    if a is None:
-        return b
-    return {cat: {k: a[cat][k] + b[cat][k] for k in b[cat]} for cat in b}
+def _build(ctx: LayoutContext) -> DataParallel:
+    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.cache_fraction)
+
+
+HYBRID = LayoutSpec(
+    name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
+    samplers=("fused", "two_step"), per_worker_batches=True, cache=True, dgs=True, repartitionable=True,
+    build=_build)
+VANILLA = LayoutSpec(
+    name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",
+    samplers=("fused",), per_worker_batches=True, cache=True, dgs=True, build=_build)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.owner_split import OwnerSplitWorkspace, owner_split_blocks
@@ -41,7 +41,8 @@ from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import NeighborSampler, derive_key
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts import DataParallel, DistBatch, EdgeLedger, Step, build_data_parallel
+from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutOptions, LayoutSpec, Step
+from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
 from gnnscale.train.loop import epoch_batches, num_batches_for
 from gnnscale.train.metrics import PhaseTimer
 
@@ -51,7 +52,7 @@ SPLIT_SAMPLINGS = ("owner", "replicated")
 
 
 class SplitParallel:
-    """The ``split`` layout of one worker (the interface of :class:`~gnnscale.train.layouts.DataParallel`).
+    """The ``split`` layout of one worker (the interface of :class:`~gnnscale.train.layouts.base.Layout`).
 
     Args:
         sampler: samples the whole mini-batch from the replicated topology (every worker, same key).
@@ -159,6 +160,12 @@ class SplitParallel:
     def gradient_divisor(self) -> int:
         return 1  # each worker's loss is already its share of the mini-batch mean: sum the gradients
 
+    def after_step(self, model: nn.Module, iterations_done: int) -> None:
+        """Nothing to do after an optimizer step."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def finish_epoch(self, comm: Comm) -> dict:
         """Edge metrics of every iteration of the epoch, counted by the workers that computed the edges
         (collective, one all-reduce)."""
@@ -189,12 +196,36 @@ def exchanges_input_ahead(model: ModelConfig) -> bool:
 
 def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelConfig, comm: Comm,
                          loader: Comm, *, sampling: str = "owner") -> SplitParallel:
-    """The ``split`` layout of this worker: the hybrid partition (whole topology) is required."""
-    if model.name not in SHUFFLE_FOR_MODEL:
-        raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model.name!r}")
+    """The ``split`` layout of this worker, from its partition in the ``"whole"`` view (the replicated
+    topology), which its inference reads as data-parallel hybrid does."""
+    check_split_model(model.name)
     kind = SHUFFLE_FOR_MODEL[model.name]
     sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
-    inference = build_data_parallel("hybrid", part, cfg, loader)
+    inference = build_data_parallel(part, cfg, loader)
     train_idx = all_training_nodes(part, comm)
     return SplitParallel(sampler, kind, train_idx, part, cfg, comm, loader, inference, sampling=sampling,
                          input_ahead=exchanges_input_ahead(model))
+
+
+def check_split_model(model_name: str) -> None:
+    """Split parallelism needs cooperative layers: the models that have them."""
+    if model_name not in SHUFFLE_FOR_MODEL:
+        raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
+
+
+def check_split(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:
+    if options.split_sampling is not None and options.split_sampling not in SPLIT_SAMPLINGS:
+        raise ValueError(f"split_sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got "
+                         f"{options.split_sampling!r}")
+    check_split_model(model_name)
+
+
+def _build(ctx: LayoutContext) -> SplitParallel:
+    return build_split_parallel(ctx.part, ctx.cfg, ctx.model, ctx.comm, ctx.loader,
+                                sampling=ctx.options.split_sampling or "owner")
+
+
+SPLIT = LayoutSpec(
+    name="split", summary="one mini-batch of P x --batch-size seeds split across workers, no feature fetch",
+    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, split_sampling=True, check=check_split,
+    build=_build)

@@ -1,0 +1,54 @@
+"""The matrix samplers' layouts (Tripathy et al.; docs/matrix_sampling.md): ``1d`` and ``1.5d``.
+
+Both are data parallelism (:class:`~gnnscale.train.layouts.data_parallel.DataParallel`) whose batches
+are sampled ``--bulk`` at a time by sparse products (``--sampler matrix`` or ``ladies``), block-identical
+to the single-process matrix sampler:
+
+- ``1d``: the whole topology on every worker, its own batches sampled with no communication, features
+  fetched from their owners (as hybrid).
+- ``1.5d --replication C``: block rows of the adjacency and features replicated C times; rows of ``A``
+  and features fetched inside the process column (:mod:`gnnscale.distributed.matrix15d`).
+"""
+
+from __future__ import annotations
+
+from gnnscale.distributed.features import PartitionedFeatureStore
+from gnnscale.distributed.matrix15d import build_15d, check_replication
+from gnnscale.train.config import BULK_SAMPLERS, TrainConfig
+from gnnscale.train.layouts.base import LayoutContext, LayoutOptions, LayoutSpec
+from gnnscale.train.layouts.data_parallel import DataParallel
+from gnnscale.train.run import build_samplers
+
+
+def build_1d(ctx: LayoutContext) -> DataParallel:
+    part, cfg, loader = ctx.part, ctx.cfg, ctx.loader
+    train, evaluate = build_samplers(part.topology, ctx.model, cfg)
+    store = PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
+    graph = part.topology
+    held = graph.indptr.nbytes + graph.indices.nbytes + part.features.nbytes
+    return DataParallel(train, evaluate, store, part, cfg, loader, held_bytes=int(held))
+
+
+def build_15d_layout(ctx: LayoutContext) -> DataParallel:
+    cfg = ctx.cfg
+    sizes = (cfg.ladies_layer_size,) * cfg.num_layers
+    grid = build_15d(ctx.partition_dir, ctx.part, ctx.loader, ctx.options.replication, sampler=cfg.sampler,
+                     fanouts=cfg.fanouts, inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
+                     layer_sizes=sizes, self_loops=ctx.model.name == "gcn")
+    grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
+    return DataParallel(grid.sampler, grid.eval_sampler, grid.store, ctx.part, cfg, ctx.loader,
+                        data_comm=grid.column, held_bytes=grid.block.nbytes)
+
+
+def check_15d(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:
+    """``--replication`` must divide the worker count (known once the launch is)."""
+    if world_size is not None:
+        check_replication(options.replication, world_size)
+
+
+ONE_D = LayoutSpec(
+    name="1d", summary="matrix samplers, topology replicated: no sampling rounds", view="whole",
+    samplers=BULK_SAMPLERS, per_worker_batches=True, build=build_1d)
+ONE_POINT_FIVE_D = LayoutSpec(
+    name="1.5d", summary="matrix samplers, block rows of the adjacency on --replication workers each", view="own",
+    samplers=BULK_SAMPLERS, per_worker_batches=True, replication=True, check=check_15d, build=build_15d_layout)
