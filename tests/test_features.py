@@ -5,11 +5,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
-import torch
 
 from gnnscale.graph.features import gather_rows
-from gnnscale.train.loop import TrainData, batch_stream
-from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.prefetch import stream_in_groups
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -35,35 +33,20 @@ def test_gather_rows_rejects_bad_ids():
         gather_rows(features, np.zeros((2, 2), dtype=np.int64))
 
 
-class _RecordingSampler:
-    """Returns no blocks' worth of work; records the numba thread count it ran with."""
-
-    bulk = 1
-
-    def __init__(self) -> None:
-        self.threads: list[int] = []
-
-    def sample_many(self, seeds_list, keys):
-        self.threads.append(numba.get_num_threads())
-        return [[_Blocks()] for _ in seeds_list]
-
-
-class _Blocks:
-    src_ids = torch.arange(3)
-
-
 def test_background_stage_uses_the_callers_thread_count():
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has a single thread")
-    data = TrainData(features=np.ones((5, 2), dtype=np.float32), labels=torch.zeros(5, dtype=torch.long),
-                     train_idx=torch.arange(5), val_idx=torch.arange(0), test_idx=torch.arange(0))
-    sampler = _RecordingSampler()
+    threads: list[int] = []
+
+    def produce(items: range) -> list[int]:  # a loading-stage group: records the numba threads it ran with
+        threads.append(numba.get_num_threads())
+        return list(items)
+
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        batches = [torch.tensor([0, 1]), torch.tensor([2, 3])]
-        list(batch_stream(sampler, data, batches, [1, 2], prefetch=1, timer=PhaseTimer()))
+        assert list(stream_in_groups(produce, 2, 1, 1)) == [0, 1]
     finally:
         numba.set_num_threads(before)
     # A new thread would start at numba's maximum; the stage must follow the caller's setting.
-    assert sampler.threads == [1, 1]
+    assert threads == [1, 1]

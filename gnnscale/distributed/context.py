@@ -117,24 +117,34 @@ def init_for_test(rank: int, world_size: int, port: int, *, timeout_s: float = 2
                  timeout_s)
 
 
+def init_single_process(timeout_s: float = 120.0) -> DistContext:
+    """A process group of this process alone, on an in-memory store (no port, no peers): the
+    single-process trainer runs the same loop and the same collectives as a distributed worker, which
+    with one member move nothing."""
+    return _init(0, 1, None, "gloo", torch.device("cpu"), timeout_s)
+
+
 def shutdown() -> None:
     """Destroy the process group, if one is open (safe to call in every ``finally``)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
-def _init(rank: int, world_size: int, init_method: str, backend: str, device: torch.device,
+def _init(rank: int, world_size: int, init_method: str | None, backend: str, device: torch.device,
           timeout_s: float) -> DistContext:
+    """Join the process group at ``init_method`` (a tcp:// address), or (None) form one of this process
+    alone on an in-memory store."""
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
     ctx = DistContext(rank=rank, world_size=world_size, backend=backend, device=device, timeout_s=float(timeout_s))
     if dist.is_initialized():
-        raise RuntimeError("process group: already initialised in this process; call shutdown() first")
+        raise RuntimeError("process group: already initialised in this process; call shutdown() first (a "
+                           "single-process run cannot start inside a distributed one)")
     if backend == "nccl":
         torch.cuda.set_device(device)
+    where = {"store": dist.HashStore()} if init_method is None else {"init_method": init_method}
     # Collective: blocks until all world_size workers have joined (or timeout_s passes).
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s), **where)
     return ctx
 
 

@@ -26,6 +26,8 @@ def all_reduce_gradients(model: torch.nn.Module, comm: Comm, *, divisor: int = 1
     """
     if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor < 1:
         raise ValueError(f"divisor: expected an int >= 1 (1: summed gradients), got {divisor!r}")
+    if comm.world_size == 1:
+        return  # one worker: its gradients are the sum (and, divided by 1, the average); nothing to move
     params = [p for p in model.parameters() if p.requires_grad]
     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
     comm.all_reduce_(flat, dist.ReduceOp.SUM, CATEGORY)  # collective: every worker's gradient

@@ -1,182 +1,283 @@
-"""The training loop: sample, gather features, forward+backward, step; evaluate every epoch.
+"""The training loop, the same for one process and for every worker of a distributed run.
 
-Sampling and gathering run in a bounded background stage (:func:`batch_stream`) while the current
-batch trains, so an epoch costs about max(sample + gather, forward+backward) instead of their sum.
+Per iteration: take the next prepared batch, forward+backward, all-reduce the gradients (nothing
+moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead by a background stage
+(:func:`prepared_batches`) whose collectives (remote sampling, the feature fetch) run on a process
+group of their own, so they overlap the training step and never interleave with its gradient
+all-reduce (or split parallelism's shuffles). What a worker samples, fetches and computes is its
+layout's (:mod:`gnnscale.train.layouts`); the single-process trainer is the one-worker layout
+(:mod:`gnnscale.train.layouts.single`) on a process group of its own.
 
-It receives built objects (model, optimizer, samplers, data) and reads top to bottom.
+Every random choice is keyed by ``(seed, epoch, step, rank)``, so a resumed run continues exactly,
+whatever the thread count or prefetch depth. A ``saver`` (:class:`Saver`) checkpoints after every
+epoch and, when it says so, after an iteration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
 
-import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.distributed as dist
+from torch import Tensor
 from tqdm import tqdm
 
-from gnnscale.graph.features import gather_rows
-from gnnscale.sampling import BatchSampler, Block, derive_key
-from gnnscale.sampling.keys import STREAM_DROPOUT, STREAM_ORDER
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.gradients import all_reduce_gradients
+from gnnscale.partition.directory import LocalPartition
+from gnnscale.sampling import derive_key
+from gnnscale.sampling.keys import STREAM_DROPOUT
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.metrics import EpochMetrics, PhaseTimer
+from gnnscale.train.layouts.base import Layout, Step, add_counts
+from gnnscale.train.metrics import PhaseTimer
 from gnnscale.train.prefetch import stream_in_groups
 
-# Keys of inference batches live in their own "epoch" so they never collide with training keys.
-EVAL_EPOCH = 2**31 - 1
+
+class Saver(Protocol):
+    """Checkpoints a run: after every epoch, and after an iteration when :meth:`due` says so."""
+
+    def due(self, epoch: int, steps_done: int) -> bool: ...
+
+    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict) -> None: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TrainData:
-    """Per-node data the loop reads.
-
-    Args:
-        features: float32 [num_nodes, feature_dim], numpy (possibly memory-mapped) or torch.
-        labels: int64 tensor [num_nodes].
-        train_idx, val_idx, test_idx: int64 tensors of node ids.
-    """
-
-    features: np.ndarray | torch.Tensor
-    labels: torch.Tensor
-    train_idx: torch.Tensor
-    val_idx: torch.Tensor
-    test_idx: torch.Tensor
-
-    def __post_init__(self) -> None:
-        if self.train_idx.numel() == 0:
-            raise ValueError("train_idx: the training set is empty; nothing to train on")
-
-    def gather(self, node_ids: torch.Tensor) -> torch.Tensor:
-        """float32 [len(node_ids), feature_dim]: input features of the given nodes (a numba kernel on the
-        calling thread's numba threads, without the GIL)."""
-        features = self.features.numpy() if isinstance(self.features, torch.Tensor) else self.features
-        return torch.from_numpy(gather_rows(features, node_ids.numpy()))
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam, fused into one kernel per step on CPU (instead of ~5 small ops per parameter tensor). Every
+    trainer steps with this one: fused and unfused Adam round differently."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
-def num_batches_for(num_train: int, batch_size: int) -> int:
-    return max(1, -(-num_train // batch_size))
+def progress_bar(iterable, *, enabled: bool, **kwargs):
+    """tqdm over ``iterable`` when ``enabled`` and stderr is a terminal: a log file gets no bar."""
+    return tqdm(iterable, disable=not enabled or not sys.stderr.isatty(), leave=False, **kwargs)
 
 
-def epoch_batches(train_idx: torch.Tensor, num_batches: int, seed: int, epoch: int, rank: int = 0) -> list[torch.Tensor]:
-    """The epoch's mini-batches: a permutation of the training nodes fixed by ``(seed, epoch, rank)``,
-    cut into ``num_batches`` near-equal parts. Distributed workers agree on ``num_batches`` so that
-    every worker runs the same number of iterations; one worker is exactly the single-machine run."""
-    gen = torch.Generator().manual_seed(derive_key(seed, epoch, 0, rank, STREAM_ORDER))
-    order = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
-    return list(order.tensor_split(num_batches))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Batch:
-    """One prepared mini-batch: everything the training (or inference) step reads.
-
-    Args:
-        seeds: int64 [b], the batch's seed nodes.
-        blocks: the sampled blocks in model order (input layer first).
-        x: float32 [blocks[0].num_src, feature_dim], input features of the first block's sources.
-        y: int64 [b], labels of the seeds.
-    """
-
-    seeds: torch.Tensor
-    blocks: list[Block]
-    x: torch.Tensor
-    y: torch.Tensor
-
-
-def batch_stream(sampler, data: TrainData, batches: list[torch.Tensor], keys: list[int], *, prefetch: int,
-                 timer: PhaseTimer) -> Iterator[Batch]:
-    """Sample and gather ``batches`` (seeds, with their keys) in order, ``prefetch`` groups ahead.
-
-    A sampler draws ``sampler.bulk`` consecutive batches in one ``sample_many`` call (1 for neighbor
-    sampling); with ``prefetch >= 1`` whole groups are prepared by a background thread while the
-    caller trains (:class:`Prefetcher`). Sampling is keyed by ``keys`` and gathering is a lookup, so
-    the batches are the same with or without the background stage. ``timer`` receives ``sample`` and
-    ``gather`` (busy time of the stage, overlapped or not) and ``wait`` (time the caller waited).
-    The stage's kernels run on as many threads as the caller's (see :class:`Prefetcher`).
-    """
-    loader = PhaseTimer()  # written by the stage's thread only; merged when the stream ends
-
-    def produce(items: range) -> list[Batch]:
-        seeds = batches[items.start:items.stop]
-        with loader.phase("sample"):
-            sampled = sampler.sample_many(seeds, keys[items.start:items.stop])
-        with loader.phase("gather"):
-            return [Batch(seeds=s, blocks=blocks, x=data.gather(blocks[0].src_ids), y=data.labels[s])
-                    for s, blocks in zip(seeds, sampled)]
-
-    yield from stream_in_groups(produce, len(batches), sampler.bulk, prefetch,
-                                wait_seconds=lambda s: timer.add("wait", s))
+def prepared_batches(layout: Layout, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer, *,
+                     training: bool = True):
+    """The layout's batches for ``steps``, prepared ``cfg.prefetch`` groups ahead in the background
+    stage (its collectives on the loader's own process group). ``timer`` gets the stage's busy time
+    (``sample``, ``fetch``) and the training thread's ``wait``."""
+    loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
+    yield from stream_in_groups(lambda items: layout.prepare(steps[items.start:items.stop], loader,
+                                                             training=training),
+                                len(steps), layout.bulk, cfg.prefetch, wait_seconds=lambda s: timer.add("wait", s))
     timer.merge(loader)
 
 
-def train_epoch(model, optimizer, sampler: BatchSampler, data: TrainData, cfg: TrainConfig, epoch: int,
-                timer: PhaseTimer, progress: bool) -> tuple[float, float, int, int, list[float]]:
-    """One pass over the training nodes. Returns (mean loss, train accuracy, sampled edges, sampler
-    calls: groups of ``sampler.bulk`` batches, every iteration's mean loss)."""
+@dataclass(slots=True, kw_only=True)
+class EpochSums:
+    """This worker's running sums of one epoch, one entry per iteration trained so far (mutable: the
+    loop adds to it; a mid-epoch checkpoint saves it and a resumed run starts from it).
+
+    Args:
+        loss_sums: float64 0-d tensors: each iteration's cross-entropy summed over this worker's seeds.
+        correct: int64 0-d tensor: correct training predictions so far.
+        counts: each iteration's seed count (this worker's loss terms).
+        edges: sampled edges so far.
+        comm: each iteration's communication on this worker (loader and training groups together).
+    """
+
+    loss_sums: list[Tensor] = field(default_factory=list)
+    correct: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.long))
+    counts: list[int] = field(default_factory=list)
+    edges: int = 0
+    comm: list[dict] = field(default_factory=list)
+
+    def to_state(self) -> dict:
+        """Tensors, numbers and dicts only (``torch.load(weights_only=True)`` reads them back)."""
+        losses = torch.stack(self.loss_sums) if self.loss_sums else torch.zeros(0, dtype=torch.float64)
+        return {"loss_sums": losses, "correct": self.correct.clone(), "counts": list(self.counts),
+                "edges": self.edges, "comm": list(self.comm)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "EpochSums":
+        return cls(loss_sums=list(state["loss_sums"].unbind()), correct=state["correct"].clone(),
+                   counts=list(state["counts"]), edges=int(state["edges"]), comm=list(state["comm"]))
+
+
+def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, epoch: int,
+                num_batches: int, timer: PhaseTimer, progress: bool, *, first_step: int = 0,
+                sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None) -> dict:
+    """Iterations ``first_step .. num_batches - 1`` of an epoch (the same on every worker), adding to
+    ``sums`` (a resumed epoch's sums so far; default: none). ``after_step(steps_done, sums)`` runs after
+    every iteration (the mid-epoch checkpoints). Returns this worker's sums (per iteration too), the
+    communication counted per iteration (loader and training groups together) and the layout's metrics
+    of the epoch (collective: :meth:`finish_epoch`)."""
     model.train()
-    batches = epoch_batches(data.train_idx, num_batches_for(data.train_idx.numel(), cfg.batch_size), cfg.seed, epoch)
-    keys = [derive_key(cfg.seed, epoch, step, 0) for step in range(len(batches))]
-    # Dropout masks are a function of (seed, epoch, step), like the blocks: a resumed run is exact.
-    dropout_keys = [derive_key(cfg.seed, epoch, step, 0, STREAM_DROPOUT) for step in range(len(batches))]
-    loss_sum = torch.zeros((), dtype=torch.float64)
-    correct = torch.zeros((), dtype=torch.long)
-    edges, losses = 0, []
-    stream = batch_stream(sampler, data, batches, keys, prefetch=cfg.prefetch, timer=timer)
-    for step, batch in enumerate(tqdm(stream, total=len(batches), desc=f"epoch {epoch}", leave=False,
-                                      disable=not progress)):
-        with timer.phase("forward_backward"):
-            logits = model(batch.blocks, batch.x, dropout_key=dropout_keys[step])
-            loss = F.cross_entropy(logits, batch.y)
+    steps = layout.plan_epoch(epoch, num_batches)[first_step:]
+    sums = sums if sums is not None else EpochSums()
+    comm.stats.snapshot_and_reset()
+    batches = prepared_batches(layout, steps, cfg, timer)
+    bar = progress_bar(batches, enabled=progress, initial=first_step, total=num_batches, desc=f"epoch {epoch}")
+    for step, batch in enumerate(bar, start=first_step):
+        with timer.phase("forward_backward"):  # split parallelism: its shuffles included
+            # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
+            dropout_key = derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT)
+            logits = model(batch.blocks, batch.x, dropout_key=dropout_key)
+            loss = layout.loss(logits, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
-        edges += sum(b.num_edges for b in batch.blocks)
+        with timer.phase("grad_sync"):
+            all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
+        optimizer.step()
+        layout.after_step(model, epoch * num_batches + step + 1)  # DGS: the model to its explainer, every T
+        sums.comm.append(add_counts(batch.comm, comm.stats.snapshot_and_reset()))
+        sums.edges += batch.sampled_edges
         # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        loss_sum += loss.detach().double() * batch.seeds.numel()
-        correct += (logits.detach().argmax(1) == batch.y).sum()
-        losses.append(loss.detach())
-    n = data.train_idx.numel()
-    return float(loss_sum) / n, float(correct) / n, edges, -(-len(losses) // sampler.bulk), torch.stack(losses).tolist()
+        sums.loss_sums.append(layout.loss_sum(loss, batch))
+        sums.correct += (logits.detach().argmax(1) == batch.y).sum()
+        sums.counts.append(batch.y.numel())
+        if after_step is not None:
+            after_step(step + 1, sums)
+    extra = layout.finish_epoch(comm)
+    return {"loss_sums": sums.loss_sums, "correct": sums.correct, "counts": sums.counts, "edges": sums.edges,
+            "comm": sums.comm, "layout": extra, "bulk": layout.bulk}
 
 
 @torch.no_grad()
-def evaluate(model, sampler: BatchSampler, data: TrainData, node_ids: torch.Tensor, batch_size: int,
-             seed: int, prefetch: int = 1) -> float:
-    """Accuracy on ``node_ids`` with sampled inference; a fixed key makes it repeatable. NaN when empty."""
-    if node_ids.numel() == 0:
-        return float("nan")
+def evaluate(model, layout: Layout, comm: Comm, node_ids, cfg: TrainConfig) -> float:
+    """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
+    are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
     model.eval()
-    batches = list(node_ids.split(batch_size))
-    keys = [derive_key(seed, EVAL_EPOCH, step, 0) for step in range(len(batches))]
+    # Collective: the largest number of inference steps any worker needs.
+    num_steps = comm.all_reduce_max_int(layout.eval_steps_needed(node_ids, cfg.eval_batch_size), "eval")
+    steps = layout.plan_eval(node_ids, cfg.eval_batch_size, num_steps)
     correct = 0
-    for batch in batch_stream(sampler, data, batches, keys, prefetch=prefetch, timer=PhaseTimer()):
-        correct += int((model(batch.blocks, batch.x).argmax(1) == batch.y).sum())
-    return correct / node_ids.numel()
+    for batch in prepared_batches(layout, steps, cfg, PhaseTimer(), training=False):
+        if batch.step.real:
+            correct += int((model(batch.blocks, batch.x).argmax(1) == batch.y).sum())
+    totals = torch.tensor([correct, node_ids.shape[0]], dtype=torch.float64)
+    comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: global counts
+    return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
 
 
-def fit(model, optimizer, train_sampler: BatchSampler, eval_sampler: BatchSampler, data: TrainData,
-        cfg: TrainConfig, *, start_epoch: int = 0, on_epoch_end: Callable[[int, EpochMetrics], None] | None = None,
-        progress: bool = True) -> list[EpochMetrics]:
-    """Train epochs ``start_epoch .. cfg.epochs - 1``; return their metrics."""
-    history = []
-    for epoch in range(start_epoch, cfg.epochs):
+def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, test_acc: float, comm: Comm) -> dict:
+    """Global loss (of the epoch and of every iteration) and accuracy (one all-reduce of this worker's
+    sums), this worker's time split and communication per iteration, and the layout's metrics."""
+    n = len(sums["counts"])
+    # The epoch's loss summed in iteration order, as the single-machine trainer does (same rounding).
+    epoch_totals = torch.stack([sum(sums["loss_sums"]), sums["correct"].double(),
+                                torch.tensor(float(sum(sums["counts"])))])
+    local = torch.cat([epoch_totals, torch.stack(sums["loss_sums"]), torch.tensor(sums["counts"], dtype=torch.float64)])
+    comm.all_reduce_(local, dist.ReduceOp.SUM, "eval")  # collective: epoch and iteration totals over workers
+    totals, iteration_losses = local[:3], (local[3:3 + n] / local[3 + n:]).tolist()
+    per_iter = sums["comm"]
+    comm_mean = {c: {k: sum(it[c][k] for it in per_iter) / len(per_iter) for k in per_iter[0][c]}
+                 for c in per_iter[0]}
+    num_bulks = -(-len(per_iter) // sums["bulk"])
+    per_bulk = {c: {k: v * len(per_iter) / num_bulks for k, v in counts.items()} for c, counts in comm_mean.items()}
+    seconds = timer.seconds
+    return {
+        "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "split_s": seconds.get("split", 0.0),
+        "fetch_s": seconds.get("fetch", 0.0), "forward_backward_s": seconds.get("forward_backward", 0.0),
+        # Inside forward_backward: the cooperative layers' collectives (split parallelism).
+        "shuffle_s": comm_mean["shuffle"]["seconds"] * len(per_iter),
+        "grad_sync_s": seconds.get("grad_sync", 0.0), "metrics_s": seconds.get("metrics", 0.0),
+        "checkpoint_s": seconds.get("checkpoint", 0.0),
+        "wait_s": seconds.get("wait", 0.0),
+        "epoch_s": seconds["epoch"], "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
+        "iteration_losses": iteration_losses,
+        "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
+        "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
+        "rounds_per_iteration": {c: v["rounds"] for c, v in comm_mean.items()},
+        "bytes_per_iteration": {c: v["bytes_sent"] + v["bytes_received"] for c, v in comm_mean.items()},
+        "comm_per_iteration": comm_mean,
+        # Matrix sampling: one sample_many per group of `bulk` batches (its rounds land on the group's first).
+        "bulk": sums["bulk"], "num_bulks": num_bulks,
+        "seconds_per_bulk": seconds.get("sample", 0.0) / num_bulks,
+        "rounds_per_bulk": {c: v["rounds"] for c, v in per_bulk.items()},
+        "bytes_per_bulk": {c: v["bytes_sent"] + v["bytes_received"] for c, v in per_bulk.items()},
+        **sums["layout"],
+    }
+
+
+def agreed_num_batches(layout: Layout, comm: Comm) -> int:
+    """Iterations per epoch, the same on every worker: enough for the worker that needs most."""
+    # Collective: every worker must run the same number of iterations.
+    num_batches = comm.all_reduce_max_int(layout.local_batches(), "setup")
+    error = layout.check_num_batches(num_batches)
+    comm.agree(not error, error)
+    return num_batches
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start:
+    """Where training starts: a fresh run, or a checkpoint's epoch and step (with this worker's sums of
+    that epoch's first ``step`` iterations, None at an epoch boundary) and its finished epochs."""
+
+    epoch: int = 0
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    sums: EpochSums | None = None
+
+
+def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, part: LocalPartition,
+                 num_batches: int, start: Start, saver: Saver | None, lead: bool) -> list[dict]:
+    """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``saver`` saves after every epoch and,
+    when due, after an iteration. Returns the history, the checkpoint's epochs first."""
+    history = list(start.history)
+    for epoch in range(start.epoch, cfg.epochs):
         timer = PhaseTimer()
+        resumed = epoch == start.epoch and start.step > 0
+
+        def after_step(steps_done: int, sums: EpochSums, epoch=epoch, timer=timer) -> None:
+            if saver is not None and saver.due(epoch, steps_done):
+                with timer.phase("checkpoint"):
+                    saver.save(model, optimizer, epoch=epoch, step=steps_done, history=history,
+                               worker_state=sums.to_state())
+
         with timer.phase("epoch"):
-            loss, train_acc, edges, num_bulks, losses = train_epoch(model, optimizer, train_sampler, data, cfg, epoch,
-                                                                    timer, progress)
+            sums = train_epoch(model, optimizer, layout, comm, cfg, epoch, num_batches, timer, lead,
+                               first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
+                               after_step=after_step)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
-            val_acc = evaluate(model, eval_sampler, data, data.val_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
-            test_acc = evaluate(model, eval_sampler, data, data.test_idx, cfg.eval_batch_size, cfg.seed, cfg.prefetch)
-        metrics = EpochMetrics(
-            epoch=epoch, sample_s=timer.seconds.get("sample", 0.0), gather_s=timer.seconds.get("gather", 0.0),
-            forward_backward_s=timer.seconds.get("forward_backward", 0.0), wait_s=timer.seconds.get("wait", 0.0),
-            epoch_s=timer.seconds["epoch"],
-            loss=loss, train_acc=train_acc, val_acc=val_acc, test_acc=test_acc, num_batches=len(losses),
-            num_bulks=num_bulks, sampled_edges=edges, iteration_losses=losses,
-        )
-        history.append(metrics)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, metrics)
+            val_acc = evaluate(model, layout, comm, part.val_idx, cfg)
+            test_acc = evaluate(model, layout, comm, part.test_idx, cfg)
+        history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
+        if lead:
+            print_epoch(history[-1])
+        if saver is not None:
+            saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={})
     return history
+
+
+def print_epoch(m: dict) -> None:
+    """One line per epoch: loss and accuracy, where the time went, and what a distributed layout moved
+    (rounds per iteration; only where there were any)."""
+    parts = [f"sample {m['sample_s']:.1f}"]
+    if m["split_s"]:
+        parts.append(f"split {m['split_s']:.1f}")
+    parts.append(f"fetch {m['fetch_s']:.1f}")
+    fwd = f"fwd+bwd {m['forward_backward_s']:.1f}"
+    parts.append(fwd + (f" of which shuffle {m['shuffle_s']:.1f}" if m["shuffle_s"] else ""))
+    rounds = m["rounds_per_iteration"]
+    if rounds["grad"]:
+        parts.append(f"grad sync {m['grad_sync_s']:.1f}")
+    parts.append(f"wait {m['wait_s']:.1f}")
+    speed = f"  {m['sampled_edges_per_s'] / 1e6:.1f}M edges/s"
+    if m["bulk"] > 1:
+        speed += f", {m['seconds_per_bulk'] * 1e3:.1f} ms per bulk of {m['bulk']}"
+    moved = ""
+    if any(rounds[c] for c in ("sample", "feature", "shuffle")):
+        moved = (f"  rounds/iter sample {rounds['sample']:g} + feature {rounds['feature']:g} + shuffle "
+                 f"{rounds['shuffle']:g}")
+    edges = m.get("edge_metrics", {})
+    redundancy = f"  redundancy {edges['redundancy']:.1%}" if edges.get("iterations") and rounds["grad"] else ""
+    print(f"epoch {m['epoch']:3d}  loss {m['loss']:.4f}  train {m['train_acc']:.4f}  val {m['val_acc']:.4f}  "
+          f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s ({', '.join(parts)}){speed}{moved}{redundancy}"
+          f"{dgs_summary(m)}", flush=True)
+
+
+def dgs_summary(m: dict) -> str:
+    """The epoch's DGS figures for the per-epoch line ("" without --dgs)."""
+    d = m.get("dgs")
+    if d is None:
+        return ""
+    stale = "plain" if d["staleness_mean"] is None else f"masks {d['staleness_mean']:.0f} it. old"
+    return (f"  dgs: feature {d['feature_bytes'] / 1e6:.2f} MB, {d['remote_nodes']} remote nodes, "
+            f"{d['dims_sent_mean']:.0f} dims, explain {d['explanation_cpu_s']:.2f}s cpu "
+            f"(waited {d['explanation_wait_s']:.2f}s), {stale}")

@@ -41,7 +41,7 @@ from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import BatchSampler, derive_key
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutSpec, Step, add_counts
-from gnnscale.train.loop import EVAL_EPOCH, epoch_batches
+from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.metrics import PhaseTimer
 
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
@@ -89,7 +89,8 @@ class DataParallel:
         if local >= num_batches:
             return ""
         return (f"part {self.rank} has {local} training nodes, fewer than the {num_batches} iterations per epoch the "
-                "largest part needs; repartition with --method metis (it balances training nodes) or raise --batch-size")
+                "largest part needs; raise --batch-size, or repartition with fewer --parts (gnnscale partition spreads "
+                "training nodes evenly over the parts with either --method)")
 
     def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
         """This worker's steps: its training nodes in an order fixed by ``(seed, epoch, rank)``. Starts the

@@ -17,7 +17,7 @@ from gnnscale.distributed.matrix15d import build_15d, check_replication
 from gnnscale.train.config import BULK_SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
-from gnnscale.train.run import build_samplers
+from gnnscale.train.samplers import build_samplers
 
 
 def build_1d(ctx: LayoutContext) -> DataParallel:

@@ -43,7 +43,7 @@ from gnnscale.sampling import NeighborSampler, derive_key
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutOptions, LayoutSpec, Step
 from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
-from gnnscale.train.loop import epoch_batches, num_batches_for
+from gnnscale.train.batches import epoch_batches, num_batches_for
 from gnnscale.train.metrics import PhaseTimer
 
 # owner: each worker samples its own destinations and exchanges cross edges (default, measured faster:

@@ -1,0 +1,57 @@
+"""One process is a layout too: the whole dataset as the one part of a one-worker partition.
+
+The single-process trainer runs the distributed loop (:mod:`gnnscale.train.loop`) on a process group
+of its own alone (:func:`gnnscale.distributed.context.init_single_process`) with this layout: data
+parallelism over one worker, whose sampler is any of the single-process samplers and whose features are
+all local, read by the numba gather kernel (no fetch rounds). One worker of a distributed run on a
+one-part partition therefore trains exactly like it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnscale.distributed.comm import Comm
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.features import gather_rows
+from gnnscale.nn import ModelConfig
+from gnnscale.partition.book import PartitionBook
+from gnnscale.partition.directory import LocalPartition
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.data_parallel import DataParallel
+from gnnscale.train.samplers import build_samplers
+
+
+class LocalFeatureStore:
+    """Every feature row in this process: a gather, no communication.
+
+    Args:
+        features: float32 [num_nodes, d], numpy (possibly memory-mapped).
+    """
+
+    def __init__(self, features: np.ndarray) -> None:
+        self.features = features
+        self.feature_dim = int(features.shape[1])
+
+    def gather(self, node_ids: Tensor) -> Tensor:
+        """float32 [len(node_ids), d]: the rows of ``node_ids`` (a numba kernel that releases the GIL)."""
+        return torch.from_numpy(gather_rows(self.features, node_ids.numpy()))
+
+
+def whole_partition(dataset: NodeDataset) -> LocalPartition:
+    """The dataset as part 0 of a one-part partition (ids unchanged, the whole topology)."""
+    n = dataset.graph.num_nodes
+    return LocalPartition(dataset_name=dataset.name, book=PartitionBook(offsets=np.array([0, n], dtype=np.int64)),
+                          part=0, view="whole", topology=dataset.graph, features=dataset.features,
+                          labels=np.asarray(dataset.labels), train_idx=np.asarray(dataset.train_idx),
+                          val_idx=np.asarray(dataset.val_idx), test_idx=np.asarray(dataset.test_idx),
+                          num_classes=dataset.num_classes)
+
+
+def build_single_process(dataset: NodeDataset, model: ModelConfig, cfg: TrainConfig, loader: Comm) -> DataParallel:
+    """The single-process layout: ``cfg.sampler``'s sampler over the whole graph, every feature local."""
+    part = whole_partition(dataset)
+    train, evaluate = build_samplers(dataset.graph, model, cfg)
+    return DataParallel(train, evaluate, LocalFeatureStore(dataset.features), part, cfg, loader)
