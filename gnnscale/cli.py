@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
-from gnnscale.graph.dataset import NodeDataset
+from gnnscale import __version__
+from gnnscale.graph.dataset import NodeDataset, describe_summary
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
@@ -65,6 +67,8 @@ def add_dataset_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gnnscale", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print gnnscale's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a GNN by mini-batch neighbor sampling", formatter_class=HelpWithDefaults)
@@ -136,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes",
                        formatter_class=HelpWithDefaults)
     add_dataset_args(i)
+    i.add_argument("--json", action="store_true", help="print the summary as JSON (full precision, for scripts)")
 
     add_partition_parser(sub)
     return parser
@@ -250,8 +255,8 @@ def cmd_train(args) -> None:
 
 
 def cmd_info(args) -> None:
-    dataset = load_cli_dataset(args)
-    print(json.dumps(dataset.summary(), indent=2))
+    summary = load_cli_dataset(args).summary()
+    print(json.dumps(summary, indent=2) if args.json else describe_summary(summary))
 
 
 def cmd_partition(args) -> None:
@@ -265,12 +270,14 @@ def cmd_partition(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
     except (ValueError, TypeError) as err:
-        # Bad input: one clear line, no traceback, non-zero exit.
-        report(f"gnnscale {args.command}: error: {err}", same_on_every_worker=isinstance(err, LaunchError))
+        # Bad input: one clear line, no traceback, non-zero exit, naming the flag the user typed.
+        message = name_the_flag(str(err), field_flags(parser, args))
+        report(f"gnnscale {args.command}: error: {message}", same_on_every_worker=isinstance(err, LaunchError))
         return EXIT_BAD_INPUT
     except AgreementFailure as err:
         # A worker failed a step (its partition file): every worker raised the same message.
@@ -281,6 +288,56 @@ def main(argv: list[str] | None = None) -> int:
         report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=False)
         return EXIT_STOPPED
     return 0
+
+
+# Library names of settings that differ from the dest of the flag that sets them, per subcommand: the
+# dataset loaders' name, ModelConfig's hidden_dim and num_layers, write_partition_dir's and assign_parts'.
+FIELD_FLAGS: dict[str, dict[str, str]] = {
+    "train": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
+    "info": {"name": "--dataset"},
+    "partition": {"name": "--dataset", "num_parts": "--parts", "out_dir": "--out"},
+}
+LEADING_FIELD = re.compile(r"([a-z][a-z0-9_]*): ")
+
+
+def subcommand_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``gnnscale COMMAND`` (argparse keeps subparsers in its private ``_SubParsersAction``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    raise KeyError(command)
+
+
+def field_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """{library name: the flag that sets it} for ``args.command``: every option's dest -> its first long
+    option string (``batch_size`` -> ``--batch-size``), plus :data:`FIELD_FLAGS`.
+
+    ``directory`` is what the loaders call their folder: ``--partitions`` when training on one, else
+    ``--data-dir``. A name the user gave as a dataset option (``-o seed=...``) is theirs, not a flag's.
+    """
+    flags = {}
+    for action in subcommand_parser(parser, args.command)._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            longs = [s for s in action.option_strings if s.startswith("--")]
+            flags[action.dest] = (longs or action.option_strings)[0]
+    flags.update(FIELD_FLAGS.get(args.command, {}))
+    flags["directory"] = "--partitions" if getattr(args, "partitions", None) is not None else "--data-dir"
+    for key, _ in getattr(args, "option", []):
+        flags.pop(key, None)
+    return flags
+
+
+def name_the_flag(message: str, flags: dict[str, str]) -> str:
+    """``batch_size: ...`` -> ``--batch-size: ...``: library messages start with the argument's name,
+    but the user typed a flag. A message that names its flag already is left as it is (``bulk: expected
+    an int >= 1 (--bulk)``): the flag twice helps no one."""
+    match = LEADING_FIELD.match(message)
+    if match is None or match[1] not in flags:
+        return message
+    flag = flags[match[1]]
+    if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", message):
+        return message
+    return flag + message[match.end(1):]
 
 
 def report(line: str, *, same_on_every_worker: bool) -> None:

@@ -168,15 +168,15 @@ def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, pa
     cases = [
         # A mid-epoch checkpoint cannot move to another worker count.
         (["--partitions", str(partitions[1]), "--checkpoint", str(killed), "--resume"],
-         f"checkpoint: {killed} was written mid-epoch (epoch {run['killed_at']['epoch']}, step "
+         f"--checkpoint: {killed} was written mid-epoch (epoch {run['killed_at']['epoch']}, step "
          f"{run['killed_at']['step']}) by 2 workers on --partitions {partitions[2]}; a mid-epoch checkpoint resumes "
          "only with the same --partitions and worker count (--nproc-per-node)"),
         # An existing checkpoint is neither continued nor replaced without being told which.
         (["--partitions", str(partitions[1]), "--checkpoint", str(ckpt)],
-         f"checkpoint: {ckpt} already exists; pass --resume to continue that run, or --overwrite to start over and "
+         f"--checkpoint: {ckpt} already exists; pass --resume to continue that run, or --overwrite to start over and "
          "replace it"),
         (["--partitions", str(partitions[1]), "--checkpoint", str(single), "--resume"],
-         f"checkpoint: {single} was written by a single-process run (--dataset synthetic); resume it without "
+         f"--checkpoint: {single} was written by a single-process run (--dataset synthetic); resume it without "
          "--partitions"),
         (["--partitions", str(partitions[1]), "--checkpoint-every", "0", "--checkpoint", str(tmp_path / "new.ckpt")],
          "checkpoint_every: expected an int >= 1 (--checkpoint-every), got 0"),
@@ -191,7 +191,7 @@ def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, pa
     # A single-process run cannot continue a distributed checkpoint, nor save mid-epoch.
     assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=300", "--epochs", str(EPOCHS + 1),
                  "--checkpoint", str(ckpt), "--resume", "--quiet"]) == 2
-    assert capsys.readouterr().err == (f"gnnscale train: error: checkpoint: {ckpt} was written by a distributed run "
+    assert capsys.readouterr().err == (f"gnnscale train: error: --checkpoint: {ckpt} was written by a distributed run "
                                        "(2 workers, --layout hybrid); resume it with torchrun and --partitions\n")
     assert main(["train", "--dataset", "synthetic", "--checkpoint-every", "5", "--quiet"]) == 2
     assert "checkpoint_every: --checkpoint-every is for distributed runs (--partitions)" in capsys.readouterr().err

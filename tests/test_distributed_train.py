@@ -24,7 +24,7 @@ from gnnscale.nn import ModelConfig
 from gnnscale.partition import load_partition, read_manifest, write_partition_dir
 from gnnscale.train.checks import check_partition_launch
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.loop import epoch_batches
+from gnnscale.train.batches import epoch_batches
 from gnnscale.train.run import run_training
 from launch import LAUNCH_TIMEOUT_S, Launch, rendezvous_port, run_launch, torchrun, torchrun_machine
 
@@ -229,7 +229,7 @@ def test_part_count_must_equal_the_worker_count(partitions):
     output = run.stdout + run.stderr
     said = re.findall(r"^gnnscale train: error: .*$", output, re.MULTILINE)
     assert run.returncode != 0
-    assert said == [f"gnnscale train: error: partitions: {partitions[4]} has 4 parts but 2 workers were launched; "
+    assert said == [f"gnnscale train: error: --partitions: {partitions[4]} has 4 parts but 2 workers were launched; "
                     "launch one worker per part (torchrun --nnodes N --nproc-per-node M with N x M = 4), or "
                     "repartition with gnnscale partition --parts 2"], output[-3000:]
 
@@ -263,5 +263,7 @@ def test_disagreeing_batch_counts_are_refused_with_a_batch_size_that_works(uneve
                         "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
     assert main(["train", "--partitions", str(uneven), "--batch-size", "1", "--quiet"]) == 2
-    assert capsys.readouterr().err == f"gnnscale train: error: {expected}, or repartition with --method metis " \
-                                      "(it balances training nodes)\n"
+    # Either --method balances training nodes to within one: only fewer parts give each more.
+    assert capsys.readouterr().err == f"gnnscale train: error: {expected}, or repartition with fewer --parts " \
+                                      "(gnnscale partition already gives each of the 2 parts 2 or 3 of the 5 " \
+                                      "training nodes, with either --method)\n"

@@ -369,7 +369,7 @@ def test_cli_partition_writes_a_loadable_directory(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--parts", "0"], "num_parts"),
+    (["--parts", "0"], "--parts: expected an int in [1, num_nodes = 300], got 0"),
     (["--parts", "2", "--method", "kway"], "method"),
 ])
 def test_cli_partition_bad_input_is_one_clear_line(tmp_path, capsys, extra, message):

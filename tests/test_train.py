@@ -17,7 +17,6 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from gnnscale.sampling import NeighborSampler
-from gnnscale.train.loop import TrainData
 from gnnscale.train.metrics import write_json_atomic
 from gnnscale.train.run import run_training
 
@@ -127,7 +126,7 @@ def test_metrics_json_has_the_time_split_per_epoch(dataset, tmp_path):
     metrics = json.loads(out.read_text())
     assert len(metrics["history"]) == 2
     for epoch in metrics["history"]:
-        for field in ("sample_s", "gather_s", "forward_backward_s", "loss", "train_acc", "val_acc", "test_acc",
+        for field in ("sample_s", "fetch_s", "forward_backward_s", "loss", "train_acc", "val_acc", "test_acc",
                       "sampled_edges_per_s"):
             assert field in epoch
         assert epoch["sampled_edges"] > 0 and epoch["sampled_edges_per_s"] > 0
@@ -141,8 +140,8 @@ def test_without_background_loading_the_phases_add_up(dataset, tmp_path):
     out = tmp_path / "m.json"
     run_training(dataset, model_config(dataset), train_config(prefetch=0), progress=False, metrics_out=out)
     for epoch in json.loads(out.read_text())["history"]:
-        assert epoch["sample_s"] + epoch["gather_s"] + epoch["forward_backward_s"] <= epoch["epoch_s"] + 1e-6
-        assert epoch["wait_s"] >= epoch["sample_s"] + epoch["gather_s"] - 1e-6
+        assert epoch["sample_s"] + epoch["fetch_s"] + epoch["forward_backward_s"] <= epoch["epoch_s"] + 1e-6
+        assert epoch["wait_s"] >= epoch["sample_s"] + epoch["fetch_s"] - 1e-6
 
 
 @pytest.mark.parametrize("name", ["sage", "gat"])
@@ -157,10 +156,6 @@ def test_background_loading_does_not_change_training(dataset, name):
 
 
 def test_empty_training_set_is_an_error(dataset):
-    with pytest.raises(ValueError, match="train_idx"):
-        TrainData(features=dataset.features, labels=torch.from_numpy(dataset.labels),
-                  train_idx=torch.empty(0, dtype=torch.long), val_idx=torch.from_numpy(dataset.val_idx),
-                  test_idx=torch.from_numpy(dataset.test_idx))
     empty = replace(dataset, train_idx=np.empty(0, dtype=np.int64))
     with pytest.raises(ValueError, match="train_idx"):
         run_training(empty, model_config(dataset), train_config(), progress=False)
@@ -233,7 +228,7 @@ def test_cli_checkpoint_is_never_overwritten_without_overwrite(tmp_path, capsys)
     # Another model on the same path: refused before any work, the file untouched.
     assert main([*CLI_TRAIN, "--model", "gcn", "--epochs", "1", "--checkpoint", str(ckpt)]) == 2
     err = capsys.readouterr().err
-    assert err == (f"gnnscale train: error: checkpoint: {ckpt} already exists; pass --resume to continue that run, "
+    assert err == (f"gnnscale train: error: --checkpoint: {ckpt} already exists; pass --resume to continue that run, "
                    "or --overwrite to start over and replace it\n")
     assert ckpt.read_bytes() == first
     assert main([*CLI_TRAIN, "--model", "gcn", "--epochs", "1", "--checkpoint", str(ckpt), "--overwrite"]) == 0
@@ -252,7 +247,7 @@ def test_cli_resume_says_from_which_epoch_and_names_a_changed_setting(tmp_path, 
     # One setting changed: the message names it, both values and the flag, not two whole configs.
     assert main([*CLI_TRAIN, "--epochs", "3", "--lr", "0.5", "--checkpoint", str(ckpt), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert err == (f"gnnscale train: error: checkpoint: {ckpt} was written with train.lr=0.003, this run has "
+    assert err == (f"gnnscale train: error: --checkpoint: {ckpt} was written with train.lr=0.003, this run has "
                    "train.lr=0.5; resume with the same --lr as the run that wrote it\n")
     assert main([*CLI_TRAIN, "--epochs", "3", "--hidden", "64", "--checkpoint", str(ckpt), "--resume"]) == 2
     assert "model.hidden_dim=128, this run has model.hidden_dim=64; resume with the same --hidden" in \
@@ -313,7 +308,7 @@ def test_reprs_are_short():
 
 
 def test_python_dash_m_gnnscale_info():
-    out = subprocess.run([sys.executable, "-m", "gnnscale", "info", *SYNTH], check=True, capture_output=True,
-                         text=True, timeout=120).stdout
+    out = subprocess.run([sys.executable, "-m", "gnnscale", "info", *SYNTH, "--json"], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
     info = json.loads(out)
     assert info["num_nodes"] == 800 and info["topology_bytes"] > 0 and info["feature_bytes"] == 800 * 8 * 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,56 @@ class NodeDataset:
             "feature_bytes": feat,
             "feature_to_topology_ratio": feat / topo if topo else float("inf"),
         }
+
+
+# Labels of NodeDataset.summary()'s keys in `gnnscale info`; a key missing here shows under its own name.
+SUMMARY_LABELS = {
+    "name": "dataset", "num_nodes": "nodes", "num_edges": "edges", "feature_dim": "feature dim",
+    "num_classes": "classes", "train/val/test": "train / val / test", "in_degree": "in-degree",
+    "topology_bytes": "topology", "feature_bytes": "features", "feature_to_topology_ratio": "features / topology",
+}
+_BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
+
+
+def describe_summary(summary: dict) -> str:
+    """``summary`` (:meth:`NodeDataset.summary`) as aligned ``label  value`` lines for a person to read:
+    counts with thousands separators, floats to 3 significant digits, byte counts in kB/MB/GB."""
+    rows = [(SUMMARY_LABELS.get(key, key.replace("_", " ")), _format_value(key, value))
+            for key, value in summary.items()]
+    width = max((len(label) for label, _ in rows), default=0)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def _format_value(key: str, value: object) -> str:
+    if key.endswith("_bytes") and isinstance(value, int):
+        return format_bytes(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_format_value(k, v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return " / ".join(_format_value(key, v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else format_float(value)
+
+
+def format_float(value: float) -> str:
+    """3 significant digits (``3.90``, ``15.0``, ``0.00123``); from 1,000 on, a whole number with
+    separators instead of an exponent (``15,002``)."""
+    if not math.isfinite(value):
+        return str(value)
+    if abs(float(f"{value:.3g}")) >= 1000:  # rounded first: 999.96 is "1,000", not "1.00e+03"
+        return f"{value:,.0f}"
+    text = f"{value:#.3g}"
+    return text.rstrip(".") if "e" not in text else f"{value:.3g}"
+
+
+def format_bytes(count: int) -> str:
+    """Decimal units, 3 significant digits: ``340 kB``, ``1.28 MB``, ``2.45 GB`` (``512 B`` below 1 kB)."""
+    rounded = float(f"{count:.3g}")  # 999,999,999 bytes is "1.00 GB", not "1,000 MB"
+    for size, unit in _BYTE_UNITS:
+        if rounded >= size:
+            return f"{format_float(count / size)} {unit}"
+    return f"{count} B"
 
 
 def mask_to_index(mask: np.ndarray) -> np.ndarray:

@@ -248,5 +248,6 @@ def _name(arrays: dict, path: Path) -> str:
         return path.stem
     value = arrays["name"]
     if value.shape != () or value.dtype.kind != "U":
-        raise ValueError(f"name: expected a string scalar in {path}, got dtype {value.dtype} shape {value.shape}")
+        raise ValueError(f"name: the 'name' entry of {path} must be a string scalar, got dtype {value.dtype} "
+                         f"shape {value.shape}")
     return str(value)

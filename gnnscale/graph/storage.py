@@ -199,7 +199,8 @@ def read_versioned_json(path: Path, *, kind: str | None, version: int, hint: str
 
 def _read_meta(directory: Path, kind: str | None, required: tuple[str, ...]) -> dict:
     if not directory.is_dir():
-        raise ValueError(f"directory: expected a dataset directory written by save_dataset, got {directory}")
+        raise ValueError(f"directory: expected a dataset directory (gnnscale.graph.storage.save_dataset writes one), "
+                         f"got {directory}")
     path = directory / META_FILE
     meta = read_versioned_json(path, kind=kind, version=FORMAT_VERSION,
                                hint="not a directory written by save_dataset/save_graph?")

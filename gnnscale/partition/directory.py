@@ -321,7 +321,8 @@ def read_manifest(directory: str | Path) -> dict:
     """The parsed ``manifest.json`` of a partition directory, its structure checked (files not read)."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise ValueError(f"directory: expected a partition directory written by write_partition_dir, got {directory}")
+        raise ValueError(f"directory: expected a partition directory (`gnnscale partition --out DIR` writes one), "
+                         f"got {directory}, which is {'a file' if directory.exists() else 'missing'}")
     path = directory / MANIFEST
     manifest = read_versioned_json(path, kind="partition", version=FORMAT_VERSION,
                                    hint="not a partition directory, or an unfinished write")

@@ -83,14 +83,33 @@ def check_partition_launch(partition_dir: str | Path, world_size: int, batch_siz
     smallest = min(range(num_parts), key=lambda p: train[p])
     if train[smallest] == 0:
         raise ValueError(f"partitions: part {smallest} of {partition_dir} has no training nodes, so its worker "
-                         "cannot take part in the iterations of an epoch; repartition with --method metis (it "
-                         "balances training nodes)")
+                         f"cannot take part in the iterations of an epoch; {repartition_advice(manifest)}")
     iterations = math.ceil(train[largest] / batch_size)
     if train[smallest] < iterations:
         least = math.ceil(train[largest] / train[smallest])
         raise ValueError(f"batch_size: with --batch-size {batch_size}, part {largest} ({train[largest]} training "
                          f"nodes) needs {iterations} iterations per epoch, but part {smallest} has only "
                          f"{train[smallest]} training nodes and every worker runs the same iterations; use "
-                         f"--batch-size {least} or more, or repartition with --method metis (it balances "
-                         "training nodes)")
+                         f"--batch-size {least} or more, or {repartition_advice(manifest)}")
     return manifest
+
+
+def repartition_advice(manifest: dict) -> str:
+    """How repartitioning can even out the training nodes of the parts described by ``manifest``.
+
+    ``gnnscale partition`` spreads the training nodes over the parts to within one node with either
+    ``--method`` (and any ``--seed``), so for its partitions another method or seed changes nothing:
+    only fewer parts give each part more. A directory whose parts differ by more than one was written
+    otherwise (by hand, or by another tool), and ``gnnscale partition`` itself is the fix.
+    """
+    train = manifest["split_sizes"]["train_idx"]
+    total, parts = sum(train), len(train)
+    method = manifest.get("method", "metis")
+    if max(train) - min(train) > 1:
+        return (f"repartition with gnnscale partition (--method {method} spreads the training nodes evenly over "
+                "the parts)")
+    if total < parts:
+        return (f"the dataset has only {total} training node{'' if total == 1 else 's'} for {parts} parts: "
+                f"repartition with --parts {max(total, 1)} or fewer, or give the dataset more training nodes")
+    return (f"repartition with fewer --parts (gnnscale partition already gives each of the {parts} parts "
+            f"{min(train)} or {min(train) + 1} of the {total} training nodes, with either --method)")

@@ -1,0 +1,156 @@
+"""What a newcomer meets at the command line: ``--version``, ``info``'s summary, error lines that name
+the flag typed, repartitioning advice that fits the partition, and clean output in logs (no progress
+bars, no bulk figures for a sampler without bulks, no PyTorch warning about read-only arrays)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import io
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+import gnnscale
+from gnnscale.cli import main, name_the_flag
+from gnnscale.graph.dataset import format_bytes, format_float
+from gnnscale.graph.datasets import DATASETS, load_dataset
+from gnnscale.graph.storage import save_dataset
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.partition import write_partition_dir
+
+SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]
+TRAIN = ["train", *SYNTH, "--fanouts", "4,3", "--epochs", "1", "--threads", "1"]
+TORCHRUN_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+
+
+def test_version_is_the_installed_one(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0, "gnnscale --version is refused"
+    installed = importlib.metadata.version("gnnscale")  # pyproject.toml's version, as installed
+    assert capsys.readouterr().out == f"gnnscale {installed}\n"
+    assert gnnscale.__version__ == installed
+
+
+@pytest.mark.parametrize("value, text", [
+    (3.8980797636632203, "3.90"), (15.002, "15.0"), (97.01000000000022, "97.0"), (0.001234, "0.00123"),
+    (999.96, "1,000"), (15002.5, "15,002"), (float("inf"), "inf"),
+])
+def test_floats_are_shown_to_3_significant_digits(value, text):
+    assert format_float(value) == text
+
+
+@pytest.mark.parametrize("count, text", [
+    (512, "512 B"), (340_048, "340 kB"), (1_280_000, "1.28 MB"), (999_999_999, "1.00 GB"), (2_450_000_000, "2.45 GB"),
+])
+def test_byte_counts_are_shown_in_kb_mb_gb(count, text):
+    assert format_bytes(count) == text
+
+
+def test_info_is_an_aligned_summary_and_json_on_request(capsys):
+    assert main(["info", *SYNTH]) == 0
+    out = capsys.readouterr().out
+    assert not out.startswith("{"), "gnnscale info printed JSON without --json"
+    lines = out.splitlines()
+    rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in lines)
+    assert rows["nodes"] == "800" and rows["features"] == "25.6 kB", rows  # 800 x 8 float32
+    assert len({len(line) - len(line.split("  ")[-1].lstrip()) for line in lines}) == 1, lines  # one value column
+    assert not re.search(r"\d\.\d{4,}", "\n".join(lines)), lines  # no raw floats such as 3.8980797636632203
+    assert main(["info", *SYNTH, "--json"]) == 0
+    summary = load_dataset("synthetic", None, num_nodes=800, feature_dim=8, num_classes=4).summary()
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(summary))  # full precision
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["train", "--batch-size", "0"], "--batch-size: expected an int >= 1, got 0"),
+    (["train", "--hidden", "0"], "--hidden: expected a positive int, got 0"),
+    (["train", "--fanouts", "10,5", "--layers", "3"], "--layers: 3 layers but 2 fanouts ((10, 5))"),
+    (["train", "--dropout", "1.5"], "--dropout: expected a probability in [0, 1), got 1.5"),
+    (["info", "--dataset", "imagenet"],
+     f"--dataset: unknown dataset 'imagenet'; known datasets: {', '.join(DATASETS)}"),
+    (["partition", "--parts", "0", "--out", "{tmp}/p"], "--parts: expected an int in [1, num_nodes = 800], got 0"),
+    # Already naming its flag: left as it is, not "--bulk: ... (--bulk)".
+    (["train", "--sampler", "matrix", "--bulk", "0"], "bulk: expected an int >= 1 (--bulk), got 0"),
+    # A dataset option the user typed as -o seed=...: its own name, not --seed's.
+    (["train", "-o", "seed=-1"], "seed: expected >= 0, got -1"),
+], ids=["batch-size", "hidden", "layers", "dropout", "dataset", "parts", "named-already", "dataset-option"])
+def test_errors_name_the_flag_the_user_typed(tmp_path, capsys, argv, line):
+    command, *rest = argv
+    extra = {"train": ["--quiet"], "info": [], "partition": ["--overwrite"]}[command]
+    assert main([command, *SYNTH, *extra, *(a.replace("{tmp}", str(tmp_path)) for a in rest)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gnnscale {command}: error: {line}\n", err
+
+
+def test_a_missing_partition_directory_names_the_flag_and_the_command_that_writes_one(tmp_path, monkeypatch, capsys):
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert main(["train", "--partitions", str(tmp_path / "none"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"gnnscale train: error: --partitions: expected a partition directory (`gnnscale partition --out "
+                   f"DIR` writes one), got {tmp_path / 'none'}, which is missing\n"), err
+
+
+def test_a_flag_is_named_once():
+    flags = {"batch_size": "--batch-size"}
+    assert name_the_flag("batch_size: got 0", flags) == "--batch-size: got 0"
+    assert name_the_flag("--batch-size: got 0", flags) == "--batch-size: got 0"
+    named = "batch_size: with --batch-size 1, too few"
+    assert name_the_flag(named, flags) == named
+
+
+@pytest.mark.parametrize("method", ["metis", "random"])
+def test_the_advice_for_a_part_without_training_nodes_fits_the_partition(tmp_path, monkeypatch, capsys, method):
+    # One training node for two parts: no --method or --seed helps (both spread training nodes evenly).
+    full = make_synthetic(SyntheticConfig(num_nodes=400, feature_dim=4, seed=1))
+    one = replace(full, train_idx=full.train_idx[:1].copy())
+    write_partition_dir(one, 2, method, tmp_path / "p2")
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert main(["train", "--partitions", str(tmp_path / "p2"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("the dataset has only 1 training node for 2 parts: repartition with --parts 1 or fewer, "
+                        "or give the dataset more training nodes\n"), err
+    assert "--method" not in err, err
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch, capsys):
+    assert main(TRAIN) == 0
+    err = capsys.readouterr().err
+    assert err == "", f"a progress bar went to a stderr that is no terminal: {err[:80]!r}"
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(TRAIN) == 0
+    monkeypatch.undo()
+    assert "epoch 0" in terminal.getvalue(), "no progress bar on a terminal"
+
+
+@pytest.mark.parametrize("sampler, bulk_text", [
+    (["--sampler", "fused"], None),
+    (["--sampler", "matrix", "--bulk", "2"], "ms per bulk of 2"),
+], ids=["fused", "matrix-bulk-2"])
+def test_the_epoch_line_mentions_bulks_only_when_sampling_in_bulks(capsys, sampler, bulk_text):
+    assert main([*TRAIN, *sampler]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch"))
+    assert (bulk_text in line) if bulk_text else ("bulk" not in line), line
+
+
+def test_training_on_memory_mapped_arrays_warns_nothing(tmp_path):
+    ds = make_synthetic(SyntheticConfig(num_nodes=400, feature_dim=4, seed=1))
+    save_dataset(ds, tmp_path / "ds")  # loaded back memory-mapped, read-only
+    # In a fresh process: PyTorch raises this warning once per process, so an earlier test could hide it.
+    run = subprocess.run([sys.executable, "-W", "error:The given NumPy array is not writable", "-m", "gnnscale",
+                          "train", "--dataset", "dir", "--data-dir", str(tmp_path / "ds"), "--fanouts", "4,3",
+                          "--epochs", "1", "--threads", "1", "--quiet"],
+                         capture_output=True, text=True, timeout=240)
+    said = run.stderr.strip().splitlines()
+    assert run.returncode == 0 and "Warning" not in run.stderr, said[-1] if said else run.returncode
