@@ -104,7 +104,8 @@ def gnnscale_epochs(dataset: Path, model: str, a, prefetch: int) -> list[dict]:
                "--lr", str(a.lr), "--epochs", str(a.epochs), "--threads", str(a.threads), "--no-eval",
                "--prefetch", str(prefetch), "--quiet", "--metrics-out", str(metrics)]
         run_json_lines(cmd, {**os.environ, "OMP_NUM_THREADS": str(a.threads)}, a)
-        return json.loads(metrics.read_text())["history"]
+        # gnnscale names the feature gather fetch_s (one schema with distributed runs); DGL's script gather_s.
+        return [{**h, "gather_s": h["fetch_s"]} for h in json.loads(metrics.read_text())["history"]]
 
 
 def dgl_epochs(dataset: Path, model: str, a, malloc: str) -> list[dict]:

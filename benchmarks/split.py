@@ -20,7 +20,7 @@ split: reading its own rows), forward+backward, of which shuffle (split's cooper
 sync, other (waiting for the loading stage not covered above). The loading stage (sample, split,
 fetch) runs in the background beside forward+backward, so the parts add up to more than the epoch when
 the overlap works. Redundancy, local edges and skew: split over every iteration, data parallelism over
-the first iterations of each epoch (see gnnscale/train/layouts.py). All workers share this machine's
+the first iterations of each epoch (see gnnscale/train/layouts/data_parallel.py). All workers share this machine's
 cores, so with more workers than cores the times include that contention.
 """
 

@@ -279,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         message = name_the_flag(str(err), field_flags(parser, args))
         report(f"gnnscale {args.command}: error: {message}", same_on_every_worker=isinstance(err, LaunchError))
         return EXIT_BAD_INPUT
+    except OSError as err:
+        # The machine, not the input: a full disk, a file that cannot be written (the message names it).
+        report(f"gnnscale {args.command}: error: {err}", same_on_every_worker=False)
+        return EXIT_BAD_INPUT
     except AgreementFailure as err:
         # A worker failed a step (its partition file): every worker raised the same message.
         report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=True)

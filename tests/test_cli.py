@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 import gnnscale
+from gnnscale.files import atomic_write
 from gnnscale.cli import main, name_the_flag
 from gnnscale.graph.dataset import format_bytes, format_float
 from gnnscale.graph.datasets import DATASETS, load_dataset
@@ -154,3 +155,28 @@ def test_training_on_memory_mapped_arrays_warns_nothing(tmp_path):
                          capture_output=True, text=True, timeout=240)
     said = run.stderr.strip().splitlines()
     assert run.returncode == 0 and "Warning" not in run.stderr, said[-1] if said else run.returncode
+
+
+def test_an_output_that_is_not_a_regular_file_is_never_replaced(tmp_path):
+    """A device, a directory or a socket at an output path is refused before anything is written (run as
+    root, a rename over /dev/full would replace the device node)."""
+    target = tmp_path / "a_dir"
+    target.mkdir()
+    with pytest.raises(ValueError, match=r"a_dir: exists and is not a regular file"):
+        atomic_write(target, lambda f: f.write(b"x"))
+    assert target.is_dir() and not list(tmp_path.glob(".*tmp*"))
+    with pytest.raises(ValueError, match=r"/dev/null: exists and is not a regular file"):
+        atomic_write("/dev/null", lambda f: f.write(b"x"))
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text("old")
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match=r"m.json: could not write it \(No space left on device\)"):
+        atomic_write(path, fail)
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]

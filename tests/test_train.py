@@ -282,7 +282,7 @@ def test_cli_output_paths_and_flag_conflicts_fail_before_any_work(tmp_path, caps
 
 
 def test_metrics_out_into_a_directory_leaves_no_stray_file(tmp_path):
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(ValueError, match="exists and is not a regular file"):
         write_json_atomic(tmp_path, {"a": 1})
     assert list(tmp_path.parent.glob(f".{tmp_path.name}.tmp*")) == []
 

@@ -15,8 +15,6 @@ The archive is read with ``allow_pickle=False``: object arrays are refused, so a
 
 from __future__ import annotations
 
-import os
-import uuid
 import zipfile
 import zlib
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from gnnscale.files import atomic_write
 from gnnscale.graph.csc import CSCGraph, csc_from_coo, index_dtype
 from gnnscale.graph.dataset import NodeDataset
 
@@ -82,17 +81,7 @@ def save_npz(ds: NodeDataset, path: str | Path, *, topology: Topology = "csc") -
     else:
         dst = np.repeat(np.arange(ds.graph.num_nodes, dtype=np.int64), ds.graph.in_degrees())
         arrays["edge_index"] = np.stack([ds.graph.indices.astype(np.int64), dst])
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 # First bytes of a zip archive (a local file header, or the end record of an empty archive) and of a .npy file.

@@ -8,11 +8,12 @@ their own kind (:mod:`gnnscale.train.dist_checkpoint`); each kind refuses the ot
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from gnnscale.files import atomic_write
 
 CHECKPOINT_VERSION = 1
 KIND_SINGLE = "single"  # written by run_training (one process)
@@ -53,17 +54,7 @@ def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
 
 def write_atomic(path: str | Path, payload: object) -> None:
     """``torch.save(payload)`` to a temporary file in the same directory, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a failed write leaves no stray temporary file
+    atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def read_payload(path: str | Path, kind: str) -> dict:
@@ -138,11 +129,4 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
     return None if saved == current else (prefix.rstrip("."), saved, current)
 def save_model(path: str | Path, model: torch.nn.Module) -> None:
     """Write ``model.state_dict()`` (``torch.load`` reads it back) atomically, like :func:`save_checkpoint`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(model.state_dict(), f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(model.state_dict(), f))
