@@ -30,8 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnnscale.distributed.explainer import ExplainConfig, OnlineExplainer, explain
-from gnnscale.distributed.explanation import (DEFAULT_CLUSTERS_PER_PART, DEFAULT_PROBES, build_cluster_map_local,
+from gnnscale.distributed.dgs.explainer import ExplainConfig, OnlineExplainer, explain
+from gnnscale.distributed.dgs.explanation import (DEFAULT_CLUSTERS_PER_PART, DEFAULT_PROBES, build_cluster_map_local,
                                               explanation_graph_from_batch)
 from gnnscale.graph.synthetic import hard_config, informative_dimensions, make_synthetic
 from gnnscale.nn import ModelConfig, build_model

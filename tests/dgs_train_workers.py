@@ -13,7 +13,7 @@ from dgs_workers import FANOUTS, local_partition, made_masks
 from dist_workers import FEATURE_DIM, PG_TIMEOUT_S, assert_blocks_equal, make_features, make_graph
 from gnnscale.distributed import Comm, init_for_test, shutdown
 from gnnscale.distributed.comm import AgreementFailure
-from gnnscale.distributed.dgs import policy_for
+from gnnscale.distributed.dgs.sampling import policy_for
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import sample_blocks
 from gnnscale.sampling.dgs import sample_blocks_dgs

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from gnnscale.distributed import Comm, init_for_test, shutdown
-from gnnscale.distributed.matrix15d import build_15d
+from gnnscale.distributed.matrix.grid15d import build_15d
 from gnnscale.partition import load_partition
 from gnnscale.sampling import derive_key
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler

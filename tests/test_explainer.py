@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from gnnscale.distributed.explainer import (ExplainConfig, ExplanationError, Masks, OnlineExplainer, check_masks,
+from gnnscale.distributed.dgs.explainer import (ExplainConfig, ExplanationError, Masks, OnlineExplainer, check_masks,
                                             explain)
-from gnnscale.distributed.explanation import build_cluster_map_local, cluster_part, explanation_graph_from_batch
+from gnnscale.distributed.dgs.explanation import build_cluster_map_local, cluster_part, explanation_graph_from_batch
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition import assign_parts, relabel

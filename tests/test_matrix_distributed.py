@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import matrix_workers
-from gnnscale.distributed.matrix15d import ProcessGrid, check_replication
+from gnnscale.distributed.matrix.grid15d import ProcessGrid, check_replication
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.partition.book import PartitionBook

@@ -11,7 +11,7 @@ import torch
 
 from gnnscale.distributed import (SHUFFLE_KINDS, EdgeMetrics, data_parallel_edge_metrics, split_blocks,
                                   split_edge_metrics)
-from gnnscale.distributed.split_metrics import (epoch_edge_metrics, minibatch_signature, split_edge_counts,
+from gnnscale.distributed.edge_metrics import (epoch_edge_metrics, minibatch_signature, split_edge_counts,
                                                 union_minibatch_edges)
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.nn import ModelConfig, aggregate_sum, build_model

@@ -29,7 +29,7 @@ import torch
 from gnnscale.cli import main as cli_main
 from gnnscale.distributed.comm import CATEGORIES
 from gnnscale.distributed import SHUFFLE_FOR_MODEL, data_parallel_edge_metrics, split_edge_metrics
-from gnnscale.distributed.split_metrics import epoch_edge_metrics
+from gnnscale.distributed.edge_metrics import epoch_edge_metrics
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig

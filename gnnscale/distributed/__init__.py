@@ -1,17 +1,22 @@
-"""Distributed execution: the process group, collectives with accounting, partitioned features,
-sampling in the vanilla (partitioned topology) and hybrid (replicated topology) layouts, and split
-parallelism (online splitting, cooperative layers, edge metrics)."""
+"""Distributed execution.
+
+Infrastructure for every layout: the process group (:mod:`.context`), collectives with accounting
+(:mod:`.comm`), partitioned and cached features (:mod:`.features`, :mod:`.feature_cache`), sampling in
+the hybrid and vanilla layouts (:mod:`.sampling`), the gradient all-reduce (:mod:`.gradients`) and the
+edge metrics (:mod:`.edge_metrics`). Then one sub-package per strategy: :mod:`.split`, :mod:`.matrix`,
+:mod:`.dgs`."""
+
 
 from gnnscale.distributed.comm import CATEGORIES, AgreementFailure, Comm, CommStats, PeerFailure
 from gnnscale.distributed.context import DistContext, init_for_test, init_from_env, shutdown
 from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.gradients import all_reduce_gradients
-from gnnscale.distributed.owner_split import OwnerSplitWorkspace, owner_split_blocks
+from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_blocks
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
-from gnnscale.distributed.shuffle import (CooperativeBlock, InputAhead, Shuffle, cooperative_blocks,
+from gnnscale.distributed.split.shuffle import (CooperativeBlock, InputAhead, Shuffle, cooperative_blocks,
                                           exchange_input_ahead, split_loss)
-from gnnscale.distributed.split import SHUFFLE_FOR_MODEL, SHUFFLE_KINDS, ShufflePlan, SplitBlock, split_blocks
-from gnnscale.distributed.split_metrics import EdgeMetrics, data_parallel_edge_metrics, split_edge_metrics
+from gnnscale.distributed.split.plan import SHUFFLE_FOR_MODEL, SHUFFLE_KINDS, ShufflePlan, SplitBlock, split_blocks
+from gnnscale.distributed.edge_metrics import EdgeMetrics, data_parallel_edge_metrics, split_edge_metrics
 
 __all__ = ["CATEGORIES", "SHUFFLE_FOR_MODEL", "SHUFFLE_KINDS", "AgreementFailure", "Comm", "CommStats",
            "CooperativeBlock", "DistContext", "EdgeMetrics", "HybridSampler", "InputAhead", "OwnerSplitWorkspace",

@@ -5,7 +5,7 @@ Both kinds of parallelism reduce through :func:`all_reduce_gradients`; they diff
 * data parallelism: every worker's loss is the mean over its own seeds, so the summed gradient is
   divided by the number of workers (the average of the workers' steps);
 * split parallelism: every worker's loss is already its share of the mini-batch's mean
-  (:func:`gnnscale.distributed.shuffle.split_loss`), so the gradients are summed, divisor 1.
+  (:func:`gnnscale.distributed.split.shuffle.split_loss`), so the gradients are summed, divisor 1.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A layer sees either a :class:`~gnnscale.sampling.block.Block` (the whole layer is computed here) or a
 :class:`SplitAwareBlock`: this worker's split of a layer (GSplit, section 3.3), which supplies the
 two operations that touch edges crossing splits. The layer's code is the same for both; ``nn`` only
-declares the interface and never imports the implementation (``gnnscale.distributed.shuffle``).
+declares the interface and never imports the implementation (``gnnscale.distributed.split.shuffle``).
 """
 
 from __future__ import annotations

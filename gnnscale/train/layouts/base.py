@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.split_metrics import EdgeMetrics
+from gnnscale.distributed.edge_metrics import EdgeMetrics
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.partition.directory import LocalPartition

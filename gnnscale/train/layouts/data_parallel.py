@@ -36,7 +36,7 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.feature_cache import CachedFeatureStore, global_in_degrees
 from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
-from gnnscale.distributed.split_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
+from gnnscale.distributed.edge_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import BatchSampler, derive_key
 from gnnscale.train.config import TrainConfig

@@ -3,7 +3,7 @@ and feature sampling (Wan et al.; docs/dgs.md has the design and the schedule).
 
 The schedule is deterministic (docs/dgs.md, "The trainer's contract"): with ``T = --dgs-period``,
 after the optimizer step of global iteration ``t - 1`` with ``t % T == 0`` the training thread hands a
-copy of the model to the worker's :class:`~gnnscale.distributed.explainer.OnlineExplainer` (a
+copy of the model to the worker's :class:`~gnnscale.distributed.dgs.explainer.OnlineExplainer` (a
 background thread) and goes on; the loading stage, before it prepares iteration ``t >= 2 T`` with
 ``t % T == 0``, takes the masks of the model after ``t - T`` iterations (normally finished ``T``
 iterations earlier: waiting is the exception and is timed) and samples with them until the next
@@ -30,11 +30,11 @@ import torch
 from torch import nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.dgs import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore, check_epsilon
-from gnnscale.distributed.explainer import ExplainConfig, Masks, OnlineExplainer, check_masks
-from gnnscale.distributed.explanation import build_cluster_map, build_explanation_graph
+from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore, check_epsilon
+from gnnscale.distributed.dgs.explainer import ExplainConfig, Masks, OnlineExplainer, check_masks
+from gnnscale.distributed.dgs.explanation import build_cluster_map, build_explanation_graph
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
-from gnnscale.distributed.split_metrics import local_edges, minibatch_signature
+from gnnscale.distributed.edge_metrics import local_edges, minibatch_signature
 from gnnscale.nn import build_model
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import TrainConfig

@@ -7,13 +7,13 @@ to the single-process matrix sampler:
 - ``1d``: the whole topology on every worker, its own batches sampled with no communication, features
   fetched from their owners (as hybrid).
 - ``1.5d --replication C``: block rows of the adjacency and features replicated C times; rows of ``A``
-  and features fetched inside the process column (:mod:`gnnscale.distributed.matrix15d`).
+  and features fetched inside the process column (:mod:`gnnscale.distributed.matrix.grid15d`).
 """
 
 from __future__ import annotations
 
 from gnnscale.distributed.features import PartitionedFeatureStore
-from gnnscale.distributed.matrix15d import build_15d, check_replication
+from gnnscale.distributed.matrix.grid15d import build_15d, check_replication
 from gnnscale.train.config import BULK_SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel

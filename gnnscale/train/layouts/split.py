@@ -5,16 +5,16 @@ the mini-batch the single-process trainer draws with batch size ``P x b`` on the
 (the same permutation of the training nodes, the same key per step). Every vertex of every layer is
 computed by its owner only. By default (``sampling="owner"``) each worker samples only the destinations
 it owns, hop by hop, and learns the cross edges from their destinations' owners (one ``"sample"`` round
-per hop on the loading stage's Comm: :func:`~gnnscale.distributed.owner_split.owner_split_blocks`);
+per hop on the loading stage's Comm: :func:`~gnnscale.distributed.split.owner.owner_split_blocks`);
 with ``sampling="replicated"`` each worker samples the whole mini-batch itself from the replicated
 topology (no communication) and cuts out its own split (:func:`~gnnscale.distributed.split.split_blocks`).
 Both give the same splits up to row order (tested), hence the same training. Each worker reads its
-layer-0 rows from its own feature part: no feature fetch. The model runs on :class:`~gnnscale.distributed.shuffle.CooperativeBlock` s whose
+layer-0 rows from its own feature part: no feature fetch. The model runs on :class:`~gnnscale.distributed.split.shuffle.CooperativeBlock` s whose
 shuffles (partial sums for SAGE/GCN, source rows for GAT) run on the MAIN (training) process group:
 they are part of the training step. Sampling, splitting and reading the rows run in the background
 loading stage (``prepare``), whose collectives run on the loader's group: owner sampling's rounds and
 layer 0's exchange of input features, which do not depend on the parameters
-(:func:`~gnnscale.distributed.shuffle.exchange_input_ahead`, one ``"feature"`` round; see
+(:func:`~gnnscale.distributed.split.shuffle.exchange_input_ahead`, one ``"feature"`` round; see
 :func:`exchanges_input_ahead` for when): the training step then shuffles hidden features only.
 
 Each worker's loss is the cross-entropy summed over the seeds it owns divided by the mini-batch's seed
@@ -33,10 +33,10 @@ import torch
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.owner_split import OwnerSplitWorkspace, owner_split_blocks
-from gnnscale.distributed.shuffle import CooperativeBlock, exchange_input_ahead, split_loss
-from gnnscale.distributed.split import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
-from gnnscale.distributed.split_metrics import epoch_edge_metrics, split_edge_counts
+from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_blocks
+from gnnscale.distributed.split.shuffle import CooperativeBlock, exchange_input_ahead, split_loss
+from gnnscale.distributed.split.plan import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
+from gnnscale.distributed.edge_metrics import epoch_edge_metrics, split_edge_counts
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import NeighborSampler, derive_key

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnscale.distributed.split import SHUFFLE_KINDS, ShuffleKind, check_minibatch
+from gnnscale.distributed.split.plan import SHUFFLE_KINDS, ShuffleKind, check_minibatch
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling.block import Block
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.split import MAX_WORKERS, SHUFFLE_KINDS, ShuffleKind, ShufflePlan, SplitBlock
+from gnnscale.distributed.split.plan import MAX_WORKERS, SHUFFLE_KINDS, ShuffleKind, ShufflePlan, SplitBlock
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import check_fanouts, check_key, check_seeds

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm, check_placement
-from gnnscale.distributed.split import ShuffleKind, SplitBlock, split_blocks
+from gnnscale.distributed.split.plan import ShuffleKind, SplitBlock, split_blocks
 from gnnscale.nn.functional import KERNEL_DTYPES, csr_sum
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling.block import Block

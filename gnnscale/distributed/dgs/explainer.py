@@ -9,7 +9,7 @@ mask per super-node *and* a feature mask at once), its edge masks reach the mode
 entry shared by the members of a super-node. Wrapping the model to fit would take more code than the
 optimisation itself.
 
-Loss, on the explanation graph (:mod:`gnnscale.distributed.explanation`) of ``P`` probes, with the
+Loss, on the explanation graph (:mod:`gnnscale.distributed.dgs.explanation`) of ``P`` probes, with the
 model frozen::
 
     x'_u = b + (x_u - b) * sigmoid(m_f) * (1 for the part's own nodes | sigmoid(m_n[super(u)]) for remote ones)
@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnnscale.distributed.explanation import ExplanationGraph
+from gnnscale.distributed.dgs.explanation import ExplanationGraph
 from gnnscale.sampling.keys import STREAM_EXPLAIN, derive_key
 
 _INIT_STD = 0.1  # masks start near sigmoid(0) = 0.5 (PyG's GNNExplainer initialises likewise)

@@ -7,7 +7,7 @@ How the masks reach the sampling:
 * vanilla layout: the owners of remote destinations sample them on the requester's behalf, so they
   need the requester's node mask. It travels once per refresh, not per request: :meth:`DGSVanillaSampler.refresh`
   is one collective round in which every worker sends every other its cluster weights (``num_clusters``
-  floats: the super-nodes are global, see :mod:`gnnscale.distributed.explanation`), its epsilon and the
+  floats: the super-nodes are global, see :mod:`gnnscale.distributed.dgs.explanation`), its epsilon and the
   iteration the masks were computed at. Every request then carries that iteration beside the key, and an
   owner that holds another version of the requester's masks raises instead of sampling with it. Both
   layouts therefore draw the same blocks for the same key and masks, as plain sampling does.
@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.explainer import Masks, check_masks
-from gnnscale.distributed.explanation import ClusterMap
+from gnnscale.distributed.dgs.explainer import Masks, check_masks
+from gnnscale.distributed.dgs.explanation import ClusterMap
 from gnnscale.distributed.features import CATEGORY as FEATURE_CATEGORY
 from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler, _check_owned
