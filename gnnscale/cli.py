@@ -22,10 +22,13 @@ from gnnscale.train.distributed import RunOutputs, run_distributed_training
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs import DGS_MODES, DGSConfig
 from gnnscale.train.layouts.split import SPLIT_SAMPLINGS
+from gnnscale.train.loop import TrainingDiverged
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
 
 
+DEFAULT_LAYOUT = "hybrid"
+DEFAULT_TIMEOUT_S = 120.0
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
 LEAD_REPORT_GRACE_S = 5.0  # see report()
 EXIT_BAD_INPUT = 2  # bad input, reported before any work (argparse's own errors exit with 2 too)
@@ -111,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (it holds the data: no --dataset); "
                         "launch one worker per part with torchrun")
-    t.add_argument("--layout", default="hybrid", choices=tuple(LAYOUTS),
-                   help="distributed: " + "; ".join(f"{name} ({spec.summary})" for name, spec in LAYOUTS.items()))
+    t.add_argument("--layout", default=None, choices=tuple(LAYOUTS),
+                   help=f"distributed (default {DEFAULT_LAYOUT}): " + "; ".join(f"{name} ({spec.summary})"
+                                                                       for name, spec in LAYOUTS.items()))
     t.add_argument("--split-sampling", default=None, choices=SPLIT_SAMPLINGS,
                    help="distributed --layout split: owner (default: each worker samples the destinations it owns and "
                         "exchanges cross edges, one round per hop) or replicated (each worker samples the whole "
@@ -134,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dgs-mode", default="both", choices=DGS_MODES,
                    help="--dgs: both samplings, node sampling only, or feature sampling only (ablation)")
     t.add_argument("--save-model", default=None, help="write the trained model's state_dict here (torch.load reads it)")
-    t.add_argument("--timeout", type=float, default=120.0,
-                   help="distributed: seconds a worker waits for its peers before stopping with an error")
+    t.add_argument("--timeout", type=float, default=None,
+                   help=f"distributed: seconds a worker waits for its peers before stopping with an error "
+                        f"(default {DEFAULT_TIMEOUT_S:g})")
 
     i = sub.add_parser("info", help="node/edge counts, degrees, topology vs feature bytes",
                        formatter_class=HelpWithDefaults)
@@ -158,7 +163,11 @@ def add_partition_parser(sub) -> None:
 
 
 def load_cli_dataset(args) -> NodeDataset:
-    return load_dataset(args.dataset or "synthetic", args.data_dir, **dict(args.option))
+    name = args.dataset or "synthetic"
+    if args.data_dir is not None and name == "synthetic":
+        raise ValueError("data_dir: --dataset synthetic is generated, it reads no --data-dir; drop --data-dir or "
+                         "name the dataset stored there (--dataset)")
+    return load_dataset(name, args.data_dir, **dict(args.option))
 
 
 def fanouts_for(args) -> tuple[int, ...]:
@@ -220,12 +229,13 @@ def cmd_train(args) -> None:
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
-        options = LayoutOptions(layout=args.layout, cache_fraction=args.cache_fraction, replication=args.replication,
+        options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction, replication=args.replication,
                                 split_sampling=args.split_sampling, dgs=dgs)
         outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
                              resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite)
         report = run_distributed_training(args.partitions, options, model_options, train_cfg, outputs,
-                                          progress=not args.quiet, timeout_s=args.timeout)
+                                          progress=not args.quiet,
+                                          timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
     else:
         if args.replication != 1:
             raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")
@@ -234,9 +244,10 @@ def cmd_train(args) -> None:
         if args.cache_fraction:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
                              "(--partitions) have")
+        check_single_process_flags(args)
         # Before loading the dataset (minutes for a large one): a bad output path fails at once.
         check_run_outputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
-                          overwrite=args.overwrite)
+                          overwrite=args.overwrite, model_out=args.save_model)
         dataset = load_cli_dataset(args)
         model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=dataset.num_classes, num_layers=len(fanouts),
                                 **model_options)
@@ -252,6 +263,16 @@ def cmd_train(args) -> None:
     print(f"final: test accuracy {report.final_test_acc:.4f} (epoch {last['epoch']}); "
           f"best validation {report.best_val_acc:.4f} at epoch {report.best_epoch} "
           f"-> test accuracy {report.test_acc_at_best_val:.4f}")
+
+
+def check_single_process_flags(args) -> None:
+    """A flag that only a distributed run reads is an error without --partitions, not silently ignored."""
+    if args.layout is not None:
+        raise ValueError(f"layout: --layout {args.layout} lays out a distributed run; add --partitions DIR (from "
+                         "gnnscale partition) and launch with torchrun, or drop --layout to train in this process")
+    if args.timeout is not None:
+        raise ValueError("timeout: --timeout bounds a distributed run's wait for its peers; a single-process run "
+                         "has none (add --partitions, or drop --timeout)")
 
 
 def cmd_info(args) -> None:
@@ -274,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
+    except TrainingDiverged as err:
+        # Every worker found the same NaN loss (all-reduced) at the same point: one report per machine.
+        report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=True)
+        return EXIT_STOPPED
     except (ValueError, TypeError) as err:
         # Bad input: one clear line, no traceback, non-zero exit, naming the flag the user typed.
         message = name_the_flag(str(err), field_flags(parser, args))

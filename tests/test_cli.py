@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import gnnscale
@@ -180,3 +181,78 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
     with pytest.raises(OSError, match=r"m.json: could not write it \(No space left on device\)"):
         atomic_write(path, fail)
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layout", "split"], "gnnscale train: error: layout: --layout split lays out a distributed run; add --partitions"),
+    (["--layout", "1.5d"], "gnnscale train: error: layout: --layout 1.5d lays out a distributed run"),
+    (["--timeout", "30"], "gnnscale train: error: timeout: --timeout bounds a distributed run's wait"),
+    (["--data-dir", "somewhere"], "gnnscale train: error: data_dir: --dataset synthetic is generated, it reads no"),
+])
+def test_a_flag_only_a_distributed_run_reads_is_refused_without_partitions(argv, message, capsys):
+    assert main([*TRAIN, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("outputs", [("--metrics-out", "--checkpoint"), ("--checkpoint", "--save-model"),
+                                     ("--metrics-out", "--save-model")])
+def test_two_outputs_naming_one_file_are_refused_before_training(outputs, tmp_path, capsys):
+    target = tmp_path / "x"
+    argv = [arg for flag in outputs for arg in (flag, str(target))]
+    assert main([*TRAIN, *argv]) == 2
+    assert f"{outputs[0]} and {outputs[1]} both name {target}" in capsys.readouterr().err
+    assert not target.exists()
+
+
+def test_save_model_is_checked_before_any_work(tmp_path, capsys):
+    existing = tmp_path / "model.pt"
+    existing.write_bytes(b"keep me")
+    assert main([*TRAIN, "--save-model", str(existing)]) == 2
+    assert f"{existing} already exists; pass --overwrite to replace it, or choose another --save-model" in \
+        capsys.readouterr().err
+    assert existing.read_bytes() == b"keep me"
+    assert main([*TRAIN, "--save-model", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main([*TRAIN, "--save-model", "/dev/null"]) == 2
+    assert "/dev/null is not a regular file" in capsys.readouterr().err
+
+
+def nan_dataset(tmp_path, rows=(3, 17)):
+    dataset = make_synthetic(SyntheticConfig(num_nodes=800, feature_dim=8, num_classes=4))
+    features = np.array(dataset.features)
+    features[list(rows), 1] = np.nan
+    return replace(dataset, features=features)
+
+
+def test_nan_features_are_refused_at_load_naming_the_rows(tmp_path, capsys):
+    saved = save_dataset(nan_dataset(tmp_path), tmp_path / "nan")
+    for command in (["train", "--fanouts", "4,3", "--epochs", "1"], ["partition", "--parts", "2", "--out",
+                                                                    str(tmp_path / "parts")]):
+        assert main([*command, "--dataset", "dir", "--data-dir", str(saved)]) == 2
+        err = capsys.readouterr().err
+        assert "features: 2 rows hold NaN or Inf (rows 3, 17)" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "parts").exists()
+
+
+def test_a_loss_that_becomes_nan_stops_the_run_saying_when(tmp_path, capsys):
+    """A learning rate so large that the weights overflow: the run stops at the first non-finite epoch
+    with one line, and the metrics file keeps the epochs before it."""
+    metrics = tmp_path / "m.json"
+    argv = [*TRAIN, "--epochs", "30", "--lr", "1e30", "--metrics-out", str(metrics), "--quiet"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    found = re.search(r"gnnscale train: stopped: loss: became (nan|inf|-inf) at epoch (\d+) iteration (\d+)", err)
+    assert found is not None and err.count("\n") == 1, err
+    kept = json.loads(metrics.read_text())["history"]
+    assert len(kept) == int(found[2]) and all(np.isfinite(h["loss"]) for h in kept)
+
+
+def test_a_resumed_run_continues_its_metrics_file(tmp_path):
+    metrics, ckpt = tmp_path / "m.json", tmp_path / "c.pt"
+    outputs = ["--metrics-out", str(metrics), "--checkpoint", str(ckpt), "--quiet"]
+    assert main([*TRAIN, "--epochs", "2", *outputs]) == 0
+    first = json.loads(metrics.read_text())["history"]
+    assert main([*TRAIN, "--epochs", "3", *outputs, "--resume"]) == 0
+    resumed = json.loads(metrics.read_text())["history"]
+    assert [h["epoch"] for h in resumed] == [0, 1, 2] and resumed[:2] == first

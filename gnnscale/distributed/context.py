@@ -1,6 +1,7 @@
 """The process group: from torchrun's environment in real runs, from a local port in tests.
 
-Backend gloo on CPU, NCCL when CUDA is available (one GPU per worker, ``cuda:LOCAL_RANK``). Every
+Backend gloo: gnnscale trains on the CPU (numba kernels), also on a machine with GPUs. NCCL (one GPU
+per worker, ``cuda:LOCAL_RANK``) is there only when asked for by name, for collectives of GPU tensors. Every
 worker of a run calls :func:`init_from_env` once at start-up and :func:`shutdown` once at the end
 (in a ``finally``, so that a failing worker still releases its sockets).
 """
@@ -62,7 +63,7 @@ def init_from_env(
     """Join the run described by torchrun's environment variables and return this worker's context.
 
     Args:
-        backend: ``"gloo"`` or ``"nccl"``; default NCCL when CUDA is available, else gloo.
+        backend: ``"gloo"`` or ``"nccl"``; default gloo (gnnscale trains on the CPU).
         timeout_s: how long a collective may wait for its peers before it fails (seconds).
         environ: the environment to read (default ``os.environ``); tests pass a dict.
 
@@ -150,7 +151,9 @@ def _init(rank: int, world_size: int, init_method: str | None, backend: str, dev
 
 def _pick_backend(backend: str | None) -> str:
     if backend is None:
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        # gloo even where CUDA is visible: the layers and samplers run CPU (numba) kernels, so tensors live
+        # on the CPU, which NCCL cannot exchange. A GPU path would have to be built and tested first.
+        return "gloo"
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS} or None, got {backend!r}")
     if backend == "nccl" and not torch.cuda.is_available():

@@ -143,3 +143,19 @@ def format_bytes(count: int) -> str:
 def mask_to_index(mask: np.ndarray) -> np.ndarray:
     """Boolean mask [num_nodes] -> sorted int64 node ids."""
     return np.flatnonzero(np.asarray(mask, dtype=bool)).astype(np.int64)
+
+
+def check_finite_features(features: np.ndarray, chunk_rows: int = 1 << 16) -> None:
+    """ValueError naming the first rows that hold NaN or Inf: such a row trains a NaN model that still
+    prints a plausible accuracy. Read in chunks of ``chunk_rows`` rows, so a memory-mapped matrix is
+    scanned once without being held in memory."""
+    bad: list[int] = []
+    count = 0
+    for start in range(0, features.shape[0], chunk_rows):
+        rows = np.flatnonzero(~np.isfinite(features[start:start + chunk_rows]).all(axis=1)) + start
+        count += rows.size
+        bad.extend(rows[:max(0, 5 - len(bad))].tolist())
+    if count:
+        shown = ", ".join(map(str, bad)) + (", ..." if count > len(bad) else "")
+        raise ValueError(f"features: {count} rows hold NaN or Inf (rows {shown}); clean or drop them (e.g. "
+                         "numpy.nan_to_num) before training")

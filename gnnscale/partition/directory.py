@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.dataset import NodeDataset, check_finite_features
 from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
 from gnnscale.partition.assign import assign_parts
@@ -76,6 +76,7 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     if out_dir.parent.exists() and not out_dir.parent.is_dir():
         raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    check_finite_features(dataset.features)  # before minutes of partitioning: NaN rows would train a NaN model
     part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed)
     relabeling = relabel(dataset.graph, part, num_parts)
     del part

@@ -28,6 +28,8 @@ def check_output_file(path: str | Path, name: str, flag: str, *, overwrite: bool
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{name}: {path} is a directory; give a file path ({flag} FILE)")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{name}: {path} is not a regular file (a device or a socket); give a file path ({flag} FILE)")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -39,14 +41,20 @@ def check_output_file(path: str | Path, name: str, flag: str, *, overwrite: bool
 
 
 def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path | None, resume: bool,
-                      overwrite: bool) -> None:
-    """The output checks of ``gnnscale train``: metrics file, checkpoint file and ``--resume``.
+                      overwrite: bool, model_out: str | Path | None = None) -> None:
+    """The output checks of ``gnnscale train``: metrics file, checkpoint file, model file and ``--resume``.
 
     A checkpoint that exists is continued with ``--resume`` or replaced with ``--overwrite``, never
-    silently overwritten (it may belong to another run or model).
+    silently overwritten (it may belong to another run or model). A resumed run continues its metrics
+    file. No two outputs may be one file: the last writer would destroy the other.
     """
+    outputs = {flag: Path(path) for flag, path in (("--metrics-out", metrics_out), ("--checkpoint", checkpoint),
+                                                    ("--save-model", model_out)) if path is not None}
+    check_distinct(outputs)
     if metrics_out is not None:
-        check_output_file(metrics_out, "metrics_out", "--metrics-out", overwrite=overwrite)
+        check_output_file(metrics_out, "metrics_out", "--metrics-out", overwrite=overwrite or resume)
+    if model_out is not None:
+        check_output_file(model_out, "save_model", "--save-model", overwrite=overwrite or resume)
     if resume and checkpoint is None:
         raise ValueError("resume: --resume needs --checkpoint FILE, the checkpoint to continue from")
     if checkpoint is None:
@@ -58,6 +66,16 @@ def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path 
     if not resume and path.exists() and not overwrite:
         raise ValueError(f"checkpoint: {path} already exists; pass --resume to continue that run, or --overwrite "
                          "to start over and replace it")
+
+
+def check_distinct(outputs: dict[str, Path]) -> None:
+    """ValueError when two output flags name one file (also through a link or a relative path)."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        key = path.resolve()
+        if key in seen:
+            raise ValueError(f"outputs: {seen[key]} and {flag} both name {path}; each output needs a file of its own")
+        seen[key] = flag
 
 
 def check_partition_launch(partition_dir: str | Path, world_size: int, batch_size: int, *,

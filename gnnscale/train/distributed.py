@@ -27,15 +27,14 @@ from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.checkpoint import save_model
-from gnnscale.train.checks import LaunchError, check_partition_launch, check_run_outputs
+from gnnscale.train.checks import LaunchError, check_distinct, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.dist_checkpoint import (RunIdentity, Checkpointer, check_checkpoint_at_launch, receive_checkpoint,
                                             run_identity, same_partition)
 from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout,
                                     check_layout_options)
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
-from gnnscale.train.metrics import write_json_atomic
-from gnnscale.train.run import TrainReport, summarize
+from gnnscale.train.run import TrainReport, metrics_writer, summarize
 
 
 def load_local_partition(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartition:
@@ -95,7 +94,12 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model_option
         if options.dgs is not None and outputs.checkpoint is not None:
             raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
                              "saved, so a resumed run would not equal the uninterrupted one)")
-        check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=None, resume=False, overwrite=outputs.overwrite)
+        # The checkpoint file itself is rank 0's to check (check_checkpoint_at_launch): another machine has none.
+        check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=None, resume=False,
+                          overwrite=outputs.overwrite or outputs.resume, model_out=outputs.model_out)
+        check_distinct({flag: Path(path) for flag, path in (("--metrics-out", outputs.metrics_out),
+                                                            ("--checkpoint", outputs.checkpoint),
+                                                            ("--save-model", outputs.model_out)) if path is not None})
         world_size = world_size_from_env()
         check_layout_options(options, cfg, model_options["name"], world_size)
         manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
@@ -137,13 +141,12 @@ def run_distributed_training(partition_dir: str | Path, options: LayoutOptions, 
         strategy = build_layout(LayoutContext(part=part, cfg=cfg, model=launch.model_cfg, comm=comm, loader=loader,
                                               options=options, partition_dir=Path(partition_dir)))
         loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
-        report = train(strategy, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0)
-        if ctx.rank == 0 and outputs.metrics_out is not None:
-            write_json_atomic(outputs.metrics_out, {
-                "partitions": str(partition_dir), "layout": options.layout, "world_size": ctx.world_size,
-                "cache_fraction": options.cache_fraction, "dgs": None if options.dgs is None else asdict(options.dgs),
-                "replication": options.replication, "model": asdict(launch.model_cfg), "train": asdict(cfg),
-                **report.to_json()})
+        header = {"partitions": str(partition_dir), "layout": options.layout, "world_size": ctx.world_size,
+                  "cache_fraction": options.cache_fraction, "dgs": None if options.dgs is None else asdict(options.dgs),
+                  "replication": options.replication, "model": asdict(launch.model_cfg), "train": asdict(cfg)}
+        write_metrics = metrics_writer(outputs.metrics_out if ctx.rank == 0 else None, header)
+        report = train(strategy, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
+                       on_epoch_end=write_metrics)
         # Collective: nobody tears the group down while a peer is still in its last collective.
         comm.barrier("setup")
         return report
@@ -154,7 +157,7 @@ def run_distributed_training(partition_dir: str | Path, options: LayoutOptions, 
 
 
 def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, launch: CheckedLaunch,
-          outputs: RunOutputs, *, lead: bool) -> TrainReport:
+          outputs: RunOutputs, *, lead: bool, on_epoch_end=None) -> TrainReport:
     """Build the model (the same initial weights on every worker), resume if asked, train every epoch and
     save the model (rank 0)."""
     torch.manual_seed(derive_key(cfg.seed, stream=STREAM_INIT))
@@ -168,7 +171,8 @@ def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, la
         start = resume_from(outputs.checkpoint, comm, model, optimizer, launch.identity, num_batches, cfg.epochs, lead)
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
-    history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead)
+    history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead,
+                           on_epoch_end=on_epoch_end)
     if comm.rank == 0 and outputs.model_out is not None:
         save_model(outputs.model_out, model)
     return summarize(history)

@@ -15,6 +15,7 @@ epoch and, when it says so, after an iteration.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -214,10 +215,36 @@ class Start:
     sums: EpochSums | None = None
 
 
+class TrainingDiverged(ValueError):
+    """The loss (or the parameters) became NaN or infinite. Every worker finds it at the same point (the
+    loss is all-reduced, the parameters are the same everywhere), so every worker stops with this message,
+    before a checkpoint of the broken state is written."""
+
+
+def check_finite_epoch(m: dict) -> None:
+    bad = [i for i, loss in enumerate(m["iteration_losses"]) if not math.isfinite(loss)]
+    if bad:
+        raise TrainingDiverged(
+            f"loss: became {m['iteration_losses'][bad[0]]} at epoch {m['epoch']} iteration {bad[0]} (and in "
+            f"{len(bad) - 1} more iterations of the epoch); training stopped, the last checkpoint (if any) is the "
+            "epoch before. Lower --lr, or check the features and labels")
+
+
+def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int) -> None:
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p).all()):  # host sync: only before a mid-epoch checkpoint
+            raise TrainingDiverged(f"loss: parameter {name} became NaN or infinite by epoch {epoch} iteration "
+                                   f"{steps_done}; training stopped before checkpointing it. Lower --lr, or check "
+                                   "the features and labels")
+
+
 def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, part: LocalPartition,
-                 num_batches: int, start: Start, saver: Saver | None, lead: bool) -> list[dict]:
+                 num_batches: int, start: Start, saver: Saver | None, lead: bool,
+                 on_epoch_end: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``saver`` saves after every epoch and,
-    when due, after an iteration. Returns the history, the checkpoint's epochs first."""
+    when due, after an iteration; ``on_epoch_end(history)`` runs after every epoch (the metrics file).
+    Returns the history, the checkpoint's epochs first. A loss that becomes NaN or infinite stops the run
+    (:class:`TrainingDiverged`) before the broken state is saved."""
     history = list(start.history)
     for epoch in range(start.epoch, cfg.epochs):
         timer = PhaseTimer()
@@ -225,6 +252,7 @@ def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig,
 
         def after_step(steps_done: int, sums: EpochSums, epoch=epoch, timer=timer) -> None:
             if saver is not None and saver.due(epoch, steps_done):
+                check_finite_parameters(model, epoch, steps_done)
                 with timer.phase("checkpoint"):
                     saver.save(model, optimizer, epoch=epoch, step=steps_done, history=history,
                                worker_state=sums.to_state())
@@ -240,8 +268,11 @@ def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig,
         history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
         if lead:
             print_epoch(history[-1])
+        check_finite_epoch(history[-1])
         if saver is not None:
             saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={})
+        if on_epoch_end is not None:
+            on_epoch_end(history)
     return history
 
 

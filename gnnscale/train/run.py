@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_single_process, shutdown
-from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.dataset import NodeDataset, check_finite_features
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
@@ -66,10 +67,12 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     """
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
-    check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite)
+    check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite,
+                      model_out=model_out)
     check_sampler_fits_model(train_cfg.sampler, model_cfg.name)
     if np.asarray(dataset.train_idx).size == 0:
         raise ValueError("train_idx: the training set is empty; nothing to train on")
+    check_finite_features(dataset.features)
     signature = run_signature(dataset, model_cfg, train_cfg)
     ckpt = load_checkpoint(checkpoint, signature) if resume else None
     if ckpt is not None and ckpt.epochs_done >= train_cfg.epochs:
@@ -96,17 +99,23 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
                       f"at epoch {ckpt.epochs_done}", flush=True)
         saver = None if checkpoint is None else EpochCheckpointer(checkpoint, signature)
         num_batches = agreed_num_batches(layout, comm)
+        header = {"dataset": dataset.summary(), "model": asdict(model_cfg), "train": asdict(train_cfg)}
         history = train_epochs(model, optimizer, layout, comm, train_cfg, layout.part, num_batches, start, saver,
-                               progress)
+                               progress, on_epoch_end=metrics_writer(metrics_out, header))
     finally:
         shutdown()
     report = summarize(history)
-    if metrics_out is not None:
-        write_json_atomic(metrics_out, {"dataset": dataset.summary(), "model": asdict(model_cfg),
-                                        "train": asdict(train_cfg), **report.to_json()})
     if model_out is not None:
         save_model(model_out, model)
     return report
+
+
+def metrics_writer(path: str | Path | None, header: dict) -> Callable[[list[dict]], None] | None:
+    """Writes the metrics file after every epoch (atomically), so that a crash or Ctrl-C keeps the epochs
+    done; a resumed run's history starts with the checkpoint's epochs, so it continues the same file."""
+    if path is None:
+        return None
+    return lambda history: write_json_atomic(path, {**header, **summarize(history).to_json()})
 
 
 class EpochCheckpointer:
