@@ -41,6 +41,12 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints such as 10,5, got {text!r}") from None
 
 
+def resume_mode(text: str) -> str:
+    if text != "auto":
+        raise argparse.ArgumentTypeError(f"expected nothing or 'auto' (--resume auto), got {text!r}")
+    return text
+
+
 def key_value(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -104,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save a checkpoint here after every epoch (distributed: rank 0 writes it)")
     t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="distributed: also save --checkpoint after every N iterations (a resume continues mid-epoch)")
-    t.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
+    t.add_argument("--resume", nargs="?", const=True, default=False, type=resume_mode, metavar="auto",
+                   help="continue the run saved in --checkpoint (the newest complete one: a damaged file falls back "
+                        "to the previous save); --resume auto also starts afresh when there is none yet, so that "
+                        "torchrun --max-restarts can restart a failed run with the same command")
     t.add_argument("--overwrite", action="store_true",
                    help="replace an existing --checkpoint (without --resume) or --metrics-out file")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], *, keep_previous: Path | None = None) -> Path:
     """Call ``write`` on a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
     A failed write (a full disk, a bad payload) leaves ``path`` as it was and no temporary file behind.
     Only a regular file is ever replaced: a directory, a device (``/dev/full``) or a socket at ``path``
-    is a ValueError before anything is written. An OSError names ``path``.
+    is a ValueError before anything is written. An OSError names ``path``. With ``keep_previous``, the
+    file ``path`` held is renamed there once the new one is complete, just before it takes its place.
     """
     path = Path(path)
     if path.exists() and not path.is_file():
@@ -27,6 +28,8 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if keep_previous is not None and path.is_file():
+            os.replace(path, keep_previous)  # path is missing only between these two renames
         os.replace(tmp, path)
     except OSError as err:
         raise OSError(err.errno, f"{path}: could not write it ({err.strerror or err})") from err

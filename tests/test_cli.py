@@ -256,3 +256,37 @@ def test_a_resumed_run_continues_its_metrics_file(tmp_path):
     assert main([*TRAIN, "--epochs", "3", *outputs, "--resume"]) == 0
     resumed = json.loads(metrics.read_text())["history"]
     assert [h["epoch"] for h in resumed] == [0, 1, 2] and resumed[:2] == first
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one(damage, tmp_path, capsys):
+    """Every save keeps the one before: a truncated or altered newest checkpoint is detected (checksum) and
+    the run resumes from the previous save, saying so, and still ends where the uninterrupted run ends."""
+    full, ckpt = tmp_path / "full.json", tmp_path / "c.pt"
+    assert main([*TRAIN, "--epochs", "3", "--quiet", "--metrics-out", str(full)]) == 0
+    assert main([*TRAIN, "--epochs", "2", "--quiet", "--checkpoint", str(ckpt)]) == 0
+    data = bytearray(ckpt.read_bytes())
+    if damage == "truncate":
+        del data[len(data) // 2:]
+    else:
+        data[len(data) // 2] ^= 0xFF
+    ckpt.write_bytes(bytes(data))
+    resumed = tmp_path / "resumed.json"
+    assert main([*TRAIN, "--epochs", "3", "--checkpoint", str(ckpt), "--resume", "--metrics-out", str(resumed)]) == 0
+    captured = capsys.readouterr()
+    assert f"checkpoint: {ckpt} is damaged (its checksum does not match: truncated or altered); resuming from the " \
+           f"previous one, {ckpt}.prev" in captured.err
+    assert f"resuming from {ckpt}.prev: 1 of 3 epochs done" in captured.out
+    expected = [h["loss"] for h in json.loads(full.read_text())["history"]]
+    assert [h["loss"] for h in json.loads(resumed.read_text())["history"]] == expected
+
+
+def test_resume_auto_starts_afresh_without_a_checkpoint_and_resumes_with_one(tmp_path, capsys):
+    ckpt = tmp_path / "c.pt"
+    assert main([*TRAIN, "--epochs", "1", "--checkpoint", str(ckpt), "--resume", "auto"]) == 0
+    assert main([*TRAIN, "--epochs", "2", "--checkpoint", str(ckpt), "--resume", "auto"]) == 0
+    assert f"resuming from {ckpt}: 1 of 2 epochs done" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main([*TRAIN, "--resume", "later"])
+    assert exit_.value.code == 2
+    assert "expected nothing or 'auto' (--resume auto), got 'later'" in capsys.readouterr().err

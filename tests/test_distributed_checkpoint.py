@@ -21,7 +21,7 @@ from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
 from gnnscale.train.dist_checkpoint import check_resume, decode, run_identity
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, read_payload
+from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
@@ -66,12 +66,14 @@ def kill_mid_epoch(partition: Path, layout: str, ckpt: Path) -> dict:
     try:
         while time.monotonic() < deadline:
             assert launch.proc.poll() is None, f"the run ended before it was killed:\n{launch.tail()}"
-            payload = read_payload(ckpt, KIND_DISTRIBUTED) if ckpt.exists() else None
+            # The newest complete save, as a resume picks it (a save renames the old file aside first).
+            found = newest_complete(ckpt, KIND_DISTRIBUTED)
+            payload = None if found is None else found.payload
             if payload is not None and payload["epoch"] >= 1 and payload["step"] > 0:
                 workers = launch.worker_pids()
                 for pid in workers:
                     os.kill(pid, signal.SIGSTOP)
-                payload = read_payload(ckpt, KIND_DISTRIBUTED)  # frozen: this is the last save
+                payload = newest_complete(ckpt, KIND_DISTRIBUTED).payload  # frozen: this is the last save
                 if payload["step"] > 0:
                     return payload
                 for pid in workers:
@@ -238,3 +240,44 @@ def test_only_hybrid_moves_to_another_partition(saved, partitions, layout):
                                          r"worker count \(--layout hybrid can change them"):
         check_resume(theirs, path, identity_for(partitions[1], layout, world_size=1), EPOCHS + 1)
     check_resume(ckpt, path, identity_for(partitions[1], world_size=1), EPOCHS + 1)  # hybrid: accepted
+
+
+def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
+    """``torchrun --max-restarts``: when a worker dies, torchrun stops the others and starts the group
+    again with the same command line."""
+    command = torchrun(nproc, *args)
+    at = command.index("-m", 3)  # gnnscale's own -m, after torchrun's options
+    return [*command[:at], "--max-restarts", str(max_restarts), *command[at:]]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("layout", LAYOUT_CASES)
+def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partitions, layout, tmp_path):
+    """torchrun --max-restarts 2 with --resume auto: the first start finds no checkpoint and starts afresh;
+    one worker is SIGKILLed once a mid-epoch checkpoint exists, torchrun restarts the group, every worker
+    resumes from the newest complete checkpoint, and the final weights are the uninterrupted run's."""
+    epochs = "30"  # a few seconds: room to kill it mid-run
+    run_ok(2, *launch_args(partitions[2], layout, "--epochs", epochs, "--save-model", str(tmp_path / "full.pt"),
+                           "--quiet"))
+    ckpt, model = tmp_path / "auto.ckpt", tmp_path / "auto.pt"
+    args = launch_args(partitions[2], layout, "--epochs", epochs, "--checkpoint", str(ckpt), "--resume", "auto",
+                       "--checkpoint-every", "5", "--save-model", str(model))
+    launch = Launch(torchrun_restarting(2, 2, *args))
+    try:
+        launch.wait_for("no checkpoint yet: starting afresh (--resume auto)", LAUNCH_TIMEOUT_S)
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while time.monotonic() < deadline:  # polling a file another process writes
+            found = newest_complete(ckpt, KIND_DISTRIBUTED)
+            if found is not None and found.payload["epoch"] >= 2 and found.payload["step"] > 0:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"no mid-epoch checkpoint in epoch 2 or later:\n{launch.tail()}")
+        os.kill(launch.worker_pids()[-1], signal.SIGKILL)
+        assert launch.finish(LAUNCH_TIMEOUT_S) == 0, launch.tail()
+        assert re.search(r"resuming from \S+auto.ckpt\S*: \d+ of 30 epochs done, continuing at epoch \d+ step \d+",
+                         launch.text()), launch.tail()
+    finally:
+        launch.stop()
+    weights, full = torch.load(model), torch.load(tmp_path / "full.pt")
+    assert weights.keys() == full.keys() and all(torch.equal(weights[k], full[k]) for k in full)

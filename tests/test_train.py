@@ -15,6 +15,7 @@ import torch
 from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
+from gnnscale.train.checkpoint import KIND_SINGLE, read_payload
 from gnnscale.train.config import TrainConfig
 from gnnscale.sampling import NeighborSampler
 from gnnscale.train.metrics import write_json_atomic
@@ -99,8 +100,8 @@ def test_resume_continues_exactly(dataset, tmp_path):
                            checkpoint=ckpt, resume=True)
     assert [h["epoch"] for h in resumed.history] == [0, 1, 2]
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in full.history]
-    a = torch.load(tmp_path / "full.pt", weights_only=True)["model_state"]
-    b = torch.load(ckpt, weights_only=True)["model_state"]
+    a = read_payload(tmp_path / "full.pt", KIND_SINGLE)["model_state"]
+    b = read_payload(ckpt, KIND_SINGLE)["model_state"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -214,7 +215,7 @@ def test_cli_train_writes_metrics_and_resumes(tmp_path, capsys):
     assert main(argv) == 0
     assert "test accuracy" in capsys.readouterr().out
     assert main([*argv[:-4], "--epochs", "2", "--checkpoint", str(tmp_path / "c.pt"), "--resume"]) == 0
-    assert len(torch.load(tmp_path / "c.pt", weights_only=True)["history"]) == 2
+    assert len(read_payload(tmp_path / "c.pt", KIND_SINGLE)["history"]) == 2
 
 
 CLI_TRAIN = ["train", *SYNTH, "--fanouts", "4,3", "--threads", "1", "--quiet"]
@@ -232,7 +233,7 @@ def test_cli_checkpoint_is_never_overwritten_without_overwrite(tmp_path, capsys)
                    "or --overwrite to start over and replace it\n")
     assert ckpt.read_bytes() == first
     assert main([*CLI_TRAIN, "--model", "gcn", "--epochs", "1", "--checkpoint", str(ckpt), "--overwrite"]) == 0
-    assert torch.load(ckpt, weights_only=True)["run_signature"]["model"]["name"] == "gcn"
+    assert read_payload(ckpt, KIND_SINGLE)["run_signature"]["model"]["name"] == "gcn"
 
 
 def test_cli_resume_says_from_which_epoch_and_names_a_changed_setting(tmp_path, capsys):

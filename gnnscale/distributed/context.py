@@ -82,7 +82,8 @@ def init_from_env(
         device = torch.device("cuda", _env_int(env, "LOCAL_RANK"))
     else:
         device = torch.device("cpu")
-    return _init(rank, world_size, _tcp_address(env["MASTER_ADDR"], port), backend, device, timeout_s)
+    return _init(rank, world_size, _tcp_address(env["MASTER_ADDR"], port), backend, device, timeout_s,
+                 attempt=env.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
@@ -132,7 +133,7 @@ def shutdown() -> None:
 
 
 def _init(rank: int, world_size: int, init_method: str | None, backend: str, device: torch.device,
-          timeout_s: float) -> DistContext:
+          timeout_s: float, attempt: str = "0") -> DistContext:
     """Join the process group at ``init_method`` (a tcp:// address), or (None) form one of this process
     alone on an in-memory store."""
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
@@ -143,10 +144,25 @@ def _init(rank: int, world_size: int, init_method: str | None, backend: str, dev
                            "single-process run cannot start inside a distributed one)")
     if backend == "nccl":
         torch.cuda.set_device(device)
-    where = {"store": dist.HashStore()} if init_method is None else {"init_method": init_method}
+    if init_method is None:
+        where = {"store": dist.HashStore()}
+    elif _launched_with_agent_store():
+        # torchrun hosts the store and keeps it across the restarts of --max-restarts: every attempt's
+        # group keys its addresses under an attempt prefix, or a restarted worker would read a dead
+        # worker's address and fail to connect.
+        host, port = init_method.removeprefix("tcp://").rsplit(":", 1)
+        store = dist.TCPStore(host.strip("[]"), int(port), world_size, is_master=False,
+                              timeout=timedelta(seconds=timeout_s))
+        where = {"store": dist.PrefixStore(f"gnnscale/attempt_{attempt}", store)}
+    else:
+        where = {"init_method": init_method}
     # Collective: blocks until all world_size workers have joined (or timeout_s passes).
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s), **where)
     return ctx
+
+
+def _launched_with_agent_store() -> bool:
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
 def _pick_backend(backend: str | None) -> str:

@@ -4,10 +4,17 @@ Every random choice of training is a function of ``(seed, epoch, step)`` (sampli
 order, and torch's RNG re-seeded at each iteration), so a run resumed from the checkpoint of epoch
 ``e`` continues exactly as the uninterrupted run would have. Distributed runs write checkpoints of
 their own kind (:mod:`gnnscale.train.dist_checkpoint`); each kind refuses the other's.
+
+A checkpoint file is a magic string, the sha256 of what follows, and ``torch.save``'s bytes: a truncated
+or altered file is found before anything is loaded. Every save keeps the one before it beside the file
+(``<name>.prev``), so a damaged newest checkpoint, or a crash between the two renames of a save, still
+leaves a complete one to resume from (:func:`newest_complete`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +22,9 @@ import torch
 
 from gnnscale.files import atomic_write
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+MAGIC = b"GNNSCKP2"
+DIGEST_BYTES = 32  # sha256
 KIND_SINGLE = "single"  # written by run_training (one process)
 KIND_DISTRIBUTED = "distributed"  # written by rank 0 of run_distributed_training
 
@@ -53,8 +62,73 @@ def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
 
 
 def write_atomic(path: str | Path, payload: object) -> None:
-    """``torch.save(payload)`` to a temporary file in the same directory, fsync, then rename over ``path``."""
-    atomic_write(path, lambda f: torch.save(payload, f))
+    """Write ``payload`` (checksummed) to a temporary file in the same directory, fsync, then rename it over
+    ``path``; the file it replaces is kept as ``<name>.prev``."""
+    data = encode_payload(payload)
+    atomic_write(path, lambda f: f.write(data), keep_previous=previous_path(path))
+
+
+def previous_path(path: str | Path) -> Path:
+    """Where a save keeps the checkpoint it replaces."""
+    path = Path(path)
+    return path.with_name(path.name + ".prev")
+
+
+def encode_payload(payload: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    body = buffer.getvalue()
+    return MAGIC + hashlib.sha256(body).digest() + body
+
+
+def decode_payload(data: bytes, path: str | Path) -> dict:
+    """The dict a checkpoint file's bytes hold; ValueError naming ``path`` for a foreign or damaged file."""
+    head = len(MAGIC) + DIGEST_BYTES
+    if len(data) < head or data[:len(MAGIC)] != MAGIC:
+        raise ValueError(f"checkpoint: {path} is not a gnnscale checkpoint (version {CHECKPOINT_VERSION})")
+    body = data[head:]
+    if hashlib.sha256(body).digest() != data[len(MAGIC):head]:
+        raise ValueError(f"checkpoint: {path} is damaged (its checksum does not match: truncated or altered)")
+    try:
+        # weights_only: a checkpoint is data, never code to run.
+        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for foreign payloads
+        raise ValueError(f"checkpoint: {path} is not a readable gnnscale checkpoint ({err})") from err
+    if not isinstance(payload, dict) or payload.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"checkpoint: {path} has no gnnscale checkpoint version {CHECKPOINT_VERSION}")
+    return payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Found:
+    """The checkpoint a run resumes from: its file, what it holds, and a line to print when it is not the
+    newest one (the newest was missing or damaged)."""
+
+    path: Path
+    payload: dict
+    note: str = ""
+
+
+def newest_complete(path: str | Path, kind: str) -> Found | None:
+    """The checkpoint at ``path`` or, when that one is missing or damaged, the previous one kept beside it;
+    None when there is neither. ValueError when every file there is damaged or of the other kind."""
+    path = Path(path)
+    problems = []
+    for candidate in (path, previous_path(path)):
+        if not candidate.is_file():
+            problems.append(f"{candidate} is missing")
+            continue
+        try:
+            payload = decode_payload(candidate.read_bytes(), candidate)
+        except ValueError as err:  # damaged or foreign: the previous save may still be whole
+            problems.append(str(err).removeprefix("checkpoint: "))
+            continue
+        check_kind(payload, candidate, kind)  # whole, but of the other kind of run: no fallback helps
+        note = "" if candidate == path else f"checkpoint: {problems[0]}; resuming from the previous one, {candidate}"
+        return Found(path=candidate, payload=payload, note=note)
+    if all(p.endswith(" is missing") for p in problems):
+        return None
+    raise ValueError(f"checkpoint: no complete checkpoint to resume from ({'; '.join(problems)})")
 
 
 def read_payload(path: str | Path, kind: str) -> dict:
@@ -66,13 +140,12 @@ def read_payload(path: str | Path, kind: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint: no file at {path} to resume from")
-    try:
-        # weights_only: a checkpoint is data, never code to run.
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for truncated or foreign files
-        raise ValueError(f"checkpoint: {path} is not a readable gnnscale checkpoint ({err})") from err
-    if not isinstance(payload, dict) or payload.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"checkpoint: {path} has no gnnscale checkpoint version {CHECKPOINT_VERSION}")
+    payload = decode_payload(path.read_bytes(), path)
+    return check_kind(payload, path, kind)
+
+
+def check_kind(payload: dict, path: Path, kind: str) -> dict:
+    """``payload`` when it was written by a run of ``kind``; else ValueError saying how to resume it."""
     written = payload.get("kind", KIND_SINGLE)  # checkpoints from before distributed ones have no kind
     if written != kind:
         if written == KIND_DISTRIBUTED:
@@ -83,13 +156,14 @@ def read_payload(path: str | Path, kind: str) -> dict:
     return payload
 
 
-def load_checkpoint(path: str | Path, run_signature: dict) -> Checkpoint:
-    """Load a checkpoint written by :func:`save_checkpoint` and check it belongs to this run.
+def load_checkpoint(path: str | Path, run_signature: dict, payload: dict | None = None) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint` (or take its ``payload``, already read) and
+    check it belongs to this run.
 
     Raises ValueError naming ``checkpoint`` for a missing, unreadable or mismatching file.
     """
     path = Path(path)
-    payload = read_payload(path, KIND_SINGLE)
+    payload = read_payload(path, KIND_SINGLE) if payload is None else payload
     saved = payload["run_signature"]
     check_same_settings(path, saved, run_signature)
     return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from gnnscale.partition.directory import read_manifest
+from gnnscale.train.checkpoint import previous_path
 
 
 class LaunchError(ValueError):
@@ -40,14 +41,18 @@ def check_output_file(path: str | Path, name: str, flag: str, *, overwrite: bool
     return path
 
 
-def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path | None, resume: bool,
+def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path | None, resume: bool | str,
                       overwrite: bool, model_out: str | Path | None = None) -> None:
     """The output checks of ``gnnscale train``: metrics file, checkpoint file, model file and ``--resume``.
 
     A checkpoint that exists is continued with ``--resume`` or replaced with ``--overwrite``, never
     silently overwritten (it may belong to another run or model). A resumed run continues its metrics
-    file. No two outputs may be one file: the last writer would destroy the other.
+    file. No two outputs may be one file: the last writer would destroy the other. ``resume="auto"``
+    (``--resume auto``) continues the checkpoint if there is one and starts afresh if not: what a run that
+    torchrun restarts after a failure needs, with the same command line every time.
     """
+    if resume not in (False, True, "auto"):
+        raise ValueError(f"resume: expected --resume or --resume auto, got {resume!r}")
     outputs = {flag: Path(path) for flag, path in (("--metrics-out", metrics_out), ("--checkpoint", checkpoint),
                                                     ("--save-model", model_out)) if path is not None}
     check_distinct(outputs)
@@ -60,7 +65,7 @@ def check_run_outputs(*, metrics_out: str | Path | None, checkpoint: str | Path 
     if checkpoint is None:
         return
     path = check_output_file(checkpoint, "checkpoint", "--checkpoint", overwrite=True)  # a file, in a folder
-    if resume and not path.is_file():
+    if resume is True and not path.is_file() and not previous_path(path).is_file():
         raise ValueError(f"checkpoint: no file at {path} to resume from (--resume continues an existing "
                          "--checkpoint; drop --resume to start a new run)")
     if not resume and path.exists() and not overwrite:

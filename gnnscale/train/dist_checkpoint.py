@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import MANIFEST, SPLITS, sha256_file
 from gnnscale.train.checkpoint import (CHECKPOINT_VERSION, KIND_DISTRIBUTED, check_same_settings, first_difference,
-                                       read_payload, write_atomic)
+                                       decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.registry import layout_spec, layouts_with
@@ -150,9 +151,10 @@ def same_partition(a: RunIdentity, b: RunIdentity) -> bool:
     return a.partition["manifest_sha256"] == b.partition["manifest_sha256"] and a.world_size == b.world_size
 
 
-def check_checkpoint_at_launch(path: str | Path | None, *, resume: bool, overwrite: bool, every: int | None,
-                               rank: int, run: RunIdentity, epochs: int) -> None:
-    """The checks of ``--checkpoint``, ``--resume`` and ``--checkpoint-every`` before joining the run.
+def check_checkpoint_at_launch(path: str | Path | None, *, resume: bool | str, overwrite: bool, every: int | None,
+                               rank: int, run: RunIdentity, epochs: int) -> Path | None:
+    """The checks of ``--checkpoint``, ``--resume`` and ``--checkpoint-every`` before joining the run; on
+    rank 0, the checkpoint file to resume from (the newest complete one; None: start afresh).
 
     Rank 0 writes and reads the checkpoint file (the other workers receive its contents from rank 0,
     so another machine needs no copy): only rank 0 checks the file itself.
@@ -165,10 +167,15 @@ def check_checkpoint_at_launch(path: str | Path | None, *, resume: bool, overwri
     if path is None or rank != 0:
         if path is None:
             check_run_outputs(metrics_out=None, checkpoint=None, resume=resume, overwrite=overwrite)
-        return
+        return None
     check_run_outputs(metrics_out=None, checkpoint=path, resume=resume, overwrite=overwrite)
-    if resume:
-        check_resume(decode(read_payload(path, KIND_DISTRIBUTED)), Path(path), run, epochs)
+    found = newest_complete(path, KIND_DISTRIBUTED) if resume else None
+    if found is None:
+        return None
+    if found.note:
+        print(found.note, file=sys.stderr, flush=True)
+    check_resume(decode(found.payload), found.path, run, epochs)
+    return found.path
 
 
 def state_fingerprint(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str:
@@ -213,17 +220,20 @@ def gather_to_rank0(comm: Comm, obj) -> list | None:
     return [_from_bytes(r) for r in received] if comm.rank == 0 else None
 
 
-def receive_checkpoint(comm: Comm, path: str | Path) -> DistCheckpoint:
-    """Rank 0 reads the checkpoint (checked at launch) and sends it to every worker. Collective: one
-    all-to-all (category ``"setup"``)."""
+def receive_checkpoint(comm: Comm, path: Path | None) -> DistCheckpoint | None:
+    """Rank 0 reads the checkpoint it chose at launch and sends it to every worker; None on every worker
+    when rank 0 has none (``--resume auto`` before the first save). Collective: one all-to-all (category
+    ``"setup"``)."""
     nothing = torch.zeros(0, dtype=torch.uint8)
     send = [nothing] * comm.world_size
-    if comm.rank == 0:
+    if comm.rank == 0 and path is not None:
         data = torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8)
         send = [data] * comm.world_size
     # Collective: rank 0's file to every worker (rank 0 included: one code path).
-    received = comm.all_to_allv(send, "setup")
-    return decode(_from_bytes(received[0]))
+    received = comm.all_to_allv(send, "setup")[0]
+    if received.numel() == 0:
+        return None
+    return decode(decode_payload(received.cpu().numpy().tobytes(), path or "rank 0's checkpoint"))
 
 
 class Checkpointer:

@@ -61,7 +61,8 @@ class RunOutputs:
         metrics_out: the metrics JSON.
         model_out: the trained model's ``state_dict``.
         checkpoint: saved after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
-        resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker).
+        resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker);
+            ``"auto"``: continue it if there is one, else start afresh (a run torchrun restarts).
         checkpoint_every: also save after every this many iterations (None: at epoch ends only).
         overwrite: replace an existing ``metrics_out`` or ``checkpoint`` (else an error at start-up).
     """
@@ -69,7 +70,7 @@ class RunOutputs:
     metrics_out: str | Path | None = None
     model_out: str | Path | None = None
     checkpoint: str | Path | None = None
-    resume: bool = False
+    resume: bool | str = False
     checkpoint_every: int | None = None
     overwrite: bool = False
 
@@ -82,6 +83,7 @@ class CheckedLaunch:
     spec: LayoutSpec
     model_cfg: ModelConfig
     identity: RunIdentity
+    resume_path: Path | None = None  # rank 0: the checkpoint file to resume from (None: start afresh)
 
 
 def check_launch(partition_dir: str | Path, options: LayoutOptions, model_options: dict, cfg: TrainConfig,
@@ -107,12 +109,12 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model_option
         model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
                                 num_layers=cfg.num_layers, **model_options)
         identity = run_identity(partition_dir, manifest, model_cfg, cfg, options.layout, world_size)
-        check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume, overwrite=outputs.overwrite,
+        resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume, overwrite=outputs.overwrite,
                                    every=outputs.checkpoint_every, rank=rank_from_env(), run=identity,
                                    epochs=cfg.epochs)
     except ValueError as err:
         raise LaunchError(str(err)) from err
-    return CheckedLaunch(spec=spec, model_cfg=model_cfg, identity=identity)
+    return CheckedLaunch(spec=spec, model_cfg=model_cfg, identity=identity, resume_path=resume_path)
 
 
 def run_distributed_training(partition_dir: str | Path, options: LayoutOptions, model_options: dict,
@@ -168,7 +170,8 @@ def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, la
     num_batches = agreed_num_batches(layout, comm)
     start = Start()
     if outputs.resume:
-        start = resume_from(outputs.checkpoint, comm, model, optimizer, launch.identity, num_batches, cfg.epochs, lead)
+        start = resume_from(launch.resume_path, comm, model, optimizer, launch.identity, num_batches, cfg.epochs,
+                            lead)
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
     history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead,
@@ -178,10 +181,15 @@ def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, la
     return summarize(history)
 
 
-def resume_from(checkpoint: str | Path, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,
+def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,
                 epochs: int, lead: bool) -> Start:
-    """Load rank 0's checkpoint (checked at launch) into every worker. Collective (one all-to-all)."""
+    """Load the checkpoint rank 0 chose at launch into every worker; a fresh start when it has none
+    (``--resume auto`` before the first save). Collective (one all-to-all)."""
     ckpt = receive_checkpoint(comm, checkpoint)
+    if ckpt is None:
+        if lead:
+            print("no checkpoint yet: starting afresh (--resume auto)", flush=True)
+        return Start()
     model.load_state_dict(ckpt.model_state)
     optimizer.load_state_dict(ckpt.optimizer_state)
     sums = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from gnnscale.graph.dataset import NodeDataset, check_finite_features
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
-from gnnscale.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model
+from gnnscale.train.checkpoint import (KIND_SINGLE, Checkpoint, load_checkpoint, newest_complete, save_checkpoint,
+                                       save_model)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig, check_sampler_fits_model
 from gnnscale.train.layouts.single import build_single_process
@@ -74,7 +76,10 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
         raise ValueError("train_idx: the training set is empty; nothing to train on")
     check_finite_features(dataset.features)
     signature = run_signature(dataset, model_cfg, train_cfg)
-    ckpt = load_checkpoint(checkpoint, signature) if resume else None
+    found = newest_complete(checkpoint, KIND_SINGLE) if resume else None
+    if found is not None and found.note:
+        print(found.note, file=sys.stderr, flush=True)
+    ckpt = None if found is None else load_checkpoint(found.path, signature, found.payload)
     if ckpt is not None and ckpt.epochs_done >= train_cfg.epochs:
         raise ValueError(f"epochs: {checkpoint} already holds {ckpt.epochs_done} trained epochs; pass --epochs "
                          f"above {ckpt.epochs_done} to train more")
@@ -95,7 +100,7 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
             optimizer.load_state_dict(ckpt.optimizer_state)
             start = Start(epoch=ckpt.epochs_done, history=list(ckpt.history))
             if progress:
-                print(f"resuming from {checkpoint}: {ckpt.epochs_done} of {train_cfg.epochs} epochs done, continuing "
+                print(f"resuming from {found.path}: {ckpt.epochs_done} of {train_cfg.epochs} epochs done, continuing "
                       f"at epoch {ckpt.epochs_done}", flush=True)
         saver = None if checkpoint is None else EpochCheckpointer(checkpoint, signature)
         num_batches = agreed_num_batches(layout, comm)
