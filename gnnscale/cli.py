@@ -29,6 +29,7 @@ from gnnscale.train.run import run_training
 
 DEFAULT_LAYOUT = "hybrid"
 DEFAULT_TIMEOUT_S = 120.0
+EXIT_INTERRUPTED = 130  # the shell's code for a run ended by SIGINT
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
 LEAD_REPORT_GRACE_S = 5.0  # see report()
 EXIT_BAD_INPUT = 2  # bad input, reported before any work (argparse's own errors exit with 2 too)
@@ -304,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
+    except KeyboardInterrupt:
+        report(f"gnnscale {args.command}: interrupted (Ctrl-C); {what_was_saved(args)}", same_on_every_worker=True)
+        return EXIT_INTERRUPTED
     except TrainingDiverged as err:
         # Every worker found the same NaN loss (all-reduced) at the same point: one report per machine.
         report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=True)
@@ -326,6 +330,17 @@ def main(argv: list[str] | None = None) -> int:
         report(f"gnnscale {args.command}: stopped: {err}", same_on_every_worker=False)
         return EXIT_STOPPED
     return 0
+
+
+def what_was_saved(args) -> str:
+    """For the line a Ctrl-C leaves: what the run wrote so far, and how to go on."""
+    checkpoint, metrics = getattr(args, "checkpoint", None), getattr(args, "metrics_out", None)
+    saved = []
+    if checkpoint is not None:
+        saved.append(f"{checkpoint} holds the last checkpoint (continue with --resume)")
+    if metrics is not None:
+        saved.append(f"{metrics} holds the metrics of the finished epochs")
+    return "; ".join(saved) if saved else "nothing was saved (no --checkpoint or --metrics-out)"
 
 
 # Library names of settings that differ from the dest of the flag that sets them, per subcommand: the

@@ -8,6 +8,7 @@ import importlib.metadata
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -23,6 +24,7 @@ from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.graph.storage import save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
+from gnnscale.train.checkpoint import KIND_SINGLE, read_payload
 
 SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]
 TRAIN = ["train", *SYNTH, "--fanouts", "4,3", "--epochs", "1", "--threads", "1"]
@@ -290,3 +292,28 @@ def test_resume_auto_starts_afresh_without_a_checkpoint_and_resumes_with_one(tmp
         main([*TRAIN, "--resume", "later"])
     assert exit_.value.code == 2
     assert "expected nothing or 'auto' (--resume auto), got 'later'" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
+    """SIGINT in the middle of a run: one line on stderr naming the checkpoint and the metrics file, no
+    traceback, exit status 130; the checkpoint resumes."""
+    ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "gnnscale", *TRAIN, "--epochs", "1000", "--checkpoint", str(ckpt), "--metrics-out",
+           str(metrics)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        epochs = 0
+        for line in proc.stdout:  # the second epoch's line: the first epoch's checkpoint is saved
+            epochs += line.startswith("epoch")
+            if epochs == 2:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [f"gnnscale train: interrupted (Ctrl-C); {ckpt} holds the last checkpoint "
+                                        f"(continue with --resume); {metrics} holds the metrics of the finished epochs"]
+    assert read_payload(ckpt, KIND_SINGLE)["epochs_done"] >= 1  # whole: the interrupt never cuts a save short
+    assert not list(tmp_path.glob(".*tmp*"))
