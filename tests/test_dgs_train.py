@@ -17,8 +17,6 @@ from gnnscale.partition import write_partition_dir
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import LayoutOptions, check_layout_options
 from gnnscale.train.layouts.dgs import DGSConfig
-from gnnscale.train.checks import LaunchError
-from gnnscale.train.distributed import RunOutputs, run_distributed_training
 from launch import run_launch, torchrun
 from test_distributed import spawn_run
 
@@ -45,18 +43,6 @@ def test_dgs_needs_a_layout_that_fetches_features():
     with pytest.raises(ValueError, match=r"dgs: --dgs and --cache-fraction"):
         check_layout_options(LayoutOptions(layout="hybrid", cache_fraction=0.1, dgs=DGSConfig()), cfg)
     check_layout_options(LayoutOptions(layout="vanilla", dgs=DGSConfig()), cfg)
-
-
-def test_dgs_with_a_checkpoint_is_refused_before_joining(monkeypatch, tmp_path):
-    """The explainer's masks are not in a checkpoint, so a resumed DGS run could not equal an
-    uninterrupted one: refused at launch, not after training."""
-    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT="1").items():
-        monkeypatch.setenv(name, value)
-    cfg = TrainConfig(fanouts=(5, 3), batch_size=8)
-    with pytest.raises(LaunchError, match=r"checkpoint: --checkpoint is not supported with --dgs yet"):
-        run_distributed_training(tmp_path / "parts", LayoutOptions(layout="hybrid", dgs=DGSConfig()), dict(name="sage"),
-                                 cfg, RunOutputs(checkpoint=tmp_path / "run.pt"))
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -250,18 +250,26 @@ def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
     return [*command[:at], "--max-restarts", str(max_restarts), *command[at:]]
 
 
+# DGS: period 3, so that the kill lands between refreshes and the masks must come back from the checkpoint.
+CRASH_CASES = [pytest.param("hybrid", ()), pytest.param("hybrid", ("--dgs", "--dgs-period", "3"), id="hybrid-dgs"),
+               pytest.param("vanilla", (), marks=pytest.mark.slow),
+               pytest.param("vanilla", ("--dgs", "--dgs-period", "3"), id="vanilla-dgs", marks=pytest.mark.slow),
+               pytest.param("split", (), marks=pytest.mark.slow)]
+
+
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("layout", LAYOUT_CASES)
-def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partitions, layout, tmp_path):
+@pytest.mark.parametrize("layout, extra", CRASH_CASES)
+def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partitions, layout, extra, tmp_path):
     """torchrun --max-restarts 2 with --resume auto: the first start finds no checkpoint and starts afresh;
     one worker is SIGKILLed once a mid-epoch checkpoint exists, torchrun restarts the group, every worker
-    resumes from the newest complete checkpoint, and the final weights are the uninterrupted run's."""
+    resumes from the newest complete checkpoint (DGS: with the masks it sampled with), and the final weights
+    are the uninterrupted run's."""
     epochs = "30"  # a few seconds: room to kill it mid-run
     run_ok(2, *launch_args(partitions[2], layout, "--epochs", epochs, "--save-model", str(tmp_path / "full.pt"),
-                           "--quiet"))
+                           "--quiet", *extra))
     ckpt, model = tmp_path / "auto.ckpt", tmp_path / "auto.pt"
     args = launch_args(partitions[2], layout, "--epochs", epochs, "--checkpoint", str(ckpt), "--resume", "auto",
-                       "--checkpoint-every", "5", "--save-model", str(model))
+                       "--checkpoint-every", "5", "--save-model", str(model), *extra)
     launch = Launch(torchrun_restarting(2, 2, *args))
     try:
         launch.wait_for("no checkpoint yet: starting afresh (--resume auto)", LAUNCH_TIMEOUT_S)

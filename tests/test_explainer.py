@@ -153,7 +153,7 @@ class GatedModel(torch.nn.Module):
         return self.inner(blocks, x)
 
 
-def test_online_explainer_submits_without_blocking_and_keeps_the_newest(setup):
+def test_online_explainer_submits_without_blocking_and_explains_every_snapshot_in_order(setup):
     _, _, _, graph = setup
     gate, started = threading.Event(), threading.Event()
     factory = lambda: GatedModel(model_factory()(), gate, started)  # noqa: E731
@@ -165,11 +165,12 @@ def test_online_explainer_submits_without_blocking_and_keeps_the_newest(setup):
         with pytest.raises(TimeoutError, match=r"wait: the explanation of iteration 30 took longer than 0.05 s"):
             explainer.wait(30, timeout_s=0.05)
         explainer.submit(state, 60)  # queued behind 30 ...
-        explainer.submit(state, 90)  # ... and replaced by 90
-        with pytest.raises(ValueError, match=r"iteration: the explanation of iteration 60 was replaced by a newer"):
-            explainer.wait(60, timeout_s=1)
+        explainer.submit(state, 90)  # ... and 90 behind 60: the schedule needs each (none is dropped)
+        with pytest.raises(TimeoutError, match=r"wait: the explanation of iteration 60 took longer than 0.05 s"):
+            explainer.wait(60, timeout_s=0.05)
         gate.set()
         assert explainer.wait(30, timeout_s=60).iteration == 30
+        assert explainer.wait(60, timeout_s=60).iteration == 60
         newest = explainer.wait(90, timeout_s=60)
         assert explainer.latest() is newest and newest.iteration == 90
         with pytest.raises(ValueError, match=r"iteration: no explanation of iteration 45 is pending, running or kept"):

@@ -75,6 +75,8 @@ class DistCheckpoint:
         model_state, optimizer_state: ``state_dict()`` of each (the same on every worker).
         history: per-epoch metrics dicts of the finished epochs.
         workers: per rank, the epoch's running sums after ``step`` iterations (empty when ``step`` is 0).
+        layout_state: what the layout needs beyond the model (DGS: the model snapshots whose masks the
+            run samples with next), the same on every worker.
     """
 
     identity: RunIdentity
@@ -85,12 +87,15 @@ class DistCheckpoint:
     optimizer_state: dict
     history: list[dict]
     workers: list[dict]
+    layout_state: dict
 
 
 def run_identity(partition_dir: str | Path, manifest: dict, model_cfg: ModelConfig, cfg: TrainConfig, layout: str,
-                 world_size: int) -> RunIdentity:
+                 world_size: int, dgs=None) -> RunIdentity:
+    """``dgs``: the run's DGS settings (a dataclass) or None; a resume must use the same."""
     train = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_CHANGES}
-    return RunIdentity(signature={"model": asdict(model_cfg), "train": train}, layout=layout, world_size=world_size,
+    signature = {"model": asdict(model_cfg), "train": train, "dgs": None if dgs is None else asdict(dgs)}
+    return RunIdentity(signature=signature, layout=layout, world_size=world_size,
                        data=dataset_facts(manifest),
                        partition={"path": str(partition_dir),
                                   "manifest_sha256": sha256_file(Path(partition_dir) / MANIFEST)})
@@ -108,7 +113,7 @@ def save_dist_checkpoint(path: str | Path, ckpt: DistCheckpoint) -> None:
     write_atomic(path, {"version": CHECKPOINT_VERSION, "kind": KIND_DISTRIBUTED, **asdict(ckpt.identity),
                         "epoch": ckpt.epoch, "step": ckpt.step, "num_batches": ckpt.num_batches,
                         "model_state": ckpt.model_state, "optimizer_state": ckpt.optimizer_state,
-                        "history": ckpt.history, "workers": ckpt.workers})
+                        "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state})
 
 
 def decode(payload: dict) -> DistCheckpoint:
@@ -116,7 +121,7 @@ def decode(payload: dict) -> DistCheckpoint:
     return DistCheckpoint(identity=identity, epoch=int(payload["epoch"]), step=int(payload["step"]),
                           num_batches=int(payload["num_batches"]), model_state=payload["model_state"],
                           optimizer_state=payload["optimizer_state"], history=list(payload["history"]),
-                          workers=list(payload["workers"]))
+                          workers=list(payload["workers"]), layout_state=dict(payload["layout_state"]))
 
 
 def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int) -> None:
@@ -256,7 +261,8 @@ class Checkpointer:
         return (self.every is not None and steps_done < self.num_batches
                 and (epoch * self.num_batches + steps_done) % self.every == 0)
 
-    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict) -> None:
+    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
+             layout_state: dict) -> None:
         """Check that every worker holds rank 0's model and optimizer, then rank 0 writes the checkpoint
         (with every worker's ``worker_state`` when ``step`` > 0). Every worker stops with rank 0's
         message if either fails. Collective: one all-to-all and one agree (category ``"setup"``), left out
@@ -274,7 +280,7 @@ class Checkpointer:
                     save_dist_checkpoint(self.path, DistCheckpoint(
                         identity=self.identity, epoch=epoch, step=step, num_batches=self.num_batches,
                         model_state=model.state_dict(), optimizer_state=optimizer.state_dict(), history=history,
-                        workers=[got["state"] for got in gathered] if step else []))
+                        workers=[got["state"] for got in gathered] if step else [], layout_state=layout_state))
                 except OSError as err:
                     error = f"checkpoint: cannot write {self.path}: {err}"
         self.comm.agree(not error, error)  # collective: every worker stops if rank 0 could not save

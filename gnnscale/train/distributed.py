@@ -34,6 +34,7 @@ from gnnscale.train.dist_checkpoint import (RunIdentity, Checkpointer, check_che
 from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout,
                                     check_layout_options)
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
+from gnnscale.train.metrics import PhaseTimer
 from gnnscale.train.run import TrainReport, metrics_writer, summarize
 
 
@@ -93,9 +94,6 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model_option
     try:
         # The flags first: a bad combination is named even when the launch itself is wrong too.
         spec = check_layout_options(options, cfg, model_options["name"])
-        if options.dgs is not None and outputs.checkpoint is not None:
-            raise ValueError("checkpoint: --checkpoint is not supported with --dgs yet (the explainer's masks are not "
-                             "saved, so a resumed run would not equal the uninterrupted one)")
         # The checkpoint file itself is rank 0's to check (check_checkpoint_at_launch): another machine has none.
         check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=None, resume=False,
                           overwrite=outputs.overwrite or outputs.resume, model_out=outputs.model_out)
@@ -108,7 +106,7 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model_option
                                           per_worker_batches=spec.per_worker_batches)
         model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
                                 num_layers=cfg.num_layers, **model_options)
-        identity = run_identity(partition_dir, manifest, model_cfg, cfg, options.layout, world_size)
+        identity = run_identity(partition_dir, manifest, model_cfg, cfg, options.layout, world_size, options.dgs)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume, overwrite=outputs.overwrite,
                                    every=outputs.checkpoint_every, rank=rank_from_env(), run=identity,
                                    epochs=cfg.epochs)
@@ -172,6 +170,8 @@ def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, la
     if outputs.resume:
         start = resume_from(launch.resume_path, comm, model, optimizer, launch.identity, num_batches, cfg.epochs,
                             lead)
+        # Collective for DGS (a refresh): every worker resumes with the same checkpoint.
+        layout.load_checkpoint_state(start.layout_state, start.epoch * num_batches + start.step, PhaseTimer())
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
     history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead,
@@ -206,4 +206,4 @@ def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity:
             f"over, batches are drawn for these {identity.world_size} workers)")
         print(f"resuming from {checkpoint}: {ckpt.epoch} of {epochs} epochs done, continuing at epoch {ckpt.epoch} "
               f"step {ckpt.step} of {num_batches}{changed}", flush=True)
-    return Start(epoch=ckpt.epoch, step=ckpt.step, history=ckpt.history, sums=sums)
+    return Start(epoch=ckpt.epoch, step=ckpt.step, history=ckpt.history, sums=sums, layout_state=ckpt.layout_state)

@@ -42,7 +42,8 @@ class Saver(Protocol):
 
     def due(self, epoch: int, steps_done: int) -> bool: ...
 
-    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict) -> None: ...
+    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
+             layout_state: dict) -> None: ...
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -213,6 +214,7 @@ class Start:
     step: int = 0
     history: list[dict] = field(default_factory=list)
     sums: EpochSums | None = None
+    layout_state: dict = field(default_factory=dict)
 
 
 class TrainingDiverged(ValueError):
@@ -255,7 +257,8 @@ def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig,
                 check_finite_parameters(model, epoch, steps_done)
                 with timer.phase("checkpoint"):
                     saver.save(model, optimizer, epoch=epoch, step=steps_done, history=history,
-                               worker_state=sums.to_state())
+                               worker_state=sums.to_state(),
+                               layout_state=layout.checkpoint_state(epoch * num_batches + steps_done))
 
         with timer.phase("epoch"):
             sums = train_epoch(model, optimizer, layout, comm, cfg, epoch, num_batches, timer, lead,
@@ -270,7 +273,8 @@ def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig,
             print_epoch(history[-1])
         check_finite_epoch(history[-1])
         if saver is not None:
-            saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={})
+            saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={},
+                       layout_state=layout.checkpoint_state((epoch + 1) * num_batches))
         if on_epoch_end is not None:
             on_epoch_end(history)
     return history

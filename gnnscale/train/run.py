@@ -132,7 +132,8 @@ class EpochCheckpointer:
     def due(self, epoch: int, steps_done: int) -> bool:
         return False  # epoch ends only
 
-    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict) -> None:
+    def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
+             layout_state: dict) -> None:
         save_checkpoint(self.path, Checkpoint(epochs_done=epoch, model_state=model.state_dict(),
                                               optimizer_state=optimizer.state_dict(), run_signature=self.signature,
                                               history=history))

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -220,7 +221,11 @@ class OnlineExplainer:
 
     ``submit`` hands over a snapshot and returns at once; ``latest`` is the newest finished masks;
     ``wait`` blocks for the masks of one submitted iteration (for runs that must not depend on timing).
-    A submission that arrives while another waits to start replaces it (the older one is dropped).
+    Submissions are explained in order, none dropped: the trainer's schedule needs every one of them
+    (the refresh at iteration ``t`` reads the snapshot of ``t - T``), and dropping a waiting one when a
+    newer arrived failed a run whose explanations took longer than ``T`` iterations (at ``T = 1`` about one
+    run in seven). The queue stays short: the loading stage waits for each snapshot it needs, so training
+    cannot run far ahead of the explainer.
     A failed explanation is never replaced by silence: every later call raises :class:`ExplanationError`.
 
     Args:
@@ -243,10 +248,9 @@ class OnlineExplainer:
         self._model = model
         self._shapes = {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
         self._cond = threading.Condition()
-        self._pending: tuple[int, dict[str, Tensor]] | None = None
+        self._pending: deque[tuple[int, dict[str, Tensor]]] = deque()
         self._results: dict[int, Masks] = {}
         self._latest: Masks | None = None
-        self._dropped: set[int] = set()
         self._error: ExplanationError | None = None
         self._last_submitted = -1
         self._running: int | None = None
@@ -270,9 +274,7 @@ class OnlineExplainer:
             self._raise_if_failed()
             if self._closed:
                 raise RuntimeError("submit: the explainer is closed")
-            if self._pending is not None:
-                self._dropped.add(self._pending[0])
-            self._pending = (iteration, snapshot)
+            self._pending.append((iteration, snapshot))
             self._last_submitted = iteration
             self._cond.notify_all()
 
@@ -286,17 +288,14 @@ class OnlineExplainer:
         """The masks of the snapshot submitted at ``iteration``, waiting up to ``timeout_s`` seconds."""
         with self._cond:
             self._raise_if_failed()
-            queued = self._pending is not None and self._pending[0] == iteration
-            if not (queued or self._running == iteration or iteration in self._results or iteration in self._dropped):
+            queued = any(it == iteration for it, _ in self._pending)
+            if not (queued or self._running == iteration or iteration in self._results):
                 raise ValueError(f"iteration: no explanation of iteration {iteration} is pending, running or kept "
                                  f"(last submitted: {self._last_submitted})")
-            done = self._cond.wait_for(lambda: iteration in self._results or self._error is not None
-                                       or iteration in self._dropped, timeout_s)
+            done = self._cond.wait_for(lambda: iteration in self._results or self._error is not None, timeout_s)
             self._raise_if_failed()
             if not done:
                 raise TimeoutError(f"wait: the explanation of iteration {iteration} took longer than {timeout_s} s")
-            if iteration in self._dropped:
-                raise ValueError(f"iteration: the explanation of iteration {iteration} was replaced by a newer one")
             return self._results[iteration]
 
     def close(self) -> None:
@@ -317,11 +316,10 @@ class OnlineExplainer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending is not None or self._closed)
+                self._cond.wait_for(lambda: self._pending or self._closed)
                 if self._closed:
                     return
-                iteration, state = self._pending
-                self._pending = None
+                iteration, state = self._pending.popleft()
                 self._running = iteration
             try:
                 self._model.load_state_dict(state)

@@ -154,6 +154,13 @@ class DataParallel:
     def close(self) -> None:
         """Release what the layout started (nothing here; DGS stops its explainer thread)."""
 
+    def checkpoint_state(self, iterations_done: int) -> dict:
+        """What a checkpoint must hold of this layout beyond the model (nothing: its state is the model's)."""
+        return {}
+
+    def load_checkpoint_state(self, state: dict, iterations_done: int, timer: PhaseTimer) -> None:
+        """Nothing to restore (see :meth:`checkpoint_state`)."""
+
     def finish_epoch(self, comm: Comm) -> dict:
         """The epoch's layout metrics over all workers: edge metrics of the measured iterations and, with
         a cache, its hit rate. Collective (on ``comm``, category ``"eval"``), after the training loop."""

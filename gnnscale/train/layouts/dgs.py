@@ -124,6 +124,8 @@ class DGSDataParallel(DataParallel):
         self.dims: np.ndarray | None = None  # the dimensions remote rows travel on (None: all)
         self._submitted = -1
         self._submit_cond = threading.Condition()
+        # The last two submitted model snapshots, by iteration: what a checkpoint needs (checkpoint_state).
+        self._snapshots: dict[int, dict] = {}
         self._tally = EpochTally()
         self._busy = (0.0, 0.0)
 
@@ -141,13 +143,49 @@ class DGSDataParallel(DataParallel):
         """Training thread, after the optimizer step that completes ``iterations_done`` iterations:
         every ``T`` of them, hand a copy of the model to the explainer (non-blocking)."""
         if iterations_done % self.dgs.period == 0:
-            self.explainer.submit(model.state_dict(), iterations_done)
-            with self._submit_cond:
-                self._submitted = iterations_done
-                self._submit_cond.notify_all()
+            self._submit({k: v.detach().clone() for k, v in model.state_dict().items()}, iterations_done)
 
     def close(self) -> None:
         self.explainer.close()
+
+    def needed_snapshots(self, iterations_done: int) -> list[int]:
+        """The snapshots whose masks a run continuing after ``iterations_done`` iterations samples with:
+        those of the last refresh at or before it (``t' - T``) and of the next one (``t'``), where ``t'`` is
+        the last multiple of ``T`` not after it. Explanations are deterministic, so these two model states
+        give back the masks exactly."""
+        period = self.dgs.period
+        last = iterations_done // period * period
+        return [s for s in (last - period, last) if s >= period]
+
+    def checkpoint_state(self, iterations_done: int) -> dict:
+        """The model snapshots a resumed run needs (the same on every worker): see :meth:`needed_snapshots`."""
+        return {"snapshots": {s: self._snapshots[s] for s in self.needed_snapshots(iterations_done)}}
+
+    def load_checkpoint_state(self, state: dict, iterations_done: int, timer: PhaseTimer) -> None:
+        """Give the explainer the checkpoint's snapshots again and, unless the next batch refreshes anyway,
+        sample with the masks of the last refresh from the first batch on. Collective on the loader group,
+        like a refresh."""
+        snapshots = state.get("snapshots", {})
+        missing = [s for s in self.needed_snapshots(iterations_done) if s not in snapshots]
+        if missing:
+            raise ValueError(f"checkpoint: holds no DGS snapshot of iteration {missing[0]} (written without --dgs, "
+                             "or by another --dgs-period); resume with the settings that wrote it")
+        for s in sorted(snapshots):
+            self._submit(snapshots[s], s)
+        period = self.dgs.period
+        last = iterations_done // period * period
+        if last >= 2 * period and last != iterations_done:
+            self._refresh(last - period, timer)
+
+    def _submit(self, state: dict, iteration: int) -> None:
+        """Hand the model after ``iteration`` iterations to the explainer, keep it for a checkpoint (the
+        last two), and tell the loading stage it is there."""
+        kept = {s: v for s, v in self._snapshots.items() if s > iteration - 2 * self.dgs.period}
+        self._snapshots = {**kept, iteration: state}
+        self.explainer.submit(state, iteration)
+        with self._submit_cond:
+            self._submitted = iteration
+            self._submit_cond.notify_all()
 
     def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
         """Refresh the masks when the schedule says so (training only), sample with them and fetch the

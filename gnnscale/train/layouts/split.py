@@ -166,6 +166,13 @@ class SplitParallel:
     def close(self) -> None:
         """Nothing to release."""
 
+    def checkpoint_state(self, iterations_done: int) -> dict:
+        """What a checkpoint must hold of this layout beyond the model (nothing: its state is the model's)."""
+        return {}
+
+    def load_checkpoint_state(self, state: dict, iterations_done: int, timer: PhaseTimer) -> None:
+        """Nothing to restore (see :meth:`checkpoint_state`)."""
+
     def finish_epoch(self, comm: Comm) -> dict:
         """Edge metrics of every iteration of the epoch, counted by the workers that computed the edges
         (collective, one all-reduce)."""
