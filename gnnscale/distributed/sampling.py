@@ -24,7 +24,7 @@ from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import BatchSampler, Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
-from gnnscale.sampling.choose import choose_neighbors, num_chosen
+from gnnscale.sampling.choose import choose_neighbors, count_and_offsets
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.keys import mix64_py
 
@@ -38,16 +38,9 @@ def _sample_rows(indptr, indices, first_id, nodes, fanout, replace, key, hop):
     Returns ``(offsets int64 [n + 1], chosen int64 [offsets[-1]])``: node ``i``'s neighbors (global
     ids) are ``chosen[offsets[i]:offsets[i + 1]]``, exactly what the full-graph sampler draws.
     """
-    n = nodes.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in numba.prange(n):
-        row = nodes[i] - first_id
-        offsets[i + 1] = num_chosen(indptr[row + 1] - indptr[row], fanout, replace)
-    for i in range(n):
-        offsets[i + 1] += offsets[i]
-    chosen = np.empty(offsets[n], dtype=np.int64)
-    for i in numba.prange(n):
+    offsets = count_and_offsets(indptr, nodes, first_id, fanout, replace)
+    chosen = np.empty(offsets[-1], dtype=np.int64)
+    for i in numba.prange(nodes.shape[0]):
         choose_neighbors(indptr, indices, nodes[i] - first_id, nodes[i], fanout, replace, key, hop, chosen,
                          offsets[i])
     return offsets, chosen

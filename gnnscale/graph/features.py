@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from gnnscale.sampling.intrinsics import prefetch
+from gnnscale.intrinsics import prefetch
 
 ROWS_AHEAD = 8  # rows prefetched ahead of the one being copied
 ROWS_PER_PIECE = 1024  # rows per unit of parallel work

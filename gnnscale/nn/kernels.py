@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from gnnscale.sampling.intrinsics import prefetch
+from gnnscale.intrinsics import prefetch
 from gnnscale.sampling.keys import GOLDEN, mix64
 
 # How each destination's sum is scaled (w_i) and whether its own row is in the sum.

@@ -8,8 +8,34 @@ import torch
 from torch import Tensor
 
 
+class SourcePrefixBlock:
+    """What every CSC block form derives alike from its fields ``src_ids`` (sources, destinations
+    first), ``num_dst`` and ``indices`` (one entry per edge): :class:`Block` and the split layout's
+    :class:`~gnnscale.distributed.split.SplitBlock` (whose fields mean the same for one worker's share).
+    One definition, so the two forms cannot drift apart. No fields of its own (empty ``__slots__``, so
+    the slotted dataclasses stay slotted)."""
+
+    __slots__ = ()
+    src_ids: Tensor
+    num_dst: int
+    indices: Tensor
+
+    @property
+    def num_src(self) -> int:
+        return int(self.src_ids.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        """Edges of the block (of a split: the edges this worker computes)."""
+        return int(self.indices.shape[0])
+
+    @property
+    def dst_ids(self) -> Tensor:
+        return self.src_ids[: self.num_dst]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Block:
+class Block(SourcePrefixBlock):
     """A bipartite message-flow graph from ``num_src`` source nodes to ``num_dst`` destination nodes.
 
     Args:
@@ -30,18 +56,6 @@ class Block:
     src_ids: Tensor
     num_dst: int
     edge_weight: Tensor | None = None
-
-    @property
-    def num_src(self) -> int:
-        return int(self.src_ids.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.indices.shape[0])
-
-    @property
-    def dst_ids(self) -> Tensor:
-        return self.src_ids[: self.num_dst]
 
     def __repr__(self) -> str:
         # The sizes, not the tensors: a block of a real batch holds millions of ids.

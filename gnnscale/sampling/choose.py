@@ -1,7 +1,11 @@
 """Per-node neighbor choice, shared by the fused kernel and the two-step reference.
 
 Both samplers call :func:`choose_neighbors` for each destination node, so for a given key they pick
-the same neighbors in the same order, and their blocks can be compared exactly.
+the same neighbors in the same order, and their blocks can be compared exactly. The pieces every
+sampler repeats live here once, so that a change to one reaches all: the block's offsets
+(:func:`count_and_offsets`: fused, two-step, matrix, DGS and the vanilla layout's owners), the Floyd
+draw (:func:`floyd_subset`: plain and DGS choice) and the prefetching ahead of the destination loop
+(:func:`prefetch_ahead`: fused and matrix choice).
 """
 
 from __future__ import annotations
@@ -9,8 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from gnnscale.intrinsics import prefetch
 from gnnscale.sampling.keys import node_stream, uniform_below
-from gnnscale.sampling.intrinsics import prefetch
 
 # Measured on the products-shaped graph (benchmarks/README.md): prefetching the first 4 cache lines
 # of the neighborhood 8 destinations ahead, and row pointers 16 ahead, halves the choose pass.
@@ -30,6 +34,25 @@ def num_chosen(degree, fanout, replace):
 
 
 @numba.njit(inline="always")
+def floyd_subset(state, k, n, out, offset):
+    """Write a uniform random ``k``-subset of ``[0, n)`` (``k <= n``) into ``out[offset:offset + k]``.
+
+    Robert Floyd's algorithm: O(k^2) time and no memory besides the output, whose slots double as the
+    "already chosen" set. Draw ``c`` is ``uniform_below(state, c, n - k + c + 1)``: the plain and the
+    DGS sampler both call this, so the same stream gives the same subset in both.
+    """
+    first = n - k
+    for c in range(k):
+        j = first + c
+        t = uniform_below(state, c, j + 1)
+        for q in range(c):
+            if out[offset + q] == t:
+                t = j
+                break
+        out[offset + c] = t
+
+
+@numba.njit(inline="always")
 def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, offset):
     """Write the chosen in-neighbors of node ``v`` (global ids) into ``out[offset:offset + num_chosen]``.
 
@@ -37,9 +60,9 @@ def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, of
     the part's first id for one part's rows (vanilla layout). The random stream depends on ``v``
     only, so both give the same neighbors.
 
-    Without replacement and ``fanout < degree``, Robert Floyd's algorithm picks a uniform random
-    ``fanout``-subset of the positions in O(fanout^2) time and O(1) extra memory (the output slots
-    double as the "already chosen" set), whatever the degree: no per-node shuffle buffer.
+    Without replacement and ``fanout < degree``, Robert Floyd's algorithm (:func:`floyd_subset`) picks
+    a uniform random ``fanout``-subset of the positions in O(fanout^2) time and O(1) extra memory,
+    whatever the degree: no per-node shuffle buffer.
     """
     start = indptr[row]
     degree = indptr[row + 1] - start
@@ -54,50 +77,54 @@ def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, of
         for q in range(degree):
             out[offset + q] = indices[start + q]
         return
-    state = node_stream(key, hop, v)
-    first = degree - fanout
-    for c in range(fanout):
-        j = first + c
-        t = uniform_below(state, c, j + 1)
-        for q in range(c):
-            if out[offset + q] == t:
-                t = j
-                break
-        out[offset + c] = t
+    floyd_subset(node_stream(key, hop, v), fanout, degree, out, offset)
     for q in range(fanout):
         out[offset + q] = indices[start + out[offset + q]]
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def count_and_offsets(indptr, dst_nodes, fanout, replace):
-    """int64 [len(dst_nodes) + 1]: exclusive prefix sum of the per-node sample counts (a block's indptr)."""
-    n = dst_nodes.shape[0]
+def count_and_offsets(indptr, nodes, first_id, fanout, replace):
+    """int64 [len(nodes) + 1]: exclusive prefix sum of the per-node sample counts (a block's indptr).
+
+    Node ``nodes[i]``'s in-edges are CSC row ``nodes[i] - first_id``: ``first_id`` is 0 for the whole
+    graph (or a stack of rows indexed directly, matrix sampling), a part's first id for that part's
+    rows (vanilla layout). Every sampler's offsets come from here, so all agree on the block's shape.
+    """
+    n = nodes.shape[0]
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     for i in numba.prange(n):
         if i + PREFETCH_DISTANCE < n:
-            prefetch(indptr, dst_nodes[i + PREFETCH_DISTANCE])
-        v = dst_nodes[i]
-        offsets[i + 1] = num_chosen(indptr[v + 1] - indptr[v], fanout, replace)
+            prefetch(indptr, nodes[i + PREFETCH_DISTANCE] - first_id)
+        row = nodes[i] - first_id
+        offsets[i + 1] = num_chosen(indptr[row + 1] - indptr[row], fanout, replace)
     for i in range(n):
         offsets[i + 1] += offsets[i]
     return offsets
 
 
 @numba.njit(inline="always")
+def prefetch_ahead(indptr, indices, rows, i, hi):
+    """Prefetch for a loop at position ``i`` of ``rows[.. hi]`` (CSC rows of ``indptr``/``indices``): the
+    row pointer ``2 * PREFETCH_DISTANCE`` rows ahead and the first cache lines of the neighborhood
+    ``PREFETCH_DISTANCE`` rows ahead, so that the misses of several rows overlap. No effect on results."""
+    if i + 2 * PREFETCH_DISTANCE < hi:
+        prefetch(indptr, rows[i + 2 * PREFETCH_DISTANCE])
+    if i + PREFETCH_DISTANCE < hi:
+        ids_per_line = CACHE_LINE_BYTES // indices.itemsize
+        ahead = rows[i + PREFETCH_DISTANCE]
+        start, end = indptr[ahead], indptr[ahead + 1]
+        for line in range(PREFETCH_LINES):
+            if start + line * ids_per_line < end:
+                prefetch(indices, start + line * ids_per_line)
+
+
+@numba.njit(inline="always")
 def choose_range(indptr, indices, dst_nodes, offsets, lo, hi, fanout, replace, key, hop, out):
     """Choose neighbors for destinations ``lo .. hi - 1`` into their CSC slots of ``out``, prefetching
     the row pointers and the first cache lines of the neighborhoods of destinations further ahead."""
-    ids_per_line = CACHE_LINE_BYTES // indices.itemsize
     for i in range(lo, hi):
-        if i + 2 * PREFETCH_DISTANCE < hi:
-            prefetch(indptr, dst_nodes[i + 2 * PREFETCH_DISTANCE])
-        if i + PREFETCH_DISTANCE < hi:
-            ahead = dst_nodes[i + PREFETCH_DISTANCE]
-            start, end = indptr[ahead], indptr[ahead + 1]
-            for line in range(PREFETCH_LINES):
-                if start + line * ids_per_line < end:
-                    prefetch(indices, start + line * ids_per_line)
+        prefetch_ahead(indptr, indices, dst_nodes, i, hi)
         v = dst_nodes[i]
         choose_neighbors(indptr, indices, v, v, fanout, replace, key, hop, out, offsets[i])
 

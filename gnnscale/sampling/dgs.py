@@ -42,7 +42,7 @@ from gnnscale.graph.csc import CSCGraph
 # gnnscale.sampling's __init__ does not import this module, so importing the package here is no cycle.
 from gnnscale.sampling import blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.choose import num_chosen
+from gnnscale.sampling.choose import count_and_offsets, floyd_subset
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.keys import GOLDEN, mix64, node_stream, uniform_below
 
@@ -144,15 +144,7 @@ def _pick_local_ranks(k, num_local, replace, state, out, offset):
         for q in range(k):
             out[offset + q] = uniform_below(state, q, num_local)
     else:
-        first = num_local - k
-        for c in range(k):
-            j = first + c
-            t = uniform_below(state, c, j + 1)
-            for q in range(c):
-                if out[offset + q] == t:
-                    t = j
-                    break
-            out[offset + c] = t
+        floyd_subset(state, k, num_local, out, offset)
     for a in range(1, k):  # insertion sort: k <= fanout
         x = out[offset + a]
         b = a - 1
@@ -256,16 +248,9 @@ def dgs_rows(indptr, indices, first_id, nodes, fanout, replace, key, hop, lo, hi
     Returns ``(offsets int64 [n + 1], chosen int64 [offsets[-1]])``: node ``i``'s neighbors (global ids)
     are ``chosen[offsets[i]:offsets[i + 1]]``; the counts are the plain sampler's.
     """
-    n = nodes.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in numba.prange(n):
-        row = nodes[i] - first_id
-        offsets[i + 1] = num_chosen(indptr[row + 1] - indptr[row], fanout, replace)
-    for i in range(n):
-        offsets[i + 1] += offsets[i]
-    chosen = np.empty(offsets[n], dtype=np.int64)
-    for i in numba.prange(n):
+    offsets = count_and_offsets(indptr, nodes, first_id, fanout, replace)  # the plain sampler's counts
+    chosen = np.empty(offsets[-1], dtype=np.int64)
+    for i in numba.prange(nodes.shape[0]):
         choose_neighbors_dgs(indptr, indices, nodes[i] - first_id, nodes[i], fanout, replace, key, hop, lo, hi,
                              node_cluster, cluster_weight, epsilon, chosen, offsets[i])
     return offsets, chosen

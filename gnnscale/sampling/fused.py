@@ -23,8 +23,8 @@ import numba
 import numpy as np
 
 from gnnscale.graph.csc import index_dtype
+from gnnscale.intrinsics import atomic_fetch_add, prefetch
 from gnnscale.sampling.choose import PIECE_NODES, choose_range, count_and_offsets
-from gnnscale.sampling.intrinsics import atomic_fetch_add, prefetch
 
 RELABEL_PREFETCH = 16  # edges ahead: the mapping-array lookups of the relabel pass are random reads
 CHUNK_EDGES = 32768  # edges per pipeline stage: relabelling one overlaps choosing the next
@@ -175,7 +175,7 @@ def fused_hops(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, fanou
     """
 
     def sample_hop(nodes, num_dst, num_known, fanout, hop):
-        offsets = count_and_offsets(indptr, nodes[:num_dst], fanout, replace)
+        offsets = count_and_offsets(indptr, nodes[:num_dst], 0, fanout, replace)
         nodes = grow_nodes(nodes, num_known, num_known + offsets[-1])
         threads = numba.get_num_threads()
         local, num_known = _choose_and_relabel(indptr, indices, nodes, num_dst, offsets,

@@ -17,7 +17,7 @@ from gnnscale.sampling.choose import choose_all, count_and_offsets
 
 def sample_neighbors_coo(indptr, indices, seeds, fanout, key, hop, replace) -> tuple[np.ndarray, np.ndarray]:
     """Step 1: COO ``(src, dst)`` global ids of the chosen in-edges of every seed."""
-    offsets = count_and_offsets(indptr, seeds, fanout, replace)
+    offsets = count_and_offsets(indptr, seeds, 0, fanout, replace)
     src = choose_all(indptr, indices, seeds, offsets, fanout, replace, key, hop)
     dst = np.repeat(seeds, np.diff(offsets))
     return src, dst

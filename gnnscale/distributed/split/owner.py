@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.split.plan import MAX_WORKERS, SHUFFLE_KINDS, ShuffleKind, ShufflePlan, SplitBlock
+from gnnscale.distributed.split.plan import MAX_WORKERS, SHUFFLE_KINDS, ShuffleKind, ShufflePlan, SplitBlock, \
+    exclusive_prefix, owner_of
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import check_fanouts, check_key, check_seeds
@@ -118,7 +119,7 @@ def _one_hop(graph, book, comm, kind, nodes, num_known, fanout, replace, key, ho
     the new owned sources. Returns the hop's arrays, the (maybe grown) node list, num_dst, num_known."""
     num_dst = num_known
     dst = nodes[:num_dst]
-    indptr = count_and_offsets(graph.indptr, dst, fanout, replace)
+    indptr = count_and_offsets(graph.indptr, dst, 0, fanout, replace)
     chosen = choose_all(graph.indptr, graph.indices, dst, indptr, fanout, replace, key, hop)
     src_owner = np.empty(chosen.shape[0], dtype=np.int64)
     send_counts = _owners_and_counts(chosen, book.offsets, comm.rank, src_owner)
@@ -182,20 +183,12 @@ def _release(nodes, lo, local_map):
 @numba.njit(cache=True, nogil=True)
 def _owners_and_counts(chosen, offsets, me, src_owner):
     """Every edge's source owner (a binary search in the book's offsets), and the cross edges per owner."""
-    num_parts = offsets.shape[0] - 1
-    counts = np.zeros(num_parts, dtype=np.int64)
+    counts = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
     for e in range(chosen.shape[0]):
-        u = chosen[e]
-        a, b = 0, num_parts  # the last part whose offset is <= u (empty parts share offsets)
-        while b - a > 1:
-            mid = (a + b) // 2
-            if offsets[mid] <= u:
-                a = mid
-            else:
-                b = mid
-        src_owner[e] = a
-        if a != me:
-            counts[a] += 1
+        r = owner_of(offsets, chosen[e])
+        src_owner[e] = r
+        if r != me:
+            counts[r] += 1
     return counts
 
 
@@ -274,7 +267,7 @@ def _build_partial_sums(indptr, chosen, src_owner, num_dst, me, num_parts, recv,
             rows_idx[out] = local_map[recv[k, 0] - lo]
             out += 1
             rows_ptr[row] = out
-    recv_next = _exclusive_starts(recv_counts)
+    recv_next = exclusive_prefix(recv_counts)[:num_parts]
     recv_index = np.empty(recv_counts.sum(), dtype=np.int64)
     for i in range(num_dst):
         for r in range(num_parts):
@@ -283,14 +276,6 @@ def _build_partial_sums(indptr, chosen, src_owner, num_dst, me, num_parts, recv,
                 recv_next[r] += 1
     send_index = np.arange(num_dst, num_dst + num_ref, dtype=np.int64)
     return rows_ptr, rows_idx, ref_ids, send_index, ref_counts, recv_index, recv_counts
-
-
-@numba.njit(cache=True, nogil=True)
-def _exclusive_starts(counts):
-    starts = np.zeros(counts.shape[0], dtype=np.int64)
-    for q in range(1, counts.shape[0]):
-        starts[q] = starts[q - 1] + counts[q - 1]
-    return starts
 
 
 @numba.njit(cache=True, nogil=True)
@@ -311,7 +296,7 @@ def _build_source_features(indptr, chosen, src_owner, num_src, me, num_parts, re
                 remote_map[u] = distinct[r]
                 distinct[r] += 1
             edge_col[e] = remote_map[u]
-    base = _exclusive_starts(distinct)
+    base = exclusive_prefix(distinct)[:num_parts]
     rows_idx = np.empty(num_edges, dtype=np.int64)
     ref_ids = np.empty(distinct.sum(), dtype=np.int64)
     for e in range(num_edges):

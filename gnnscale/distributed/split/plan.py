@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from gnnscale.partition.book import PartitionBook
-from gnnscale.sampling.block import Block
+from gnnscale.sampling.block import Block, SourcePrefixBlock
 
 ShuffleKind = Literal["partial_sums", "source_features"]
 SHUFFLE_KINDS = ("partial_sums", "source_features")
@@ -68,7 +68,7 @@ class ShufflePlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SplitBlock:
+class SplitBlock(SourcePrefixBlock):
     """One worker's split of one layer's block.
 
     Args:
@@ -99,21 +99,8 @@ class SplitBlock:
     plan: ShufflePlan
 
     @property
-    def num_src(self) -> int:
-        return int(self.src_ids.shape[0])
-
-    @property
     def num_rows(self) -> int:
         return int(self.indptr.shape[0] - 1)
-
-    @property
-    def num_edges(self) -> int:
-        """Edges this worker computes in this layer."""
-        return int(self.indices.shape[0])
-
-    @property
-    def dst_ids(self) -> Tensor:
-        return self.src_ids[: self.num_dst]
 
 
 def split_blocks(blocks: Sequence[Block], book: PartitionBook, rank: int, *,
@@ -227,25 +214,35 @@ def _mask_dtype(num_parts: int) -> np.dtype:
 # -- kernels ----------------------------------------------------------------------------------------
 
 
+@numba.njit(inline="always")
+def owner_of(offsets, node):
+    """The part owning ``node``: the last part whose offset is <= ``node`` (empty parts share offsets),
+    by binary search in the book's ``offsets``. The numba form of :meth:`PartitionBook.owner`, for
+    kernels that look up every edge's owner (here and in :mod:`gnnscale.distributed.split.owner`)."""
+    lo, hi = 0, offsets.shape[0] - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= node:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 @numba.njit(cache=True, nogil=True)  # nogil: it runs in the loading thread beside training
 def _owners_and_local_ids(nodes, offsets, owner, local):
-    num_parts = offsets.shape[0] - 1
-    seen = np.zeros(num_parts, dtype=np.int64)
+    seen = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
     for p in range(nodes.shape[0]):
-        lo, hi = 0, num_parts  # the last part whose offset is <= the id (empty parts share offsets)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if offsets[mid] <= nodes[p]:
-                lo = mid
-            else:
-                hi = mid
-        owner[p] = lo
-        local[p] = seen[lo]
-        seen[lo] += 1
+        q = owner_of(offsets, nodes[p])
+        owner[p] = q
+        local[p] = seen[q]
+        seen[q] += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _exclusive_prefix(counts):
+def exclusive_prefix(counts):
+    """int64 [len(counts) + 1]: where each worker's group starts in a list grouped by worker, and its
+    end (the split's exchange lists, here and in :mod:`gnnscale.distributed.split.owner`)."""
     starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     for q in range(counts.shape[0]):
         starts[q + 1] = starts[q] + counts[q]
@@ -282,8 +279,8 @@ def _split_by_source(indptr, indices, num_dst, owner, local, me, num_parts, num_
                     recv_counts[r] += 1
         elif mine[i] > 0:
             ref_counts[owner[i]] += 1
-    ref_next = _exclusive_prefix(ref_counts)[:num_parts] + num_own
-    recv_next = _exclusive_prefix(recv_counts)[:num_parts]
+    ref_next = exclusive_prefix(ref_counts)[:num_parts] + num_own
+    recv_next = exclusive_prefix(recv_counts)[:num_parts]
     num_rows = num_own + ref_counts.sum()
     rows_ptr = np.zeros(num_rows + 1, dtype=np.int64)
     row_of = np.empty(num_dst, dtype=np.int64)
@@ -344,8 +341,8 @@ def _split_by_destination(indptr, indices, num_dst, num_src, owner, local, me, n
                     send_counts[q] += (needs[u] >> q) & 1
             else:
                 recv_counts[owner[u]] += (needs[u] >> me) & 1
-    send_next = _exclusive_prefix(send_counts)[:num_parts]
-    recv_next = _exclusive_prefix(recv_counts)[:num_parts]
+    send_next = exclusive_prefix(send_counts)[:num_parts]
+    recv_next = exclusive_prefix(recv_counts)[:num_parts]
     send_index = np.empty(send_counts.sum(), dtype=np.int64)
     ref_pos = np.empty(recv_counts.sum(), dtype=np.int64)
     column = local[:num_src].copy()  # source column: local id if owned, num_own_src + k if k-th received

@@ -1,5 +1,6 @@
 """numba kernels of matrix sampling, where no library call fits: the per-row draws and the
-per-batch relabelling (the paper's "remove empty columns" of the sampled matrix).
+per-batch relabelling (the paper's "remove empty columns" of the sampled matrix). The per-row counts,
+the per-node choice and its prefetching are the fused sampler's (:mod:`gnnscale.sampling.choose`).
 
 Every row's draw is a pure function of ``(batch key, hop, node)`` and of the row's contents, so the
 result does not depend on how many batches are stacked or on the thread count.
@@ -10,25 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from gnnscale.sampling.choose import CACHE_LINE_BYTES, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES, \
-    choose_neighbors, num_chosen
+from gnnscale.sampling.choose import PIECE_NODES, choose_neighbors, prefetch_ahead
 from gnnscale.sampling.fused import relabel_range
-from gnnscale.sampling.intrinsics import prefetch
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def count_rows(p_indptr, inverse, fanout, replace):
-    """int64 [num_rows + 1]: prefix sum of min(fanout, degree) over the stacked rows (every batch's
-    block indptr is a slice of it)."""
-    num_rows = inverse.shape[0]
-    offsets = np.empty(num_rows + 1, dtype=np.int64)
-    offsets[0] = 0
-    for r in numba.prange(num_rows):
-        i = inverse[r]
-        offsets[r + 1] = num_chosen(p_indptr[i + 1] - p_indptr[i], fanout, replace)
-    for r in range(num_rows):
-        offsets[r + 1] += offsets[r]
-    return offsets
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -43,18 +27,10 @@ def choose_rows(p_indptr, p_indices, nodes, inverse, row_batch, keys, offsets, f
     """
     out = np.empty(offsets[-1], dtype=np.int64)
     num_rows = nodes.shape[0]
-    ids_per_line = CACHE_LINE_BYTES // p_indices.itemsize
     for piece in numba.prange((num_rows + PIECE_NODES - 1) // PIECE_NODES):
         hi = min((piece + 1) * PIECE_NODES, num_rows)
         for r in range(piece * PIECE_NODES, hi):
-            if r + 2 * PREFETCH_DISTANCE < hi:
-                prefetch(p_indptr, inverse[r + 2 * PREFETCH_DISTANCE])
-            if r + PREFETCH_DISTANCE < hi:
-                ahead = inverse[r + PREFETCH_DISTANCE]
-                start, end = p_indptr[ahead], p_indptr[ahead + 1]
-                for line in range(PREFETCH_LINES):
-                    if start + line * ids_per_line < end:
-                        prefetch(p_indices, start + line * ids_per_line)
+            prefetch_ahead(p_indptr, p_indices, inverse, r, hi)
             choose_neighbors(p_indptr, p_indices, inverse[r], nodes[r], fanout, replace, keys[row_batch[r]], hop,
                              out, offsets[r])
     return out
@@ -72,9 +48,7 @@ def relabel_batches(chosen, edge_ptr, nodes, node_ptr, maps):
     Returns ``(new_nodes, new_ptr)``: every batch's extended node list (old nodes first).
     """
     k = node_ptr.shape[0] - 1
-    cap_ptr = np.zeros(k + 1, dtype=np.int64)
-    for b in range(k):
-        cap_ptr[b + 1] = cap_ptr[b] + (node_ptr[b + 1] - node_ptr[b]) + (edge_ptr[b + 1] - edge_ptr[b])
+    cap_ptr = extended_capacity(node_ptr, edge_ptr)
     extended = np.empty(cap_ptr[k], dtype=np.int64)
     counts = np.zeros(k, dtype=np.int64)
     num_workers = maps.shape[0]
@@ -90,6 +64,19 @@ def relabel_batches(chosen, edge_ptr, nodes, node_ptr, maps):
     for b in range(k):
         new_nodes[new_ptr[b]:new_ptr[b + 1]] = extended[cap_ptr[b]:cap_ptr[b] + counts[b]]
     return new_nodes, new_ptr
+
+
+@numba.njit(inline="always")
+def extended_capacity(node_ptr, new_ptr):
+    """int64 [k + 1]: where each of the ``k`` stacked batches' extended node list starts, room for its
+    known nodes (``node_ptr``) plus at most its candidate new ones (``new_ptr``, the chosen ids of
+    neighbor sampling or the drawn nodes of LADIES), so that batches extend in parallel without sizing
+    each other first."""
+    k = node_ptr.shape[0] - 1
+    cap_ptr = np.zeros(k + 1, dtype=np.int64)
+    for b in range(k):
+        cap_ptr[b + 1] = cap_ptr[b] + (node_ptr[b + 1] - node_ptr[b]) + (new_ptr[b + 1] - new_ptr[b])
+    return cap_ptr
 
 
 @numba.njit(inline="always")

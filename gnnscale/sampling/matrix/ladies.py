@@ -39,6 +39,7 @@ from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.sampling import BatchSampler
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.keys import mix64, node_stream
+from gnnscale.sampling.matrix.kernels import extended_capacity
 from gnnscale.sampling.matrix.products import StackedRows, batch_selection, gather_rows, gcn_operator, \
     row_normalize, stack_rows
 from gnnscale.sampling.matrix.sage import PHASES, _PhaseClock, check_bulk, check_stack
@@ -200,9 +201,7 @@ def extract_layer(p_indptr, p_indices, p_data, nodes, node_ptr, inverse, drawn_p
     indptr = np.zeros(node_ptr[k] + k, dtype=np.int64)
     indices = np.empty(cap_ptr[k], dtype=np.int64)
     weights = np.empty(cap_ptr[k], dtype=np.float64)
-    src_cap = np.zeros(k + 1, dtype=np.int64)
-    for b in range(k):
-        src_cap[b + 1] = src_cap[b] + (node_ptr[b + 1] - node_ptr[b]) + (drawn_ptr[b + 1] - drawn_ptr[b])
+    src_cap = extended_capacity(node_ptr, drawn_ptr)
     sources = np.empty(src_cap[k], dtype=np.int64)
     num_src = np.zeros(k, dtype=np.int64)
     num_workers = maps.shape[0]

@@ -24,8 +24,9 @@ import scipy.sparse as sp
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.sampling import BatchSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.block import Block
+from gnnscale.sampling.choose import count_and_offsets
 from gnnscale.sampling.matrix.products import adjacency_pattern, gather_rows, stack_rows
-from gnnscale.sampling.matrix.kernels import choose_rows, count_rows, relabel_batches
+from gnnscale.sampling.matrix.kernels import choose_rows, relabel_batches
 
 
 PHASES = ("factor", "product", "draw", "extract")
@@ -122,7 +123,8 @@ class MatrixSampler(BatchSampler):
             clock.lap("factor")
             p = self._gather(stacked)  # P = Q A, stored as S A plus the index R
             clock.lap("product")
-            offsets = count_rows(p.indptr, stacked.inverse, fanout, self.replace)
+            # The stacked rows' counts, prefix-summed: every batch's block indptr is a slice of it.
+            offsets = count_and_offsets(p.indptr, stacked.inverse, 0, fanout, self.replace)
             chosen = choose_rows(p.indptr, p.indices, stacked.nodes, stacked.inverse, stacked.row_batch(), keys,
                                  offsets, fanout, self.replace, hop)
             clock.lap("draw")
