@@ -107,9 +107,9 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model_option
         model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
                                 num_layers=cfg.num_layers, **model_options)
         identity = run_identity(partition_dir, manifest, model_cfg, cfg, options.layout, world_size, options.dgs)
-        resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume, overwrite=outputs.overwrite,
-                                   every=outputs.checkpoint_every, rank=rank_from_env(), run=identity,
-                                   epochs=cfg.epochs)
+        resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
+                                                 overwrite=outputs.overwrite, every=outputs.checkpoint_every,
+                                                 rank=rank_from_env(), run=identity, epochs=cfg.epochs)
     except ValueError as err:
         raise LaunchError(str(err)) from err
     return CheckedLaunch(spec=spec, model_cfg=model_cfg, identity=identity, resume_path=resume_path)
