@@ -168,8 +168,9 @@ class DGSDataParallel(DataParallel):
         snapshots = state.get("snapshots", {})
         missing = [s for s in self.needed_snapshots(iterations_done) if s not in snapshots]
         if missing:
-            raise ValueError(f"checkpoint: holds no DGS snapshot of iteration {missing[0]} (written without --dgs, with another --dgs-period or "
-                             "another worker count); resume with the settings and workers that wrote it")
+            raise ValueError(f"checkpoint: holds no DGS snapshot of iteration {missing[0]} (written without --dgs, "
+                             "with another --dgs-period or another worker count); resume with the settings and "
+                             "workers that wrote it")
         for s in sorted(snapshots):
             self._submit(snapshots[s], s)
         period = self.dgs.period
