@@ -239,7 +239,8 @@ def cmd_train(args) -> None:
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
-        options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction, replication=args.replication,
+        options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction,
+                                replication=args.replication,
                                 split_sampling=args.split_sampling, dgs=dgs)
         outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
                              resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite)
