@@ -539,3 +539,19 @@ def test_block_properties():
     assert b.dst_ids.tolist() == [10, 20]
     assert b.in_degrees().tolist() == [2, 1]
     assert b.to_pyg()[0].tolist() == [[1, 2, 0], [0, 0, 1]]
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(indices=torch.tensor([1, 2, 0], dtype=torch.int32)), r"indices: expected a 1-D int64 tensor, got torch.int32"),
+    (dict(num_dst=4), r"num_dst: expected an int in \[0, num_src = 3\], got 4"),
+    (dict(indptr=torch.tensor([0, 3])), r"indptr: expected num_dst \+ 1 = 3 offsets, got 2"),
+    (dict(edge_weight=torch.ones(2)), r"edge_weight: expected one weight per edge \(3\), got shape \(2,\)"),
+])
+def test_a_block_checks_its_shapes_when_made(fields, message):
+    good = dict(indptr=torch.tensor([0, 2, 3]), indices=torch.tensor([1, 2, 0]), src_ids=torch.tensor([10, 20, 30]),
+                num_dst=2)
+    Block(**good).validate()
+    with pytest.raises((TypeError, ValueError), match=message):
+        Block(**{**good, **fields})
+    with pytest.raises(ValueError, match=r"indices: expected source ids in \[0, num_src = 3\), got range \[0, 5\]"):
+        Block(**{**good, "indices": torch.tensor([1, 5, 0])}).validate()

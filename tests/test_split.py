@@ -268,11 +268,14 @@ def test_split_errors(tiny_blocks):
     with pytest.raises(TypeError, match=r"blocks\[1\]: expected a Block, got Tensor"):
         split_blocks([blocks[0], blocks[0].indptr], TINY_BOOK, 0)
     bad = Block(indptr=blocks[1].indptr, indices=blocks[1].indices + 4, src_ids=blocks[1].src_ids, num_dst=2)
-    with pytest.raises(ValueError, match=r"blocks\[1\]: expected source ids in \[0, num_src = 4\), got range \[4, 7\]"):
+    with pytest.raises(ValueError, match=r"blocks\[1\]: indices: expected source ids in \[0, num_src = 4\), got range "
+                                         r"\[4, 7\]"):
         split_blocks([blocks[0], bad], TINY_BOOK, 0)
-    short = Block(indptr=blocks[1].indptr[:-1], indices=blocks[1].indices, src_ids=blocks[1].src_ids, num_dst=2)
-    with pytest.raises(ValueError, match=r"blocks\[1\]: expected indptr of 3 non-decreasing offsets"):
-        split_blocks([blocks[0], short], TINY_BOOK, 0)
+    with pytest.raises(ValueError, match=r"indptr: expected num_dst \+ 1 = 3 offsets, got 2"):  # a Block checks itself
+        Block(indptr=blocks[1].indptr[:-1], indices=blocks[1].indices, src_ids=blocks[1].src_ids, num_dst=2)
+    unordered = Block(indptr=blocks[1].indptr.flip(0), indices=blocks[1].indices, src_ids=blocks[1].src_ids, num_dst=2)
+    with pytest.raises(ValueError, match=r"blocks\[1\]: indptr: expected 3 non-decreasing offsets from 0"):
+        split_blocks([blocks[0], unordered], TINY_BOOK, 0)
     other = sample_blocks(graph, np.array([1, 4]), (3, 3), key=1)
     with pytest.raises(ValueError, match=r"blocks\[1\]'s sources must be blocks\[0\]'s destinations"):
         split_blocks([other[0], blocks[1]], TINY_BOOK, 0)

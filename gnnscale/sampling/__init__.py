@@ -111,7 +111,7 @@ def blocks_from_hops(nodes: np.ndarray, hops: list[tuple[np.ndarray, np.ndarray,
     every block's sources are a prefix of the one node list (no copies)."""
     all_nodes = torch.from_numpy(nodes)
     blocks = [Block(indptr=torch.from_numpy(indptr), indices=torch.from_numpy(indices),
-                    src_ids=all_nodes[:num_src], num_dst=num_dst)
+                    src_ids=all_nodes[:num_src], num_dst=int(num_dst))
               for indptr, indices, num_dst, num_src in hops]
     return blocks[::-1]
 

@@ -57,6 +57,34 @@ class Block(SourcePrefixBlock):
     num_dst: int
     edge_weight: Tensor | None = None
 
+    def __post_init__(self) -> None:
+        """The shape checks every block passes when it is made (O(1): blocks are made per batch and layer);
+        :meth:`validate` adds the ones that read every edge."""
+        for name in ("indptr", "indices", "src_ids"):
+            t = getattr(self, name)
+            if not isinstance(t, Tensor) or t.dtype != torch.int64 or t.dim() != 1:
+                got = f"{t.dtype} of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+                raise TypeError(f"{name}: expected a 1-D int64 tensor, got {got}")
+        if isinstance(self.num_dst, bool) or not isinstance(self.num_dst, int) or not 0 <= self.num_dst <= self.num_src:
+            raise ValueError(f"num_dst: expected an int in [0, num_src = {self.num_src}], got {self.num_dst!r}")
+        if self.indptr.shape[0] != self.num_dst + 1:
+            raise ValueError(f"indptr: expected num_dst + 1 = {self.num_dst + 1} offsets, got {self.indptr.shape[0]}")
+        if self.edge_weight is not None and tuple(self.edge_weight.shape) != (self.num_edges,):
+            raise ValueError(f"edge_weight: expected one weight per edge ({self.num_edges}), got shape "
+                             f"{tuple(self.edge_weight.shape)}")
+
+    def validate(self) -> "Block":
+        """The CSC invariants kernels index by without bounds checks (O(num_edges), vectorised): offsets
+        from 0 to num_edges, non-decreasing, and source ids in [0, num_src). Returns the block."""
+        indptr, indices = self.indptr, self.indices
+        if int(indptr[0]) != 0 or int(indptr[-1]) != self.num_edges or bool((indptr.diff() < 0).any()):
+            raise ValueError(f"indptr: expected {self.num_dst + 1} non-decreasing offsets from 0 to num_edges = "
+                             f"{self.num_edges}, got a malformed block")
+        if self.num_edges and (int(indices.min()) < 0 or int(indices.max()) >= self.num_src):
+            raise ValueError(f"indices: expected source ids in [0, num_src = {self.num_src}), got range "
+                             f"[{int(indices.min())}, {int(indices.max())}]")
+        return self
+
     def __repr__(self) -> str:
         # The sizes, not the tensors: a block of a real batch holds millions of ids.
         return (f"Block(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges}, "

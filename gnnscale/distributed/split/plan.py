@@ -166,20 +166,13 @@ def check_minibatch(blocks: Sequence[Block], book: PartitionBook) -> np.ndarray:
 
 
 def _check_block(block: Block, l: int) -> None:
-    """The CSC invariants the kernels index by without bounds checks (O(num_edges), vectorised)."""
+    """The CSC invariants the kernels index by without bounds checks (:meth:`Block.validate`)."""
     if not isinstance(block, Block):
         raise TypeError(f"blocks[{l}]: expected a Block, got {type(block).__name__}")
-    indptr, indices = block.indptr, block.indices
-    if indptr.dtype != torch.int64 or indices.dtype != torch.int64 or block.src_ids.dtype != torch.int64:
-        raise TypeError(f"blocks[{l}]: expected int64 indptr, indices and src_ids, got {indptr.dtype}, "
-                        f"{indices.dtype}, {block.src_ids.dtype}")
-    if (indptr.shape != (block.num_dst + 1,) or not 0 <= block.num_dst <= block.num_src
-            or int(indptr[0]) != 0 or int(indptr[-1]) != block.num_edges or bool((indptr.diff() < 0).any())):
-        raise ValueError(f"blocks[{l}]: expected indptr of {block.num_dst + 1} non-decreasing offsets from 0 to "
-                         f"num_edges = {block.num_edges} and num_dst <= num_src, got a malformed block")
-    if block.num_edges and (int(indices.min()) < 0 or int(indices.max()) >= block.num_src):
-        raise ValueError(f"blocks[{l}]: expected source ids in [0, num_src = {block.num_src}), got range "
-                         f"[{int(indices.min())}, {int(indices.max())}]")
+    try:
+        block.validate()
+    except ValueError as err:
+        raise ValueError(f"blocks[{l}]: {err}") from None
 
 
 def _split_one(block: Block, owner: np.ndarray, local: np.ndarray, owned: Tensor, rank: int, num_parts: int,
