@@ -300,7 +300,10 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
     ckpt, metrics = tmp_path / "c.pt", tmp_path / "m.json"
     cmd = [sys.executable, "-m", "gnnscale", *TRAIN, "--epochs", "1000", "--checkpoint", str(ckpt), "--metrics-out",
            str(metrics)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell's background job starts with SIGINT ignored, and Python keeps it so (CI may run the tests
+    # that way): the child gets SIGINT's default back, as a process started from a terminal has it.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         epochs = 0
         for line in proc.stdout:  # the second epoch's line: the first epoch's checkpoint is saved
