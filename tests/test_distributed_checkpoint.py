@@ -97,11 +97,13 @@ def interrupted(partitions, tmp_path_factory):
                                    "--save-model", str(d / "full.pt"), "--checkpoint", str(d / "full.ckpt"), "--quiet"))
             killed_at = kill_mid_epoch(partitions[2], layout, d / "killed.ckpt")
             # The resume saves into the file it continues: keep the mid-epoch one for the tests of refusals.
-            shutil.copy(d / "killed.ckpt", d / "mid_epoch.ckpt")
+            # Frozen between a save's two renames, only the previous save is whole: the resume takes it.
+            resumed_from = newest_complete(d / "killed.ckpt", KIND_DISTRIBUTED).path
+            shutil.copy(resumed_from, d / "mid_epoch.ckpt")
             output = run_ok(2, *launch_args(partitions[2], layout, "--epochs", str(EPOCHS), "--checkpoint",
                                             str(d / "killed.ckpt"), "--resume", "--metrics-out", str(d / "resumed.json"),
                                             "--save-model", str(d / "resumed.pt")))
-            runs[layout] = {"dir": d, "killed_at": killed_at, "resume_output": output,
+            runs[layout] = {"dir": d, "killed_at": killed_at, "resume_output": output, "resumed_from": resumed_from,
                             "full": json.loads((d / "full.json").read_text()),
                             "resumed": json.loads((d / "resumed.json").read_text()),
                             "full_weights": torch.load(d / "full.pt"), "resumed_weights": torch.load(d / "resumed.pt")}
@@ -119,7 +121,7 @@ def test_a_run_killed_mid_epoch_resumes_exactly(interrupted, layout):
     assert 1 <= epoch < EPOCHS and 0 < step < num_batches
     # Every worker's sums of the interrupted epoch were saved (rank 0's file holds both).
     assert [len(w["counts"]) for w in run["killed_at"]["workers"]] == [step, step]
-    assert f"resuming from {run['dir'] / 'killed.ckpt'}: {epoch} of {EPOCHS} epochs done, continuing at epoch " \
+    assert f"resuming from {run['resumed_from']}: {epoch} of {EPOCHS} epochs done, continuing at epoch " \
            f"{epoch} step {step} of {num_batches}" in run["resume_output"]
     full, resumed = run["full"]["history"], run["resumed"]["history"]
     assert [h["epoch"] for h in resumed] == list(range(EPOCHS))
