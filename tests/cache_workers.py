@@ -1,6 +1,6 @@
 """The feature cache (gnnscale/distributed/feature_cache.py) on real processes: the highest-degree remote
 rows, filled in one round, rows identical to the uncached store's, exactly 2 feature rounds per fetch,
-fewer bytes, hits counted. Run inside the spawned workers of tests/test_split_distributed.py (spawning
+fewer bytes, hits counted. Run inside the spawned workers of tests/distributed/test_split_distributed.py (spawning
 costs seconds, so the distributed checks share one process group)."""
 
 from __future__ import annotations

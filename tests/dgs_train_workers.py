@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_dgs_train.py: the trainer's DGS layout on real processes, run by
+"""Worker functions for tests/train/test_dgs_train.py: the trainer's DGS layout on real processes, run by
 ``test_distributed.spawn_run`` (``fn(rank, world_size, port)``, assertions inside)."""
 
 from __future__ import annotations

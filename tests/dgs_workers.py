@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_distributed_dgs.py (DGS on real processes), run by
+"""Worker functions for tests/distributed/test_distributed_dgs.py (DGS on real processes), run by
 ``test_distributed.spawn_run``: ``fn(rank, world_size, port)``, assertions inside, the process group
 closed in a ``finally``."""
 

@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_distributed.py, run in spawned processes (one process group per run).
+"""Worker functions for tests/distributed/test_distributed.py, run in spawned processes (one process group per run).
 
 Every worker function takes ``(rank, world_size, port)``, asserts inside, always closes its process
 group in a ``finally``, and returns a small picklable result. :func:`entry` reports the result or the

@@ -1,4 +1,4 @@
-"""Worker function for tests/test_matrix_distributed.py, run in spawned processes (see dist_workers.py):
+"""Worker function for tests/distributed/test_matrix_distributed.py, run in spawned processes (see dist_workers.py):
 the 1.5D samplers and feature store against the single-process matrix samplers on the whole graph."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_split_distributed.py: owner-driven split sampling
+"""Worker functions for tests/distributed/test_split_distributed.py: owner-driven split sampling
 (:func:`gnnscale.distributed.owner_split_blocks`) against ``split_blocks`` on the whole mini-batch.
 
 The two number the vertices and order the rows of each exchange differently (owner-driven: per-worker

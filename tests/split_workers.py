@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_split_distributed.py (split parallelism on real processes).
+"""Worker functions for tests/distributed/test_split_distributed.py (split parallelism on real processes).
 
 Every worker samples the same mini-batch with the same key, runs the model on its split with the
 cooperative layers, and compares with the single-process model on the whole mini-batch, which it

@@ -8,7 +8,6 @@ import argparse
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -19,7 +19,7 @@ grow by at most ``s`` per layer. And since a destination's features are therefor
 loops (GCN) its own term ``P_ii x_i`` is kept exactly instead of only when ``i`` is drawn (the
 reference later added the output nodes to every layer for the same reason). Measured: the same on Cora with 512 nodes per layer
 (81.9% against 82.1% for the paper's rule, 5 seeds each), but with layers smaller than the batch
-(64 nodes per layer, batches of 128, tests/test_train.py's graph) most destinations draw no neighbor
+(64 nodes per layer, batches of 128, tests/train/test_train.py's graph) most destinations draw no neighbor
 and the paper's rule left GCN at 34% test accuracy where the exact self term reached 48% (5 classes).
 
 Column extraction is a numba kernel: the paper's block-diagonal product needs a CSR matrix with

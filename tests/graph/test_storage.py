@@ -13,7 +13,7 @@ import pytest
 from gnnscale.graph.storage import DATASET_ARRAYS, load_dataset_dir, load_graph, save_dataset, save_graph
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Online splitting and the edge metrics, in one process: the numba kernel against a pure-Python
 reference, every worker's exchange simulated with numpy against the whole mini-batch's aggregation, a
 hand-checked tiny graph, and errors. The cooperative layers on real processes are in
-tests/test_split_distributed.py."""
+tests/distributed/test_split_distributed.py."""
 
 from __future__ import annotations
 

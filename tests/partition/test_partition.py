@@ -30,7 +30,7 @@ from gnnscale.partition import (
     write_partition_dir,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORA_DIR = Path(os.environ.get("GNNSCALE_DATA", REPO / ".." / "shared" / "data")) / "cora_planetoid"
 needs_cora = pytest.mark.skipif(not (CORA_DIR / "ind.cora.x").is_file(), reason=f"Cora not found at {CORA_DIR}")
 SMALL = SyntheticConfig(num_nodes=3000, avg_degree=10.0, num_classes=5, feature_dim=8, train_fraction=0.3,

@@ -25,7 +25,7 @@ from gnnscale.graph.planetoid import UnsafePickleError, load_planetoid, restrict
 from gnnscale.graph.storage import save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic, products_like_config
 
-CORA_DIR = Path(os.environ.get("GNNSCALE_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")) \
+CORA_DIR = Path(os.environ.get("GNNSCALE_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data")) \
     / "cora_planetoid"
 needs_cora = pytest.mark.skipif(not (CORA_DIR / "ind.cora.x").is_file(), reason=f"Cora not found at {CORA_DIR}")
 
