@@ -147,7 +147,7 @@ def main() -> None:
     print(f"explanation graph: {graph.num_probes} probes, {graph.x.shape[0]} input rows "
           f"({int((graph.super_of_row >= 0).sum())} remote), {graph.num_super} super-nodes; "
           f"cluster map {cluster_s:.1f} s (once)")
-    print(f"\n| quantity | value |\n| --- | --- |")
+    print("\n| quantity | value |\n| --- | --- |")
     print(f"| training iteration, part 0, median of {len(iteration_s) - len(iteration_s) // 4} | "
           f"{iteration * 1e3:.0f} ms |")
     print(f"| one refresh ({masks.epochs} steps), wall, median of {args.repeats} | {wall * 1e3:.0f} ms |")

@@ -168,7 +168,7 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, z: Tensor, score_src: Tensor, score_dst: Tensor, indptr: Tensor, indices: Tensor,
                 slope: float, p: float, key: int) -> Tensor:
         z, score_src, score_dst = z.contiguous(), score_src.contiguous(), score_dst.contiguous()
-        (num_src, heads, width), num_dst, num_edges = z.shape, score_dst.shape[0], indices.shape[0]
+        (_, heads, width), num_dst, num_edges = z.shape, score_dst.shape[0], indices.shape[0]
         out = z.new_empty(num_dst, heads, width)
         alpha, alpha_self = z.new_empty(num_edges, heads), z.new_empty(num_dst, heads)
         mask = torch.empty(num_edges, heads, dtype=torch.uint8)
