@@ -15,6 +15,7 @@ from gnnscale.graph.dataset import NodeDataset, describe_summary
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
+from gnnscale.distributed.context import announce_report, wait_for_report
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
@@ -31,7 +32,7 @@ DEFAULT_LAYOUT = "hybrid"
 DEFAULT_TIMEOUT_S = 120.0
 EXIT_INTERRUPTED = 130  # the shell's code for a run ended by SIGINT
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
-LEAD_REPORT_GRACE_S = 5.0  # see report()
+LEAD_REPORT_WAIT_S = 5.0  # see report()
 EXIT_BAD_INPUT = 2  # bad input, reported before any work (argparse's own errors exit with 2 too)
 
 
@@ -407,12 +408,16 @@ def report(line: str, *, same_on_every_worker: bool) -> None:
         with open(error_file, "w") as f:
             json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
                                                                   "timestamp": str(int(time.time()))}}}, f)
-    if same_on_every_worker and os.environ.get("LOCAL_RANK", "0") != "0":
-        # torchrun stops every worker as soon as one exits: give the first worker, which finds the same
-        # error, time to write the line before this one's exit makes torchrun stop it (seen under load).
-        time.sleep(LEAD_REPORT_GRACE_S)
+    lead = os.environ.get("LOCAL_RANK", "0") == "0"
+    if same_on_every_worker and not lead:
+        # torchrun stops every worker as soon as one exits: stay until the first worker, which finds the
+        # same error, has written the line (seen under load: its line lost to this worker's exit).
+        wait_for_report(LEAD_REPORT_WAIT_S)
         return
     sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    if same_on_every_worker and "LOCAL_RANK" in os.environ:
+        announce_report()
 
 
 def entry_point() -> None:

@@ -165,6 +165,45 @@ def _launched_with_agent_store() -> bool:
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
+def _report_key() -> str:
+    # One key per attempt and machine: the first worker of each machine reports for that machine.
+    return (f"gnnscale/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/reported/"
+            f"{os.environ.get('GROUP_RANK', '0')}")
+
+
+def _agent_store(timeout_s: float) -> dist.Store | None:
+    """A client of the store torchrun hosts (it outlives every worker), or None outside torchrun."""
+    if not _launched_with_agent_store():
+        return None
+    try:
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=timedelta(seconds=timeout_s))
+    except (KeyError, ValueError, RuntimeError, OSError):
+        return None  # no store to reach: reporting must not fail because of it
+
+
+def announce_report(timeout_s: float = 5.0) -> None:
+    """Tell this machine's other workers that the message they all share has been written."""
+    store = _agent_store(timeout_s)
+    if store is not None:
+        try:
+            store.set(_report_key(), "1")
+        except (RuntimeError, OSError):
+            pass
+
+
+def wait_for_report(timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) until this machine's first worker has written the message that every
+    worker has alike: torchrun stops every worker as soon as one exits, so a worker that exited at once
+    could stop the first before it writes. Returns at once outside torchrun."""
+    store = _agent_store(timeout_s)
+    if store is not None:
+        try:
+            store.wait([_report_key()], timedelta(seconds=timeout_s))
+        except (RuntimeError, OSError):
+            pass  # the first worker died before it could write: nothing more to wait for
+
+
 def _pick_backend(backend: str | None) -> str:
     if backend is None:
         # gloo even where CUDA is visible: the layers and samplers run CPU (numba) kernels, so tensors live
