@@ -52,6 +52,7 @@ from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.sampling.matrix.products import adjacency_pattern, batch_selection, gcn_operator, stack_rows
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.registry import layout_spec
 from gnnscale.train.run import run_training
 
 from cora_accuracy import SETTINGS
@@ -257,7 +258,7 @@ def layouts(a) -> None:
                "--bulk", str(a.bulk), "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--epochs", "2",
                "--no-eval", "--quiet", "--threads", "1", "--model", "sage", "--hidden", "64", "--overwrite",
                "--metrics-out", str(out), "--timeout", "600"]
-        if layout == "1.5d":
+        if layout_spec(layout).replication:
             cmd += ["--replication", str(c)]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
@@ -271,13 +272,18 @@ def layouts(a) -> None:
                      "launch_s": time.perf_counter() - start})
         print(f"  {layout} C={c}: done in {rows[-1]['launch_s']:.0f}s", flush=True)
     print_layouts(rows)
-    sampled = [r["sample_bytes"] for r in rows if r["layout"] == "1.5d"]
+    sampled = [r["sample_bytes"] for r in replicated(rows)]
     falls = all(x > y for x, y in zip(sampled, sampled[1:]))
     print(f"1.5D sampling bytes fall as C grows: {'yes' if falls else 'NO'} ({', '.join(f'{b:.0f}' for b in sampled)})")
     if a.json:
         Path(a.json).write_text(json.dumps({"scale": a.scale, "workers": a.workers, "rows": rows}, indent=2))
     if a.plot:
         plot_layouts(rows, a.plot)
+
+
+def replicated(rows: list[dict]) -> list[dict]:
+    """The rows of the layout that takes --replication (1.5d), in the order run."""
+    return [r for r in rows if layout_spec(r["layout"]).replication]
 
 
 def cached_partitions(scale: float, workers: int, cache: Path) -> Path:
@@ -302,7 +308,7 @@ def plot_layouts(rows: list[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    one_half = [r for r in rows if r["layout"] == "1.5d"]
+    one_half = replicated(rows)
     cs = [r["C"] for r in one_half]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
     left.plot(cs, [r["sample_bytes"] / 1e3 for r in one_half], "o-", label="sampling")
@@ -310,7 +316,8 @@ def plot_layouts(rows: list[dict], path: str) -> None:
     left.set(xlabel="replication C", ylabel="KB per bulk (rank 0)", xticks=cs, title="communication")
     left.legend()
     right.plot(cs, [r["held_mb"] for r in one_half], "o-", label="topology + features held")
-    right.axhline(next(r["held_mb"] for r in rows if r["layout"] == "1d"), ls="--", c="grey", label="1d")
+    whole = next(r for r in rows if not layout_spec(r["layout"]).replication)
+    right.axhline(whole["held_mb"], ls="--", c="grey", label=whole["layout"])
     right.set(xlabel="replication C", ylabel="MB per worker (max)", xticks=cs, title="memory")
     right.legend()
     fig.tight_layout()

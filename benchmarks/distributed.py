@@ -40,7 +40,10 @@ sys.path.insert(0, str(HERE))
 from emulated_link import (  # noqa: E402  (benchmarks/ is not a package)
     add_link_argument, check_link_support, link_command, link_label, read_link_stats)
 
-LAYOUTS = ("vanilla", "hybrid")
+from gnnscale.train.layouts.registry import layout_spec  # noqa: E402
+
+BASELINE, CANDIDATE = "vanilla", "hybrid"  # what is measured against what
+LAYOUTS = (BASELINE, CANDIDATE)
 # Phases of the epoch time split, in stacking order: (metrics key, label).
 PHASES = (("sample_s", "sample"), ("fetch_s", "fetch"), ("forward_backward_s", "fwd+bwd"),
           ("grad_sync_s", "grad sync"))
@@ -252,7 +255,9 @@ def summarize_run(report: dict, workers: int, layout: str, link_gbit: float, num
     row["rounds"] = {c: statistics.median(r[c] for r in rounds) for c in rounds[0]}
     row["rounds_constant"] = all(r == rounds[0] for r in rounds)
     row["rounds_sample_feature"] = row["rounds"]["sample"] + row["rounds"]["feature"]
-    row["rounds_expected"] = 2 * num_layers if layout == "vanilla" else 2
+    # A worker holding the whole topology samples alone: 1 sampling + 1 feature round per iteration;
+    # one holding its own rows asks the owners at every hop and for every hop's features: 2L.
+    row["rounds_expected"] = 2 if layout_spec(layout).view == "whole" else 2 * num_layers
     row["mb_per_iteration"] = {c: statistics.median(h["bytes_per_iteration"][c] for h in timed) / MB
                                for c in timed[0]["bytes_per_iteration"]}
     return row
@@ -261,12 +266,12 @@ def summarize_run(report: dict, workers: int, layout: str, link_gbit: float, num
 def add_ratios(rows: list[dict]) -> dict[tuple[str, int], float]:
     """Each row's epoch time over the vanilla row's of the same link and worker count;
     {(link, workers): hybrid/vanilla}."""
-    vanilla = {(r["link_gbit"], r["workers"]): r["epoch_s"] for r in rows if r["layout"] == "vanilla"}
+    vanilla = {(r["link_gbit"], r["workers"]): r["epoch_s"] for r in rows if r["layout"] == BASELINE}
     ratios = {}
     for r in rows:
         key = (r["link_gbit"], r["workers"])
         r["x_vanilla"] = r["epoch_s"] / vanilla[key] if key in vanilla else None
-        if r["layout"] == "hybrid" and r["x_vanilla"] is not None:
+        if r["layout"] == CANDIDATE and r["x_vanilla"] is not None:
             ratios[key] = r["x_vanilla"]
     return ratios
 
@@ -326,7 +331,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         bottom = [b + h for b, h in zip(bottom, heights)]
     for i, r in enumerate(rows):
         note = f"{r['epoch_s']:.1f}s"
-        if r["layout"] == "hybrid" and r["x_vanilla"] is not None:
+        if r["layout"] == CANDIDATE and r["x_vanilla"] is not None:
             note += f"\n{r['x_vanilla']:.2f}x vanilla"
         ax.annotate(note, (i, bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
                     fontsize=9)

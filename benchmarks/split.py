@@ -41,8 +41,15 @@ from distributed import (MB, add_cache_dir_argument, cached_dataset, cached_part
                          partition_info, run_launch, torchrun_command)
 from emulated_link import add_link_argument, link_label  # noqa: E402
 
-# split: owner-driven sampling (the default); split+replicated: every worker samples the whole mini-batch.
-LAYOUTS = ("hybrid", "split", "split+replicated")
+BASELINE = "hybrid"  # data parallelism, which split is measured against
+# What is run: a name for the table -> the layout and its flags. split: owner-driven sampling (the
+# default); split+replicated: every worker samples the whole mini-batch.
+RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    BASELINE: (BASELINE, ()),
+    "split": ("split", ()),
+    "split+replicated": ("split", ("--split-sampling", "replicated")),
+}
+LAYOUTS = tuple(RUNS)
 # Phases of the epoch time split, in stacking order: (metrics key, label). Shuffle is inside fwd+bwd.
 PHASES = (("sample_s", "sample"), ("split_s", "split"), ("fetch_s", "fetch"), ("forward_backward_s", "fwd+bwd"),
           ("grad_sync_s", "grad sync"))
@@ -52,9 +59,9 @@ TARGET_WORKERS = 4
 
 def train_command(partition_dir: Path, workers: int, layout: str, a: argparse.Namespace, metrics: Path) -> list[str]:
     cache = layout.endswith("+cache")
-    replicated = ["--split-sampling", "replicated"] if layout == "split+replicated" else []
+    name, flags = RUNS[layout.removesuffix("+cache")]
     return [*torchrun_command(workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
-            "--layout", layout.removesuffix("+cache").removesuffix("+replicated"), *replicated,
+            "--layout", name, *flags,
             "--model", a.model, "--fanouts", a.fanouts, "--batch-size", str(a.total_batch // workers),
             "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--seed", str(a.seed), "--threads", "1",
             "--no-eval", "--quiet", "--metrics-out", str(metrics),
@@ -101,7 +108,7 @@ def summarize_run(report: dict, workers: int, layout: str, rate: float) -> dict:
 
 def add_ratios(rows: list[dict]) -> None:
     """Each row's epoch time over the hybrid row of the same link and worker count."""
-    hybrid = {(r["link_gbit"], r["workers"]): r["epoch_s"] for r in rows if r["layout"] == "hybrid"}
+    hybrid = {(r["link_gbit"], r["workers"]): r["epoch_s"] for r in rows if r["layout"] == BASELINE}
     for r in rows:
         key = (r["link_gbit"], r["workers"])
         r["x_hybrid"] = r["epoch_s"] / hybrid[key] if key in hybrid else None
@@ -126,8 +133,8 @@ def print_row(r: dict) -> None:
 def print_verdict(rows: list[dict]) -> None:
     """The issue's done-when checks, stated plainly."""
     for r in rows:
-        if r["layout"].startswith("split"):
-            dp = next((d for d in rows if d["layout"] == "hybrid" and d["workers"] == r["workers"]
+        if r["layout"] != BASELINE:
+            dp = next((d for d in rows if d["layout"] == BASELINE and d["workers"] == r["workers"]
                        and d["link_gbit"] == r["link_gbit"]), None)
             same = f"; data-parallel hybrid's redundancy in the same run {dp['redundancy']:.1%}" if dp else ""
             print(f"link {r['link_gbit']} Gbit/s, {r['workers']} workers: {r['layout']} redundancy {r['redundancy']:.1%} "
@@ -173,7 +180,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
         side = [b + h for b, h in zip(side, heights)]
     for i, r in enumerate(rows):
         note = f"{r['epoch_s']:.1f}s\nredundancy {r['redundancy']:.0%}"
-        if r["layout"] != "hybrid" and r["x_hybrid"] is not None:
+        if r["layout"] != BASELINE and r["x_hybrid"] is not None:
             note += f"\n{r['x_hybrid']:.2f}x hybrid"
         ax.annotate(note, (i - 0.12, bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center",
                     va="bottom", fontsize=8)
@@ -219,7 +226,7 @@ def parse_args() -> argparse.Namespace:
     if not 0 < a.cache_fraction <= 1 and a.cache_fraction != 0:
         p.error(f"--cache-fraction: expected a fraction in [0, 1], got {a.cache_fraction}")
     if a.cache_fraction:
-        a.layout_list.append("hybrid+cache")
+        a.layout_list.append(f"{BASELINE}+cache")
     if any(w < 1 or a.total_batch % w for w in a.worker_counts):
         p.error(f"--workers: expected counts >= 1 that divide --total-batch {a.total_batch}, got {a.workers}")
     check_run_arguments(p, a)

@@ -129,7 +129,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cache = HERE / ".cache"
     partition = cached_partition(cached_dataset(a.scale, a.seed, cache), a.workers, a.seed, a.timeout)
-    parts = [load_partition(partition, p, "hybrid", verify=False) for p in range(a.workers)]
+    parts = [load_partition(partition, p, "whole", verify=False) for p in range(a.workers)]
     graph, book = parts[0].topology, parts[0].book
     print(f"{partition.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges")
     sampler = NeighborSampler(graph, a.fanouts)
