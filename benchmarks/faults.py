@@ -1,12 +1,13 @@
 """Fault injection: a failure anywhere in a distributed run must stop every worker, with a message
 naming its cause, within --timeout + 35 s.
 
-    python benchmarks/faults.py [--layouts vanilla,hybrid] [--trials 20] [--kinds kill,freeze,truncate,flip]
+    python benchmarks/faults.py [--runs vanilla,hybrid,split,1d,1.5d,hybrid-dgs] [--trials 20]
+                                [--kinds kill,freeze,truncate,flip]
                                 [--workers 2] [--timeout 20] [--epochs 10] [--seed 0] [--cache-dir DIR]
                                 [--json FILE]
 
-For each layout, ``--trials`` launches of ``torchrun -m gnnscale train --partitions DIR --layout L``
-(the kinds taken in turn, in a shuffled order), each with one fault:
+For each run (a layout and its flags, see RUNS), ``--trials`` launches of ``torchrun -m gnnscale train
+--partitions DIR --layout L ...`` (the kinds taken in turn, in a shuffled order), each with one fault:
 
 - kill: SIGKILL a random worker when rank 0's progress bar reaches a random iteration;
 - freeze: SIGSTOP a random worker at a random iteration (alive but silent: only --timeout catches it);
@@ -24,17 +25,21 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import json
 import math
 import os
+import pty
 import queue
 import re
 import select
 import shutil
 import signal
 import subprocess
+import struct
 import sys
 import tempfile
+import termios
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -42,19 +47,32 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnscale.train.layouts.base import LayoutSpec
+from gnnscale.train.layouts.registry import layout_spec
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-LAYOUTS = ("vanilla", "hybrid")  # a layout added later is one more name here
+# What is tried: a name for the table -> the layout and the flags it trains with. Every registered
+# layout, and DGS on top of hybrid (its explainer thread and masks are one more thing that can hang).
+RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "vanilla": ("vanilla", ()),
+    "hybrid": ("hybrid", ()),
+    "split": ("split", ()),
+    "1d": ("1d", ("--sampler", "matrix")),
+    "1.5d": ("1.5d", ("--sampler", "matrix", "--replication", "2")),
+    "hybrid-dgs": ("hybrid", ("--dgs",)),
+}
 KINDS = ("kill", "freeze", "truncate", "flip")
 BOUND_EXTRA_S = 35.0  # the issue's bound: --timeout + 35 s (torchrun waits 30 s before SIGKILLing a frozen worker)
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 OVERRUN_S = 90.0  # how long past the bound a trial may run before it is called a hang and killed
 STOPPED = "gnnscale train: stopped:"  # how gnnscale reports a failed distributed run
 PROGRESS = re.compile(r"epoch (\d+):.*?\|\s*(\d+)/(\d+) \[")  # rank 0's tqdm bar: "epoch 3:  40%|...| 8/20 ["
-# What each worker of a layout reads from its part (see gnnscale.partition.directory.load_partition).
+# What each worker reads from its part, and the topology of each partition view (see
+# gnnscale.partition.directory.load_partition; a layout's spec names its view).
 PART_FILES = ("features", "labels", "train_idx", "val_idx", "test_idx")
-LAYOUT_FILES = {"vanilla": ("part{r}/indptr.npy", "part{r}/indices.npy"),
-                "hybrid": ("topology/indptr.npy", "topology/indices.npy")}
+VIEW_FILES = {"whole": ("topology/indptr.npy", "topology/indices.npy"),
+              "own": ("part{r}/indptr.npy", "part{r}/indices.npy")}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +82,7 @@ class Trial:
     file: the damaged file, relative to the partition directory; cut_to: its new length (truncate);
     flip_at: the offset of the flipped byte (flip)."""
 
-    layout: str
+    run: str
     kind: str
     rank: int
     iteration: int | None = None
@@ -111,17 +129,23 @@ def cached_partition(cache: Path, workers: int, scale: float) -> Path:
     return path
 
 
-def iterations_per_epoch(partition_dir: Path, batch_size: int) -> int:
+def iterations_per_epoch(partition_dir: Path, batch_size: int, spec: LayoutSpec) -> int:
+    """As the trainer counts them: each worker's own training nodes in batches of ``batch_size`` (the
+    most of any worker) or, where one mini-batch is split across the workers, all training nodes in
+    mini-batches of ``workers x batch_size``."""
     train = json.loads((partition_dir / "manifest.json").read_text())["split_sizes"]["train_idx"]
-    return max(math.ceil(t / batch_size) for t in train)
+    if spec.per_worker_batches:
+        return max(math.ceil(t / batch_size) for t in train)
+    return math.ceil(sum(train) / (len(train) * batch_size))
 
 
 # --- planning -------------------------------------------------------------------------------------
 
 
-def plan(layout: str, kinds: list[str], trials: int, workers: int, per_epoch: int, epochs: int, partition_dir: Path,
+def plan(run: str, kinds: list[str], trials: int, workers: int, per_epoch: int, epochs: int, partition_dir: Path,
          rng: np.random.Generator) -> list[Trial]:
-    """``trials`` faults for ``layout``: the kinds in turn, shuffled; ranks, iterations, files at random."""
+    """``trials`` faults for ``run``: the kinds in turn, shuffled; ranks, iterations, files at random."""
+    view = layout_spec(RUNS[run][0]).view
     order = [kinds[i % len(kinds)] for i in range(trials)]
     rng.shuffle(order)
     planned = []
@@ -131,13 +155,13 @@ def plan(layout: str, kinds: list[str], trials: int, workers: int, per_epoch: in
             # Not the first two iterations (start-up), nor the last two epochs: the progress bar is read
             # through a pipe, a little behind the run, and a worker stopped after the run's last
             # collective has no peer left to notice (torchrun would wait for it forever).
-            planned.append(Trial(layout=layout, kind=kind, rank=rank,
+            planned.append(Trial(run=run, kind=kind, rank=rank,
                                  iteration=int(rng.integers(2, per_epoch * (epochs - 2)))))
             continue
-        files = [f"part{rank}/{name}.npy" for name in PART_FILES] + [f.format(r=rank) for f in LAYOUT_FILES[layout]]
+        files = [f"part{rank}/{name}.npy" for name in PART_FILES] + [f.format(r=rank) for f in VIEW_FILES[view]]
         file = files[int(rng.integers(len(files)))]
         size = (partition_dir / file).stat().st_size
-        planned.append(Trial(layout=layout, kind=kind, rank=rank, file=file,
+        planned.append(Trial(run=run, kind=kind, rank=rank, file=file,
                              cut_to=int(rng.integers(size)) if kind == "truncate" else None,
                              flip_at=int(rng.integers(size)) if kind == "flip" else None))
     return planned
@@ -163,12 +187,18 @@ def damage(partition_dir: Path, trial: Trial, scratch: Path) -> Path:
 
 class Launch:
     """torchrun and its output, read in a thread and split on both \\r and \\n (tqdm redraws its bar
-    with \\r), so that the main loop can wait for a line or for the end with a deadline."""
+    with \\r), so that the main loop can wait for a line or for the end with a deadline. The output goes
+    to a pseudo-terminal: gnnscale draws its progress bar only on a terminal, and the bar is how this
+    script knows which iteration the run is at."""
 
     def __init__(self, cmd: list[str]) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.terminal, worker_side = pty.openpty()
+        # A new pseudo-terminal is 0 columns wide, and tqdm fits its bar (the counts too) into that.
+        fcntl.ioctl(worker_side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=worker_side,
+                                     stderr=worker_side, start_new_session=True)
+        os.close(worker_side)  # the launch holds the only copies now: reading ends when they all close
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []
         self.exits = ExitTimes()
@@ -176,13 +206,15 @@ class Launch:
 
     def _pump(self) -> None:
         pending = b""
-        while chunk := os.read(self.proc.stdout.fileno(), 65536):
+        while chunk := read_terminal(self.terminal):
             pending += chunk
             *complete, pending = re.split(rb"[\r\n]", pending)
             for line in complete:
-                self.lines.put(line.decode("utf-8", errors="replace"))
+                if line:  # a terminal ends lines with \r\n: no empty line in between
+                    self.lines.put(line.decode("utf-8", errors="replace"))
         self.lines.put(pending.decode("utf-8", errors="replace"))
         self.lines.put(None)
+        os.close(self.terminal)
 
     def next_line(self, deadline: float) -> str | None:
         """The next line; None at the end of the output; TimeoutError at the deadline."""
@@ -229,6 +261,15 @@ class Launch:
                 os.waitpid(pid, 0)  # an adopted worker: this process is its parent now
             except ChildProcessError:
                 pass  # a grandchild: its own parent reaps it
+
+
+def read_terminal(fd: int) -> bytes:
+    """The next output of a pseudo-terminal; b"" once every process has closed its side (Linux then
+    raises EIO rather than returning end of file)."""
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
 
 
 class ExitTimes:
@@ -317,10 +358,11 @@ def descendants() -> list[tuple[int, str]]:
     return found
 
 
-def train_command(partition_dir: Path, layout: str, a: argparse.Namespace) -> list[str]:
+def train_command(partition_dir: Path, run: str, a: argparse.Namespace) -> list[str]:
     # No --quiet: rank 0's progress bar says which iteration the run is at.
+    layout, flags = RUNS[run]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.workers),
-            "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout,
+            "-m", "gnnscale", "train", "--partitions", str(partition_dir), "--layout", layout, *flags,
             "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--hidden", "64", "--epochs", str(a.epochs),
             "--threads", "1", "--no-eval", "--timeout", str(a.timeout)]
 
@@ -329,7 +371,7 @@ def run_trial(trial: Trial, partition_dir: Path, per_epoch: int, a: argparse.Nam
     """Launch, inject the fault, follow the output to the end (or past the bound: a hang), check."""
     bound = a.timeout + BOUND_EXTRA_S
     directory = damage(partition_dir, trial, scratch) if trial.file else partition_dir
-    launch = Launch(train_command(directory, trial.layout, a))
+    launch = Launch(train_command(directory, trial.run, a))
     fault_at = time.monotonic() if trial.file else None
     deadline = fault_at + bound + OVERRUN_S if trial.file else time.monotonic() + a.startup_timeout
     victim = None
@@ -388,12 +430,12 @@ def names_cause(trial: Trial, output: list[str], victim: int | None) -> tuple[bo
 
 def summarize(outcomes: list[Outcome], bound: float) -> list[dict]:
     rows = []
-    for layout in dict.fromkeys(o.trial.layout for o in outcomes):
+    for run in dict.fromkeys(o.trial.run for o in outcomes):
         for kind in [*KINDS, "all"]:
-            group = [o for o in outcomes if o.trial.layout == layout and kind in (o.trial.kind, "all")]
+            group = [o for o in outcomes if o.trial.run == run and kind in (o.trial.kind, "all")]
             if not group:
                 continue
-            rows.append({"layout": layout, "fault": kind, "trials": len(group),
+            rows.append({"run": run, "fault": kind, "trials": len(group),
                          "detected": sum(o.detected for o in group), "stopped": sum(o.stopped for o in group),
                          "within_bound": sum(o.passed(bound) for o in group),
                          "worst_s": max(o.seconds for o in group),
@@ -402,18 +444,18 @@ def summarize(outcomes: list[Outcome], bound: float) -> list[dict]:
 
 
 def print_table(rows: list[dict], bound: float) -> None:
-    print(f"\n{'layout':8} {'fault':9} {'trials':>6} {'detected':>8} {'stopped':>7} {'in bound':>8} {'worst s':>8} "
+    print(f"\n{'run':10} {'fault':9} {'trials':>6} {'detected':>8} {'stopped':>7} {'in bound':>8} {'worst s':>8} "
           f"{'torchrun s':>10}   (bound on the workers: --timeout + {BOUND_EXTRA_S:g} = {bound:g} s)")
     for r in rows:
-        print(f"{r['layout']:8} {r['fault']:9} {r['trials']:6d} {r['detected']:8d} {r['stopped']:7d} "
+        print(f"{r['run']:10} {r['fault']:9} {r['trials']:6d} {r['detected']:8d} {r['stopped']:7d} "
               f"{r['within_bound']:8d} {r['worst_s']:8.1f} {r['worst_launcher_s']:10.1f}")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {','.join(LAYOUTS)}")
+    p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {','.join(RUNS)}")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, comma-separated, of {','.join(KINDS)}")
-    p.add_argument("--trials", type=int, default=20, help="trials per layout (the kinds in turn)")
+    p.add_argument("--trials", type=int, default=20, help="trials per run (the kinds in turn)")
     p.add_argument("--workers", type=int, default=2, help="workers per launch (one machine)")
     p.add_argument("--timeout", type=float, default=20.0, help="gnnscale train --timeout of every launch (s)")
     p.add_argument("--epochs", type=int, default=10, help="epochs of every launch (faults land in between)")
@@ -425,9 +467,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-dir", default=str(HERE / ".cache"), help="where the partitions are cached")
     p.add_argument("--json", default=None, help="write every trial and the table here")
     a = p.parse_args()
-    a.layout_list, a.kind_list = a.layouts.split(","), a.kinds.split(",")
-    if not set(a.layout_list) <= set(LAYOUTS):
-        p.error(f"--layouts: expected a subset of {','.join(LAYOUTS)}, got {a.layouts}")
+    a.run_list, a.kind_list = a.runs.split(","), a.kinds.split(",")
+    if not set(a.run_list) <= set(RUNS):
+        p.error(f"--runs: expected a subset of {','.join(RUNS)}, got {a.runs}")
     if not set(a.kind_list) <= set(KINDS):
         p.error(f"--kinds: expected a subset of {','.join(KINDS)}, got {a.kinds}")
     if a.trials < 1 or a.workers < 2 or a.epochs < 4:
@@ -440,20 +482,19 @@ def main() -> None:
     adopt_orphans()
     bound = a.timeout + BOUND_EXTRA_S
     partition_dir = cached_partition(Path(a.cache_dir), a.workers, a.scale)
-    per_epoch = iterations_per_epoch(partition_dir, a.batch_size)
     rng = np.random.default_rng(a.seed)
-    print(f"{a.workers} workers, {per_epoch} iterations per epoch x {a.epochs} epochs, --timeout {a.timeout:g}; "
-          f"bound {bound:g} s", flush=True)
+    print(f"{a.workers} workers, {a.epochs} epochs, --timeout {a.timeout:g}; bound {bound:g} s", flush=True)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="gnnscale-faults-") as scratch:
-        for layout in a.layout_list:
-            for i, trial in enumerate(plan(layout, a.kind_list, a.trials, a.workers, per_epoch, a.epochs,
+        for run in a.run_list:
+            per_epoch = iterations_per_epoch(partition_dir, a.batch_size, layout_spec(RUNS[run][0]))
+            for i, trial in enumerate(plan(run, a.kind_list, a.trials, a.workers, per_epoch, a.epochs,
                                            partition_dir, rng)):
                 outcome = run_trial(trial, partition_dir, per_epoch, a, Path(scratch))
                 outcomes.append(outcome)
                 where = f"iteration {trial.iteration}" if trial.iteration is not None else trial.file
                 verdict = "ok" if outcome.passed(bound) else "FAILED"
-                print(f"{layout} {i + 1:2d}/{a.trials} {trial.kind:8} rank {trial.rank} {where}: {verdict}, workers "
+                print(f"{run} {i + 1:2d}/{a.trials} {trial.kind:8} rank {trial.rank} {where}: {verdict}, workers "
                       f"stopped in {outcome.seconds:.1f} s (torchrun {outcome.launcher_s:.1f} s); "
                       f"{outcome.message[:150]}", flush=True)
     rows = summarize(outcomes, bound)
