@@ -256,7 +256,9 @@ def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
 CRASH_CASES = [pytest.param("hybrid", ()), pytest.param("hybrid", ("--dgs", "--dgs-period", "3"), id="hybrid-dgs"),
                pytest.param("vanilla", (), marks=pytest.mark.slow),
                pytest.param("vanilla", ("--dgs", "--dgs-period", "3"), id="vanilla-dgs", marks=pytest.mark.slow),
-               pytest.param("split", (), marks=pytest.mark.slow)]
+               pytest.param("split", (), marks=pytest.mark.slow),
+               pytest.param("1d", ("--sampler", "matrix", "--bulk", "4"), id="1d-bulk4", marks=pytest.mark.slow),
+               pytest.param("1.5d", ("--sampler", "matrix", "--replication", "2"), id="1.5d", marks=pytest.mark.slow)]
 
 
 @pytest.mark.timeout(900)
