@@ -308,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
     except KeyboardInterrupt:
-        report(f"gnnscale {args.command}: interrupted (Ctrl-C); {what_was_saved(args)}", same_on_every_worker=True)
+        # torchrun, interrupted too, already waits for every worker: none need wait for the first one's
+        # line (which may be stuck in a collective with a peer until that peer exits).
+        report(f"gnnscale {args.command}: interrupted (Ctrl-C); {what_was_saved(args)}", same_on_every_worker=True,
+               wait_for_first=False)
         return EXIT_INTERRUPTED
     except TrainingDiverged as err:
         # Every worker found the same NaN loss (all-reduced) at the same point: one report per machine.
@@ -395,9 +398,10 @@ def name_the_flag(message: str, flags: dict[str, str]) -> str:
     return flag + message[match.end(1):]
 
 
-def report(line: str, *, same_on_every_worker: bool) -> None:
+def report(line: str, *, same_on_every_worker: bool, wait_for_first: bool = True) -> None:
     """Write one line to stderr in one write (workers share a terminal). A message that every worker
-    of a torchrun launch has alike is written by the first worker of each machine only (LOCAL_RANK 0).
+    of a torchrun launch has alike is written by the first worker of each machine only (LOCAL_RANK 0);
+    the others stay until it has (``wait_for_first``), or torchrun could stop it before it writes.
 
     Under torchrun the line also goes to this worker's error file, which torchrun's failure summary
     shows in place of "To enable traceback see: ...": the summary then names the cause too.
@@ -412,7 +416,8 @@ def report(line: str, *, same_on_every_worker: bool) -> None:
     if same_on_every_worker and not lead:
         # torchrun stops every worker as soon as one exits: stay until the first worker, which finds the
         # same error, has written the line (seen under load: its line lost to this worker's exit).
-        wait_for_report(LEAD_REPORT_WAIT_S)
+        if wait_for_first:
+            wait_for_report(LEAD_REPORT_WAIT_S)
         return
     sys.stderr.write(line + "\n")
     sys.stderr.flush()

@@ -1,0 +1,98 @@
+"""``python -m gnnscale.launch``: torchrun without its own noise. Ctrl-C on a 2-worker run is the one
+line of the workers (no launcher traceback, exit 130); a killed worker is torchrun's failure summary
+naming it, without the launcher's traceback around it (exit 1); a machine of ``--nnodes`` that never
+joins is one line once the rendezvous times out."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.partition import write_partition_dir
+from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete
+from launch import ENV, LAUNCH_TIMEOUT_S, rendezvous_port
+
+ARGS = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "32", "--epochs", "100000", "--threads", "1",
+        "--no-eval", "--timeout", "60"]
+
+
+@pytest.fixture(scope="module")
+def partition(tmp_path_factory):
+    path = tmp_path_factory.mktemp("launch") / "p2"
+    write_partition_dir(make_synthetic(SyntheticConfig(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8,
+                                                       seed=5)), 2, "metis", path)
+    return path
+
+
+def start(*args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "gnnscale.launch", "--standalone", "--nproc-per-node", "2", "-m", "gnnscale",
+           "train", *args]
+
+    def as_from_a_terminal() -> None:
+        # Its own process group, which a terminal's Ctrl-C signals as a whole, and SIGINT's default
+        # disposition (a shell's background job, which CI may be, starts with SIGINT ignored).
+        os.setpgrp()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            preexec_fn=as_from_a_terminal)
+
+
+def wait_for_epochs(proc: subprocess.Popen, epochs: int) -> None:
+    seen = 0
+    for line in proc.stdout:
+        seen += line.startswith("epoch")
+        if seen == epochs:
+            return
+    raise AssertionError(f"the run ended before {epochs} epochs: {proc.communicate()[1][-3000:]}")
+
+
+def test_ctrl_c_under_the_launcher_is_the_workers_one_line(partition, tmp_path):
+    ckpt = tmp_path / "c.ckpt"
+    proc = start("--partitions", str(partition), *ARGS, "--checkpoint", str(ckpt))
+    try:
+        wait_for_epochs(proc, 2)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: every process of the foreground group
+        out, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = [line for line in (out + err).splitlines() if not line.startswith("epoch")]
+    assert lines == [f"gnnscale train: interrupted (Ctrl-C); {ckpt} holds the last checkpoint (continue with "
+                     "--resume)"], out + err
+    assert proc.returncode == 130
+    assert newest_complete(ckpt, KIND_DISTRIBUTED).payload["epoch"] >= 1
+
+
+def test_a_killed_worker_is_the_failure_summary_without_a_launcher_traceback(partition):
+    proc = start("--partitions", str(partition), *ARGS)
+    try:
+        wait_for_epochs(proc, 1)
+        workers = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+        os.kill(int(workers[-1]), signal.SIGKILL)
+        _, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert "gnnscale train: stopped: rank 0 of 2" in err and "another worker died" in err, err
+    assert f"exitcode  : -9 (pid: {workers[-1]})" in err and "(SIGKILL)" in err, err
+
+
+def test_a_machine_that_never_joins_is_one_line_after_the_rendezvous_timeout(partition):
+    cmd = [sys.executable, "-m", "gnnscale.launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1",
+           "--master-addr", "127.0.0.1", "--master-port", str(rendezvous_port()), "--rdzv-conf", "timeout=5",
+           "-m", "gnnscale", "train", "--partitions", str(partition), *ARGS]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=LAUNCH_TIMEOUT_S)
+    assert run.returncode == 1
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torchrun: rendezvous failed: ") and "1/2 clients joined" in lines[0], \
+        run.stdout + run.stderr
