@@ -13,6 +13,7 @@ from pathlib import Path
 from gnnscale import __version__
 from gnnscale.graph.dataset import NodeDataset, describe_summary
 from gnnscale.graph.datasets import DATASETS, load_dataset
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.distributed.context import announce_report, wait_for_report
@@ -21,7 +22,7 @@ from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
 from gnnscale.train.distributed import RunOutputs, run_distributed_training
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
-from gnnscale.train.layouts.dgs import DGS_MODES, DGSConfig
+from gnnscale.train.layouts.dgs_config import DGS_MODES, DGSConfig
 from gnnscale.train.layouts.split import SPLIT_SAMPLINGS
 from gnnscale.train.loop import TrainingDiverged
 from gnnscale.train.memory import keep_freed_memory
@@ -171,6 +172,9 @@ def add_partition_parser(sub) -> None:
     p.add_argument("--out", required=True, help="the partition directory to write")
     p.add_argument("--seed", type=int, default=0, help="seed of METIS / the random assignment")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--feature-dtype", default="float32", choices=FEATURE_DTYPES,
+                   help="how the part features are stored and sent: float16 or bfloat16 halve the bytes on disk, "
+                        "in memory and on the wire (workers compute in float32)")
 
 
 def load_cli_dataset(args) -> NodeDataset:
@@ -297,7 +301,8 @@ def cmd_partition(args) -> None:
     if out.exists() and not args.overwrite:  # checked before loading and partitioning (minutes)
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
     dataset = load_cli_dataset(args)
-    summary = write_partition_dir(dataset, args.parts, args.method, out, args.seed, overwrite=args.overwrite)
+    summary = write_partition_dir(dataset, args.parts, args.method, out, args.seed, overwrite=args.overwrite,
+                                  feature_dtype=args.feature_dtype)
     print(summary.describe())
     print(f"wrote {out}")
 
