@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--dgs: share of the feature dimensions that travel for remote nodes (N_f)")
     t.add_argument("--dgs-mode", default="both", choices=DGS_MODES,
                    help="--dgs: both samplings, node sampling only, or feature sampling only (ablation)")
-    t.add_argument("--save-model", default=None, help="write the trained model's state_dict here (torch.load reads it)")
+    t.add_argument("--save-model", default=None, help="write the trained model here: weights, model config and dataset facts (gnnscale.load_model "
+                        "and gnnscale predict --model read it)")
     t.add_argument("--timeout", type=float, default=None,
                    help=f"distributed: seconds a worker waits for its peers before stopping with an error "
                         f"(default {DEFAULT_TIMEOUT_S:g})")

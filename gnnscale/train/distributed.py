@@ -23,6 +23,7 @@ import torch
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, rank_from_env, shutdown, world_size_from_env
 from gnnscale.nn import ModelConfig, build_model
+from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
@@ -177,7 +178,9 @@ def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, la
     history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead,
                            on_epoch_end=on_epoch_end)
     if comm.rank == 0 and outputs.model_out is not None:
-        save_model(outputs.model_out, model)
+        facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
+                             num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
+        save_model(outputs.model_out, model, launch.model_cfg, facts)
     return summarize(history)
 
 

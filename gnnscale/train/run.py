@@ -15,6 +15,7 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_single_process, shutdown
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
 from gnnscale.nn import ModelConfig, build_model
+from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.checkpoint import (KIND_SINGLE, Checkpoint, load_checkpoint, newest_complete, save_checkpoint,
@@ -111,7 +112,9 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
         shutdown()
     report = summarize(history)
     if model_out is not None:
-        save_model(model_out, model)
+        save_model(model_out, model, model_cfg, DatasetFacts(name=dataset.name, feature_dim=dataset.feature_dim,
+                                                       num_classes=dataset.num_classes,
+                                                       num_nodes=dataset.graph.num_nodes))
     return report
 
 
