@@ -1,4 +1,4 @@
-"""Command line: ``gnnscale train | partition | info`` (also ``python -m gnnscale``)."""
+"""Command line: ``gnnscale train | predict | partition | info`` (also ``python -m gnnscale``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from gnnscale import __version__
 from gnnscale.graph.dataset import NodeDataset, describe_summary
 from gnnscale.graph.datasets import DATASETS, load_dataset
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE
+from gnnscale.inference.metrics import METRICS
+from gnnscale.inference.predict import check_out_dir, predict, read_nodes
 from gnnscale.nn import MODELS, ModelConfig
+from gnnscale.nn.model_file import read_model_file
+from gnnscale.sampling import set_sampler_threads
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.train.checks import LaunchError, check_run_outputs
@@ -159,7 +166,34 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print the summary as JSON (full precision, for scripts)")
 
     add_partition_parser(sub)
+    add_predict_parser(sub)
     return parser
+
+
+def add_predict_parser(sub) -> None:
+    p = sub.add_parser("predict", help="layer-wise inference of a trained model over every node; writes predictions, "
+                                       "probabilities and embeddings by node id", formatter_class=HelpWithDefaults)
+    p.add_argument("--model", required=True, metavar="FILE", help="a model file from gnnscale train --save-model")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for predictions.npy, probabilities.npy (or logits.npy), embeddings.npy and meta.json")
+    add_dataset_args(p)
+    p.add_argument("--nodes", default=None, metavar="FILE",
+                   help="predict only these node ids (.npy int array, or text with one id per line); row i of every "
+                        "output is then the i-th id, and nodes.npy is written beside them")
+    p.add_argument("--embeddings", type=int, default=None, metavar="LAYER",
+                   help="also write hidden layer LAYER's output (1 .. layers - 1, after its activation)")
+    p.add_argument("--logits", action="store_true", help="write logits.npy instead of probabilities.npy")
+    p.add_argument("--metric", default="accuracy", choices=METRICS,
+                   help="reported per split on the full predictions (roc_auc: two classes only)")
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                   help="destination nodes per block (memory is bounded by one chunk's neighborhood)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads for the kernels and torch")
+    p.add_argument("--overwrite", action="store_true", help="replace the outputs of an earlier run in --out")
+    old = p.add_argument_group("weight-only model files (written before files described themselves)")
+    old.add_argument("--arch", default=None, choices=MODELS, help="the model the weights belong to")
+    old.add_argument("--hidden", type=int, default=128, help="hidden size it was trained with (per head for GAT)")
+    old.add_argument("--layers", type=int, default=2, help="its number of layers")
+    old.add_argument("--heads", type=int, default=8, help="GAT: its attention heads in hidden layers")
 
 
 def add_partition_parser(sub) -> None:
@@ -302,11 +336,35 @@ def cmd_partition(args) -> None:
     print(f"wrote {out}")
 
 
+def cmd_predict(args) -> None:
+    if args.threads < 1:
+        raise ValueError(f"threads: expected a positive int, got {args.threads}")
+    check_out_dir(args.out, overwrite=args.overwrite)  # before loading the dataset (minutes for a large one)
+    if not Path(args.model).is_file():
+        raise ValueError(f"model: no model file at {args.model}")
+    torch.set_num_threads(args.threads)
+    set_sampler_threads(args.threads)
+    dataset = load_cli_dataset(args)
+    config = None if args.arch is None else ModelConfig(
+        name=args.arch, in_dim=dataset.feature_dim, hidden_dim=args.hidden, num_classes=dataset.num_classes,
+        num_layers=args.layers, heads=args.heads, dropout=0.0)
+    model_file = read_model_file(args.model, config)
+    nodes = None if args.nodes is None else read_nodes(args.nodes, dataset.graph.num_nodes)
+    meta = predict(model_file, dataset, args.out, nodes=nodes, embeddings=args.embeddings, logits=args.logits,
+                   metric=args.metric, chunk_size=args.chunk_size, overwrite=args.overwrite)
+    scores = ", ".join(f"{split} {m[args.metric]:.4f}" for split, m in meta["metrics"].items() if m["nodes"])
+    seconds = meta["inference_seconds"]
+    print(f"wrote {meta['rows']} rows ({', '.join(meta['files'])}) to {args.out}")
+    print(f"{args.metric}: {scores or 'no labeled nodes'}; inference {seconds:.2f} s "
+          f"({1e6 * seconds / meta['rows']:.1f} us per node)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
+        {"train": cmd_train, "info": cmd_info, "partition": cmd_partition,
+         "predict": cmd_predict}[args.command](args)
     except KeyboardInterrupt:
         report(f"gnnscale {args.command}: interrupted (Ctrl-C); {what_was_saved(args)}", same_on_every_worker=True)
         return EXIT_INTERRUPTED
@@ -351,6 +409,7 @@ FIELD_FLAGS: dict[str, dict[str, str]] = {
     "train": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
     "info": {"name": "--dataset"},
     "partition": {"name": "--dataset", "num_parts": "--parts", "out_dir": "--out"},
+    "predict": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
 }
 LEADING_FIELD = re.compile(r"([a-z][a-z0-9_]*): ")
 

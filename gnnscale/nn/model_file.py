@@ -91,7 +91,8 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
     Args:
         path: a file from ``--save-model``.
         config: the model's config, needed for a weight-only file (a bare ``state_dict``); for a
-            self-describing file it must agree with the one recorded, or be None (the default).
+            self-describing file its shape (all but the dropout rates, which inference does not use)
+            must agree with the one recorded, or it is None (the default).
 
     Raises ValueError, one line naming ``path``, for a missing or foreign file, a weight-only file
     without ``config``, or weights whose shapes do not fit the config.
@@ -110,7 +111,7 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
             raise ValueError(f"model: {path} is a model file of version {payload.get('version')!r}; this gnnscale "
                              f"reads version {VERSION}")
         saved = _config_from(payload["config"], path)
-        if config is not None and config != saved:
+        if config is not None and _shape(config) != _shape(saved):
             raise ValueError(f"model: {path} holds {_describe(saved)}, not the {_describe(config)} asked for")
         facts = DatasetFacts(**payload["dataset"])
         state = payload["state_dict"]
@@ -144,6 +145,12 @@ def _config_from(entries: object, path: Path) -> ModelConfig:
     if not isinstance(entries, Mapping) or not set(entries) <= known:
         raise ValueError(f"model: {path} records a model config this gnnscale does not know ({entries!r})")
     return ModelConfig(**entries)
+
+
+def _shape(cfg: ModelConfig) -> tuple:
+    """What fixes the weights' shapes and the forward pass at inference: all but the dropout rates."""
+    return (cfg.name, cfg.in_dim, cfg.hidden_dim, cfg.num_classes, cfg.num_layers,
+            *((cfg.heads, cfg.out_heads) if cfg.name == "gat" else ()))
 
 
 def _describe(cfg: ModelConfig) -> str:
