@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing --checkpoint (without --resume) or --metrics-out file")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     t.add_argument("--no-eval", action="store_true", help="skip validation/test accuracy (timing runs)")
+    t.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="eval_mode",
+                   help="full: after the last epoch also score validation and test nodes by layer-wise inference "
+                        "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
+                        "(single-process)")
+    t.add_argument("--metric", default="accuracy", choices=METRICS,
+                   help="the score --eval full reports (roc_auc: two classes only)")
     t.add_argument("--prefetch", type=int, default=1,
                    help="batches sampled and gathered ahead in a background thread while one trains (0: none)")
     t.add_argument("--partitions", default=None,
@@ -273,6 +279,9 @@ def cmd_train(args) -> None:
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
+        if args.eval_mode == "full" or args.metric != "accuracy":
+            raise LaunchError("eval_mode: --eval full and --metric run in a single process for now; drop them "
+                              "with --partitions, and run gnnscale predict on the saved model (--save-model)")
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
         options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction,
                                 replication=args.replication,
@@ -291,6 +300,9 @@ def cmd_train(args) -> None:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
                              "(--partitions) have")
         check_single_process_flags(args)
+        if args.metric != "accuracy" and args.eval_mode != "full":
+            raise ValueError(f"metric: {args.metric} scores the full predictions of --eval full; the "
+                             "sampled per-epoch evaluation counts accuracy only (add --eval full)")
         # Before loading the dataset (minutes for a large one): a bad output path fails at once.
         check_run_outputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
                           overwrite=args.overwrite, model_out=args.save_model)
@@ -299,10 +311,15 @@ def cmd_train(args) -> None:
                                 **model_options)
         report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
                               checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet,
-                              overwrite=args.overwrite, model_out=args.save_model)
+                              overwrite=args.overwrite, model_out=args.save_model,
+                              full_eval=args.metric if args.eval_mode == "full" else None)
     if args.partitions is not None and os.environ.get("RANK", "0") != "0":
         return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]
+    if report.full_eval is not None:
+        full = report.full_eval
+        print(f"full-graph evaluation (layer-wise, every neighbor): validation {full['metric']} {full['val']:.4f}, "
+              f"test {full['metric']} {full['test']:.4f} ({full['seconds']:.1f} s)")
     if not train_cfg.evaluate:
         print(f"final: {len(report.history)} epochs trained, no evaluation (--no-eval)")
         return
@@ -406,7 +423,7 @@ def what_was_saved(args) -> str:
 # Library names of settings that differ from the dest of the flag that sets them, per subcommand: the
 # dataset loaders' name, ModelConfig's hidden_dim and num_layers, write_partition_dir's and assign_parts'.
 FIELD_FLAGS: dict[str, dict[str, str]] = {
-    "train": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
+    "train": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers", "eval_mode": "--eval"},
     "info": {"name": "--dataset"},
     "partition": {"name": "--dataset", "num_parts": "--parts", "out_dir": "--out"},
     "predict": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},

@@ -150,3 +150,28 @@ def test_check_metric_names_what_is_wrong():
     assert check_metric("roc_auc", 2) == "roc_auc"
     with pytest.raises(ValueError, match=r"metric: expected one of \('accuracy', 'roc_auc', 'f1_macro'\), got 'auc'"):
         check_metric("auc", 2)
+
+
+# --- train --eval full ---------------------------------------------------------------------------------
+
+def test_train_eval_full_scores_what_predict_scores(tmp_path, capsys):
+    model, metrics = tmp_path / "m.pt", tmp_path / "m.json"
+    assert main(["train", *SYNTH, "--fanouts", "4,3", "--hidden", "8", "--epochs", "1", "--threads", "1", "--quiet",
+                 "--eval", "full", "--metric", "f1_macro", "--save-model", str(model), "--metrics-out",
+                 str(metrics)]) == 0
+    out = capsys.readouterr().out
+    full = json.loads(metrics.read_text())["full_eval"]
+    assert f"full-graph evaluation (layer-wise, every neighbor): validation f1_macro {full['val']:.4f}" in out
+    assert run_predict(model, tmp_path / "p", "--metric", "f1_macro") == 0
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    assert (full["val"], full["test"]) == (meta["metrics"]["val"]["f1_macro"], meta["metrics"]["test"]["f1_macro"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--metric", "f1_macro"], r"--metric: f1_macro scores the full predictions of --eval full"),
+    (["--eval", "full", "--metric", "roc_auc"], r"--metric: roc_auc ranks the scores of two classes"),
+])
+def test_train_metric_errors_name_the_flag(tmp_path, capsys, extra, message):
+    assert main(["train", *SYNTH, "--fanouts", "4,3", "--epochs", "1", "--threads", "1", "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
