@@ -34,11 +34,12 @@ DEFAULT_CHUNK_SIZE = 8192  # destination nodes per block
 
 
 @numba.njit(cache=True, nogil=True)
-def _full_block(indptr, indices, dst, local, out_indptr, out_indices, src_ids):
+def _full_block(indptr, indices, dst, row_offset, local, out_indptr, out_indices, src_ids):
     """CSC block of every in-edge of ``dst``: local source ids (``dst`` first, then new sources as they
     appear) into ``out_indices``, offsets into ``out_indptr``, global source ids into ``src_ids``.
-    ``local`` (int64 [num_nodes], all -1) is the global -> local map; it is reset before returning.
-    Returns the number of sources."""
+    Node ``v``'s in-edges are CSC row ``v - row_offset`` (0 for a whole graph; a part's first id for a
+    part's own rows). ``local`` (int64 [num_nodes], all -1) is the global -> local map; it is reset
+    before returning. Returns the number of sources."""
     n = dst.shape[0]
     for i in range(n):
         local[dst[i]] = i
@@ -47,7 +48,7 @@ def _full_block(indptr, indices, dst, local, out_indptr, out_indices, src_ids):
     e = 0
     out_indptr[0] = 0
     for i in range(n):
-        v = dst[i]
+        v = dst[i] - row_offset
         for k in range(indptr[v], indptr[v + 1]):
             u = indices[k]
             if local[u] < 0:
@@ -82,17 +83,23 @@ def full_block(graph: CSCGraph, dst: np.ndarray, local: np.ndarray | None = None
 
     Shapes: ``src_ids[:n] == dst``; ``num_edges == sum of dst's in-degrees``.
     """
-    dst = np.ascontiguousarray(dst, dtype=np.int64)
     if local is None:
         local = np.full(graph.num_nodes, -1, dtype=np.int64)
-    starts, ends = graph.indptr[dst], graph.indptr[dst + 1]
-    num_edges = int((ends - starts).sum())
+    return rows_block(graph.indptr, graph.indices, dst, 0, local)
+
+
+def rows_block(indptr: np.ndarray, indices: np.ndarray, dst: np.ndarray, row_offset: int, local: np.ndarray) -> Block:
+    """:func:`full_block` over CSC rows that start at node ``row_offset`` (a part's own rows: node ``v``'s
+    in-edges are row ``v - row_offset``; sources are global ids), with the scratch map ``local``."""
+    dst = np.ascontiguousarray(dst, dtype=np.int64)
+    rows = dst - row_offset
+    num_edges = int((indptr[rows + 1] - indptr[rows]).sum())
     out_indptr = np.empty(dst.shape[0] + 1, dtype=np.int64)
     out_indices = np.empty(num_edges, dtype=np.int64)
     src_ids = np.empty(dst.shape[0] + num_edges, dtype=np.int64)  # at most every edge brings a new source
-    count = _full_block(graph.indptr, graph.indices, dst, local, out_indptr, out_indices, src_ids)
+    count = _full_block(indptr, indices, dst, row_offset, local, out_indptr, out_indices, src_ids)
     return Block(indptr=torch.from_numpy(out_indptr), indices=torch.from_numpy(out_indices),
-                 src_ids=torch.from_numpy(src_ids[:count].copy()), num_dst=int(dst.shape[0]))
+                 src_ids=torch.from_numpy(src_ids[:count]), num_dst=int(dst.shape[0]))
 
 
 def needed_nodes(graph: CSCGraph, nodes: np.ndarray | None, num_layers: int) -> list[np.ndarray | None]:
@@ -117,6 +124,15 @@ def layer_widths(model: nn.Module) -> list[int]:
         else:
             widths.append(layer.out_dim)
     return widths
+
+
+def apply_layer(model: nn.Module, i: int, block: Block, x_src: torch.Tensor) -> np.ndarray:
+    """Layer ``i`` of ``model`` on ``block`` in eval mode, with the model's activation after every layer
+    but the last (what its forward does between layers; dropout is off in eval mode)."""
+    h = model.layers[i](block, x_src)
+    if i < len(model.layers) - 1:
+        h = F.relu(h) if model.activation == "relu" else F.elu(h)
+    return h.numpy()
 
 
 @torch.no_grad()
@@ -150,23 +166,20 @@ def layerwise_inference(model: nn.Module, graph: CSCGraph, features: np.ndarray,
     local = np.full(graph.num_nodes, -1, dtype=np.int64)
     paths, x = [], features
     try:
-        for i, (layer, width, todo) in enumerate(zip(model.layers, layer_widths(model),
+        for i, (width, todo) in enumerate(zip(layer_widths(model),
                                                      needed_nodes(graph, nodes, len(model.layers)))):
             path = workdir / f"layer{i + 1}.npy"
             out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(graph.num_nodes, width))
-            last = i == len(model.layers) - 1
             count = graph.num_nodes if todo is None else todo.shape[0]
             for lo in range(0, count, chunk_size):
                 hi = min(lo + chunk_size, count)
                 dst = np.arange(lo, hi, dtype=np.int64) if todo is None else todo[lo:hi]
                 block = full_block(graph, dst, local)
-                h = layer(block, torch.from_numpy(gather_rows(x, block.src_ids.numpy())))
-                if not last:
-                    h = F.relu(h) if model.activation == "relu" else F.elu(h)
+                h = apply_layer(model, i, block, torch.from_numpy(gather_rows(x, block.src_ids.numpy())))
                 if todo is None:
-                    out[lo:hi] = h.numpy()
+                    out[lo:hi] = h
                 else:
-                    out[dst] = h.numpy()
+                    out[dst] = h
             out.flush()
             del out
             paths.append(path)
