@@ -106,7 +106,8 @@ def interrupted(partitions, tmp_path_factory):
             runs[layout] = {"dir": d, "killed_at": killed_at, "resume_output": output, "resumed_from": resumed_from,
                             "full": json.loads((d / "full.json").read_text()),
                             "resumed": json.loads((d / "resumed.json").read_text()),
-                            "full_weights": torch.load(d / "full.pt")["state_dict"], "resumed_weights": torch.load(d / "resumed.pt")["state_dict"]}
+                            "full_weights": torch.load(d / "full.pt")["state_dict"],
+                            "resumed_weights": torch.load(d / "resumed.pt")["state_dict"]}
         return runs[layout]
 
     return get

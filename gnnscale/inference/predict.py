@@ -57,7 +57,8 @@ def read_nodes(path: str | Path, num_nodes: int) -> np.ndarray:
     except ValueError as err:
         raise ValueError(f"nodes: {path} is not a list of node ids ({err})") from None
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"nodes: {path} must hold a 1-D list of integer node ids, got {ids.dtype} of shape {ids.shape}")
+        raise ValueError(f"nodes: {path} must hold a 1-D list of integer node ids, got {ids.dtype} of shape "
+                         f"{ids.shape}")
     if ids.size == 0:
         raise ValueError(f"nodes: {path} holds no node ids")
     if int(ids.min()) < 0 or int(ids.max()) >= num_nodes:
