@@ -214,8 +214,9 @@ def cmd_train(args) -> None:
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
         if args.eval_mode == "full" or args.metric != "accuracy":
-            raise LaunchError("eval_mode: --eval full and --metric run in a single process for now; drop them "
-                              "with --partitions, and run gnnscale predict on the saved model (--save-model)")
+            raise LaunchError("eval_mode: full evaluation (and --metric) runs in a single process for now; drop "
+                              "them with --partitions, and run gnnscale predict --partitions on the saved model "
+                              "(--save-model)")
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
         options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction,
                                 replication=args.replication,

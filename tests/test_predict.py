@@ -175,3 +175,9 @@ def test_train_metric_errors_name_the_flag(tmp_path, capsys, extra, message):
     assert main(["train", *SYNTH, "--fanouts", "4,3", "--epochs", "1", "--threads", "1", "--quiet", *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(message, err), err
+
+
+def test_train_eval_full_is_single_process_for_now(tmp_path, capsys):
+    assert main(["train", "--partitions", str(tmp_path), "--eval", "full"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: --eval: full evaluation (and --metric) runs in a single process" in err
