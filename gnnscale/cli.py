@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="eval_mode",
                    help="full: after the last epoch also score validation and test nodes by layer-wise inference "
                         "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
-                        "(single-process)")
+                        "(distributed: --layout hybrid or vanilla)")
     t.add_argument("--metric", default="accuracy", choices=METRICS,
-                   help="the score --eval full reports (roc_auc: two classes only)")
+                   help="the score --eval full reports (roc_auc: two classes, single-process only)")
     t.add_argument("--prefetch", type=int, default=1,
                    help="batches sampled and gathered ahead in a background thread while one trains (0: none)")
     t.add_argument("--partitions", default=None,
@@ -208,21 +208,28 @@ def cmd_train(args) -> None:
     try:
         train_cfg, model_options = train_settings(args)
         dgs = dgs_settings(args)
+        if args.metric != "accuracy" and args.eval_mode != "full":
+            raise ValueError(f"metric: {args.metric} scores the full predictions of --eval full; the "
+                             "sampled per-epoch evaluation counts accuracy only (add --eval full)")
     except (ValueError, TypeError) as err:
         # Under torchrun every worker parses the same flags: the same error everywhere.
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
-        if args.eval_mode == "full" or args.metric != "accuracy":
-            raise LaunchError("eval_mode: full evaluation (and --metric) runs in a single process for now; drop "
-                              "them with --partitions, and run gnnscale predict --partitions on the saved model "
-                              "(--save-model)")
+        if args.eval_mode == "full" and (args.layout or DEFAULT_LAYOUT) not in ("hybrid", "vanilla"):
+            raise LaunchError(f"eval_mode: full evaluation over a partition runs with --layout hybrid or vanilla, "
+                              f"not {args.layout}; run gnnscale predict --partitions on the saved model instead")
+        if args.metric == "roc_auc":
+            raise LaunchError("metric: roc_auc ranks every score together, which a distributed full evaluation "
+                              "does not gather; use accuracy or f1_macro, or gnnscale predict --partitions on the "
+                              "saved model")
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
         options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction,
                                 replication=args.replication,
                                 split_sampling=args.split_sampling, dgs=dgs)
         outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
-                             resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite)
+                             resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite,
+                             full_eval=args.metric if args.eval_mode == "full" else None)
         report = run_distributed_training(args.partitions, options, model_options, train_cfg, outputs,
                                           progress=not args.quiet,
                                           timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
@@ -235,9 +242,6 @@ def cmd_train(args) -> None:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
                              "(--partitions) have")
         check_single_process_flags(args)
-        if args.metric != "accuracy" and args.eval_mode != "full":
-            raise ValueError(f"metric: {args.metric} scores the full predictions of --eval full; the "
-                             "sampled per-epoch evaluation counts accuracy only (add --eval full)")
         # Before loading the dataset (minutes for a large one): a bad output path fails at once.
         check_run_outputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
                           overwrite=args.overwrite, model_out=args.save_model)

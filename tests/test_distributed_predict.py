@@ -88,3 +88,22 @@ def test_dataset_flags_with_partitions_are_one_line(setup, tmp_path, capsys):
                  str(tmp_path / "o"), "--dataset", "cora"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error: partitions: --dataset cannot be used with --partitions" in err
+
+
+@pytest.mark.timeout(600)
+def test_distributed_eval_full_scores_what_predict_scores(setup, tmp_path):
+    parts, _ = setup
+    model, metrics = tmp_path / "m.pt", tmp_path / "m.json"
+    run = run_launch([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                      "-m", "gnnscale", "train", "--partitions", str(parts[2]), "--layout", "vanilla", "--model", "gcn",
+                      "--fanouts", "5,5", "--hidden", "8", "--batch-size", "32", "--epochs", "1", "--threads", "1",
+                      "--quiet", "--eval", "full", "--metric", "f1_macro", "--save-model", str(model),
+                      "--metrics-out", str(metrics)])
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    full = json.loads(metrics.read_text())["full_eval"]
+    assert f"validation f1_macro {full['val']:.4f}, test f1_macro {full['test']:.4f}" in run.stdout
+    assert main(["predict", "--model", str(model), "--out", str(tmp_path / "p"), "--dataset", "cora", "--data-dir",
+                 str(CORA_DIR), "--metric", "f1_macro", "--threads", "1"]) == 0
+    meta = json.loads((tmp_path / "p" / "meta.json").read_text())
+    assert full["val"] == pytest.approx(meta["metrics"]["val"]["f1_macro"], abs=1e-12)
+    assert full["test"] == pytest.approx(meta["metrics"]["test"]["f1_macro"], abs=1e-12)

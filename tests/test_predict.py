@@ -177,7 +177,12 @@ def test_train_metric_errors_name_the_flag(tmp_path, capsys, extra, message):
     assert err.count("\n") == 1 and re.search(message, err), err
 
 
-def test_train_eval_full_is_single_process_for_now(tmp_path, capsys):
-    assert main(["train", "--partitions", str(tmp_path), "--eval", "full"]) == 2
+@pytest.mark.parametrize("extra, message", [
+    (["--eval", "full", "--layout", "split"], r"--eval: full evaluation over a partition runs with --layout hybrid "
+                                              r"or vanilla, not split"),
+    (["--eval", "full", "--metric", "roc_auc"], r"--metric: roc_auc ranks every score together"),
+])
+def test_train_eval_full_over_a_partition_refuses_what_it_cannot_do(tmp_path, capsys, extra, message):
+    assert main(["train", "--partitions", str(tmp_path), *extra]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error: --eval: full evaluation (and --metric) runs in a single process" in err
+    assert err.count("\n") == 1 and re.search(message, err), err

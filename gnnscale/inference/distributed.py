@@ -13,10 +13,13 @@ nothing and computes nothing).
 from __future__ import annotations
 
 import math
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from gnnscale.distributed.comm import Comm
@@ -81,3 +84,41 @@ def distributed_layerwise(model: nn.Module, part: LocalPartition, comm: Comm, wo
     finally:
         model.train(was_training)
     return paths
+
+
+def evaluate_full_distributed(model: nn.Module, part: LocalPartition, comm: Comm, metric: str = "accuracy", *,
+                              chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict:
+    """``{"metric", "val", "test", "seconds"}`` as :func:`~gnnscale.inference.evaluate.evaluate_full`, over a
+    partition: every worker scores its own validation and test nodes and one all-reduce per split sums the
+    counts (correct answers; per class true positives, false positives, false negatives). Collective.
+
+    ``roc_auc`` ranks every score against every other, which per-worker counts cannot give: ValueError.
+    """
+    if metric not in ("accuracy", "f1_macro"):
+        raise ValueError(f"metric: a distributed --eval full reports accuracy or f1_macro, got {metric!r} "
+                         "(for roc_auc, run gnnscale predict --partitions on the saved model)")
+    started = time.perf_counter()
+    result: dict = {"metric": metric}
+    c = part.num_classes
+    with tempfile.TemporaryDirectory(prefix="gnnscale-eval-") as tmp:
+        logits = np.load(distributed_layerwise(model, part, comm, tmp, chunk_size=chunk_size)[-1], mmap_mode="r")
+        for split in ("val", "test"):
+            rows = getattr(part, f"{split}_idx") - part.node_offset
+            predicted = torch.from_numpy(np.asarray(logits[rows]).argmax(axis=1))
+            labels = torch.from_numpy(np.asarray(part.labels[rows]))
+            hit = predicted == labels
+            counts = torch.cat([torch.bincount(labels[hit], minlength=c),     # true positives per class
+                                torch.bincount(predicted[~hit], minlength=c),  # false positives
+                                torch.bincount(labels[~hit], minlength=c),     # false negatives
+                                torch.tensor([int(hit.sum()), rows.shape[0]])]).to(torch.float64)
+            comm.all_reduce_(counts, dist.ReduceOp.SUM, "eval")  # collective: the global counts
+            tp, fp, fn, (correct, total) = counts[:c], counts[c:2 * c], counts[2 * c:3 * c], counts[3 * c:].tolist()
+            if total == 0:
+                result[split] = float("nan")
+            elif metric == "accuracy":
+                result[split] = correct / total
+            else:  # classes that occur in the labels or the predictions, as f1_macro
+                seen = (tp + fp + fn) > 0
+                result[split] = float((2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])).mean())
+    result["seconds"] = time.perf_counter() - started
+    return result
