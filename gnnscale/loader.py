@@ -243,3 +243,23 @@ def _resolve_seed(seed, generator) -> int:
         raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
     # Drawn once: the loader's epochs then follow from it, as a DataLoader's from its generator.
     return int(torch.randint(0, 2**62, (), generator=generator))
+
+
+def to_pyg_data(dataset: NodeDataset) -> Data:
+    """A gnnscale :class:`~gnnscale.graph.dataset.NodeDataset` as a PyG ``Data``: ``x`` (float32
+    [num_nodes, dim], shares memory with writable in-memory features), ``y`` (int64 [num_nodes]),
+    ``edge_index`` (int64 [2, num_edges], in CSC order: grouped by target) and bool
+    ``train_mask``/``val_mask``/``test_mask`` [num_nodes]."""
+    if not isinstance(dataset, NodeDataset):
+        raise TypeError(f"dataset: expected a gnnscale NodeDataset, got {type(dataset).__name__}")
+    graph, n = dataset.graph, dataset.graph.num_nodes
+    dst = np.repeat(np.arange(n, dtype=np.int64), graph.in_degrees())
+    edge_index = torch.from_numpy(np.stack([np.asarray(graph.indices, dtype=np.int64), dst]))
+    masks = {}
+    for split in ("train", "val", "test"):
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[torch.from_numpy(getattr(dataset, f"{split}_idx"))] = True
+        masks[f"{split}_mask"] = mask
+    # np.require copies only what torch cannot share: read-only (memory-mapped) or non-contiguous arrays.
+    x, y = (torch.from_numpy(np.require(a, requirements=["C", "W"])) for a in (dataset.features, dataset.labels))
+    return Data(x=x, y=y, edge_index=edge_index, num_nodes=n, **masks)

@@ -199,6 +199,23 @@ def test_node_dataset_input(random_graph) -> None:
         assert torch.equal(src, indices[batch.e_id]) and torch.equal(dst, dst_of_pos[batch.e_id])
 
 
+def test_to_pyg_data_holds_the_dataset(random_graph) -> None:
+    from gnnscale.graph.dataset import NodeDataset
+    from gnnscale.loader import to_pyg_data
+    n = random_graph.num_nodes
+    ds = NodeDataset(name="r", graph=random_graph, features=np.ones((n, 2), dtype=np.float32),
+                     labels=np.arange(n) % 3, train_idx=np.arange(0, n, 5), val_idx=np.arange(1, n, 5),
+                     test_idx=np.arange(2, n, 5), num_classes=3)
+    data = to_pyg_data(ds)
+    assert data.num_nodes == n and data.num_edges == random_graph.num_edges
+    assert torch.equal(data.edge_index[0], torch.from_numpy(random_graph.indices.astype(np.int64)))
+    assert torch.equal(torch.bincount(data.edge_index[1], minlength=n), torch.from_numpy(random_graph.in_degrees()))
+    assert torch.equal(data.train_mask.nonzero().view(-1), torch.from_numpy(ds.train_idx))
+    assert int(data.val_mask.sum()) == ds.val_idx.size and int(data.test_mask.sum()) == ds.test_idx.size
+    with pytest.raises(TypeError, match="dataset: expected a gnnscale NodeDataset"):
+        to_pyg_data(data)
+
+
 def test_transform_and_ignored_worker_options_note_once(monkeypatch) -> None:
     monkeypatch.setattr(loader_module, "_noted", set())
     data = tiny_data()
