@@ -19,6 +19,7 @@ step)``: the same seed gives the same batches whatever the thread count or prefe
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -119,6 +120,7 @@ class NeighborLoader:
 
         self.data = data
         graph, self._edge_perm = _graph_of(data)
+        self._rest, self._gathered = _split_features(data) if isinstance(data, Data) else (None, {})
         self.sampler = NodewiseSampler(graph, num_neighbors, replace=replace)
         self.input_nodes, self._input_id = _input_nodes(input_nodes, graph.num_nodes)
         self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
@@ -165,10 +167,14 @@ class NeighborLoader:
         return data if self.transform is None else self.transform(data)
 
     def _to_data(self, out: NodewiseSample, e_id: Tensor) -> Data:
-        if isinstance(self.data, Data):
-            # PyG's own slicing: every node attribute by n_id, every edge attribute by e_id.
-            return filter_data(self.data, out.nodes, out.row, out.col, e_id, None)
         ids = out.nodes.numpy()
+        if isinstance(self.data, Data):
+            # PyG's own slicing (every node attribute by n_id, every edge attribute by e_id), but the
+            # large feature matrices through gnnscale's gather kernel (3x torch.index_select on 2 cores).
+            data = filter_data(self._rest, out.nodes, out.row, out.col, e_id, None)
+            for key, features in self._gathered.items():
+                data[key] = torch.from_numpy(gather_rows(features, ids))
+            return data
         return Data(x=torch.from_numpy(gather_rows(self.data.features, ids)),
                     y=torch.from_numpy(np.ascontiguousarray(self.data.labels[ids])),
                     edge_index=torch.stack([out.row, out.col]))
@@ -204,6 +210,21 @@ def _graph_of(data) -> tuple[CSCGraph, Tensor | None]:
     np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
     graph = CSCGraph(indptr=indptr, indices=src[perm].astype(index_dtype(num_nodes)), num_nodes=num_nodes)
     return graph, torch.from_numpy(perm)
+
+
+def _split_features(data: Data) -> tuple[Data, dict[str, np.ndarray]]:
+    """``data`` without its gather-kernel node attributes (CPU, 2-D, contiguous float32/64 tensors,
+    e.g. ``x``), and those attributes as numpy views (no copies; ``data`` itself is not changed)."""
+    rest, gathered = copy.copy(data), {}  # a new store holding the same tensors
+    for key, value in data.items():
+        if isinstance(value, Tensor) and value.device.type == "cpu" and value.dim() == 2 and value.is_contiguous() \
+                and value.dtype in (torch.float32, torch.float64) and not value.requires_grad \
+                and data.is_node_attr(key):
+            gathered[key] = value.numpy()
+            del rest[key]
+    if gathered:  # what PyG inferred from the features: filter_data then sets each batch's own count
+        rest.num_nodes = data.num_nodes
+    return rest, gathered
 
 
 def _input_nodes(input_nodes, num_nodes: int) -> tuple[Tensor, Tensor | None]:

@@ -112,6 +112,8 @@ def test_batches_follow_pyg_conventions(fanouts, replace) -> None:
     assert len(batches) == len(loader) == -(-int(data.train_mask.sum()) // 16)
     for batch in batches:
         check_batch(batch, data, fanouts, replace=replace)
+        assert torch.equal(batch.train_mask, data.train_mask[batch.n_id])
+    assert sorted(data.keys()) == ["edge_attr", "edge_index", "train_mask", "x", "y"], "data itself unchanged"
 
 
 @pytest.mark.parametrize("fanouts", [[-1], [40], [1000, 1000]])
@@ -171,6 +173,21 @@ def test_shuffle_covers_every_input_node_once_per_epoch(batch_size, drop_last) -
             assert torch.unique(seeds).numel() == seeds.numel()
         else:
             assert sorted(seeds.tolist()) == ids.tolist()
+
+
+def test_every_node_and_edge_attribute_is_sliced() -> None:
+    # Float matrices go through gnnscale's gather kernel, the rest through PyG's filter_data.
+    data = random_data()
+    data.x_int = torch.arange(data.num_nodes * 2).view(-1, 2)
+    data.x_64 = data.x.double()
+    data.score = torch.rand(data.num_nodes)
+    data.x_view = torch.rand(2, data.num_nodes).t()  # not contiguous
+    data.edge_weight = torch.rand(data.num_edges)
+    for batch in NeighborLoader(data, [4, 4], batch_size=64, seed=0):
+        for key in ("x", "x_int", "x_64", "score", "x_view", "y", "train_mask"):
+            assert torch.equal(batch[key], data[key][batch.n_id]), key
+        for key in ("edge_attr", "edge_weight"):
+            assert torch.equal(batch[key], data[key][batch.e_id]), key
 
 
 def test_bool_mask_and_numpy_input_nodes() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -48,6 +49,16 @@ def check_num_neighbors(num_neighbors: Sequence[int]) -> tuple[int, ...]:
         if f < 1 and f != ALL_NEIGHBORS:
             raise ValueError(f"num_neighbors: expected every entry >= 1 or -1 (all neighbors), got {f} at position {i}")
     return tuple(int(f) for f in num_neighbors)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _sources(indices, positions):
+    """int64 [len(positions)]: ``indices[positions]`` (the sampled edges' sources, global ids), in
+    parallel and without the GIL (numpy's gather holds it and runs on one core)."""
+    out = np.empty(positions.shape[0], dtype=np.int64)
+    for i in numba.prange(positions.shape[0]):
+        out[i] = indices[positions[i]]
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +121,7 @@ class NodewiseSampler:
             frontier = nodes[frontier_start[0]:num_dst]
             offsets = count_and_offsets(indptr, frontier, 0, fanout, replace)
             pos = choose_all(indptr, self.positions, frontier, offsets, fanout, replace, key, hop)
-            local = indices[pos].astype(np.int64)
+            local = _sources(indices, pos)
             nodes = grow_nodes(nodes, num_known, num_known + local.shape[0])
             num_known = relabel_all(local, self.workspace.node_map, nodes, num_known)
             frontier_start[0] = num_dst
