@@ -20,6 +20,7 @@ step)``: the same seed gives the same batches whatever the thread count or prefe
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -122,6 +123,7 @@ class NeighborLoader:
         graph, self._edge_perm = _graph_of(data)
         self._rest, self._gathered = _split_features(data) if isinstance(data, Data) else (None, {})
         self.sampler = NodewiseSampler(graph, num_neighbors, replace=replace)
+        self._sampler_lock = threading.Lock()
         self.input_nodes, self._input_id = _input_nodes(input_nodes, graph.num_nodes)
         self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
         self.transform, self.prefetch = transform, prefetch
@@ -155,7 +157,8 @@ class NeighborLoader:
     def batch(self, index: Tensor, key: int) -> Data:
         """The batch of ``input_nodes[index]`` sampled under ``key``."""
         seeds = self.input_nodes[index]
-        out = self.sampler.sample(seeds, key)
+        with self._sampler_lock:  # one mapping array: iterators that are open at once take turns
+            out = self.sampler.sample(seeds, key)
         e_id = out.edge_pos if self._edge_perm is None else self._edge_perm[out.edge_pos]
         data = self._to_data(out, e_id)
         data.n_id = out.nodes

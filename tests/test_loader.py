@@ -157,6 +157,14 @@ def test_same_seed_same_batches_whatever_prefetch_or_threads() -> None:
     assert NeighborLoader(data, [3], batch_size=10, shuffle=True).seed == first, "torch.manual_seed fixes it"
 
 
+def test_iterators_open_at_once_share_the_sampler_safely() -> None:
+    data = random_data()
+    loader = NeighborLoader(data, [5, 5], batch_size=8, shuffle=True, seed=2, prefetch=2)
+    for a, b in zip(loader, loader):  # two background threads, one mapping array
+        check_batch(a, data, [5, 5])
+        check_batch(b, data, [5, 5])
+
+
 @pytest.mark.parametrize("batch_size,drop_last", [(16, False), (16, True), (1000, False)])
 def test_shuffle_covers_every_input_node_once_per_epoch(batch_size, drop_last) -> None:
     data = random_data()
