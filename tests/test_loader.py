@@ -102,6 +102,13 @@ def test_tiny_graph_all_neighbors_is_exact() -> None:
     assert batch.x.view(-1).tolist() == [1, 0, 4, 3, 2]
 
 
+def test_seed_without_in_edges_gives_an_empty_edge_index() -> None:
+    batch = next(iter(NeighborLoader(tiny_data(), [3, 3], input_nodes=torch.tensor([5]), seed=0)))
+    assert batch.n_id.tolist() == [5] and tuple(batch.edge_index.shape) == (2, 0) and batch.e_id.numel() == 0
+    assert batch.num_sampled_nodes == [1, 0, 0] and batch.num_sampled_edges == [0, 0]
+    assert batch.edge_index.dtype == torch.int64 and tuple(batch.edge_attr.shape) == (0,)
+
+
 @pytest.mark.parametrize("fanouts", [[5, 3], [-1, 4], [50, 50], [2, 2, 2]])
 @pytest.mark.parametrize("replace", [False, True])
 def test_batches_follow_pyg_conventions(fanouts, replace) -> None:
