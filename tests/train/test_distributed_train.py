@@ -113,7 +113,7 @@ def test_background_loading_does_not_change_distributed_training(launched, parti
         assert phases <= a["epoch_s"] and a["wait_s"] >= a["sample_s"] + a["fetch_s"] - 1e-6
 
 
-@pytest.mark.parametrize("feature_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("feature_dtype", [pytest.param("float16", marks=pytest.mark.slow), "bfloat16"])
 def test_half_precision_parts_train_exactly_like_float32_parts_of_the_rounded_features(dataset, tmp_path,
                                                                                       feature_dtype):
     """Half precision changes what is stored and sent, not how the workers compute: parts stored in
