@@ -18,15 +18,15 @@ import logging
 import os
 import sys
 
+from torch.distributed import DistStoreError
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import parse_args, run
+
 QUIET_LOGLEVEL = "ERROR"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed import DistStoreError
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
     quiet_launcher_logs()
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
