@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-# Directed edges above which the graph is compressed on load (see benchmarks/partitioners.py).
+# Directed edges above which the graph is compressed on load. On the products-shaped graph (scale
+# 0.25 and 1.0) compression saved 16-22% of the peak memory at 2.3-2.7x the time
+# (benchmarks/README.md, partitioners.py): worth it only where KaMinPar's own copy (8 bytes per
+# directed edge) is what does not fit.
 COMPRESS_ABOVE_EDGES = 1 << 28
 # Allowed imbalance of node counts; the balancing pass that follows makes them exact.
 EPSILON = 0.03
