@@ -11,8 +11,10 @@ The graph written is the one :func:`gnnscale.partition.assign.symmetric_adjacenc
 both directions of every edge, no self loops, no repeats, each row sorted. Nodes are processed in
 ranges whose in-plus-out degree sum is at most ``chunk_entries``; the out-neighbors of a range are
 found by one scan over the CSC arrays (memory-mapped arrays are read, never copied). Peak memory is
-``8 * chunk_entries`` bytes of staging plus ~4 int64 arrays of ``num_nodes + 1`` entries, whatever
-the edge count; the price is one pass over the edges per range.
+``8 * chunk_entries`` bytes of staging plus ~5 int64 arrays of ``num_nodes + 1`` entries, whatever
+the edge count (and the page cache of a memory-mapped graph, which the kernel can drop); the price is
+one pass over the edges per range. Products-shaped graph, full scale (123M edges, 2.4M nodes, 8
+ranges): 393 MB above the process's resident size before the call, 37-62 s on a shared 2-core machine.
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
     if not isinstance(chunk_entries, (int, np.integer)) or isinstance(chunk_entries, bool) or chunk_entries < 1:
         raise ValueError(f"chunk_entries: expected an int >= 1, got {chunk_entries!r}")
     n = graph.num_nodes
-    raw = np.diff(graph.indptr) + np.bincount(graph.indices, minlength=n)  # row lengths before dedupe
+    raw = np.diff(graph.indptr)  # row lengths before dedupe: in-degree plus out-degree
+    for start in range(0, graph.num_edges, chunk_entries):
+        # In chunks: np.bincount casts its input to int64, a copy of the whole array in one call.
+        raw += np.bincount(graph.indices[start:start + chunk_entries], minlength=n)
     xadj = np.zeros(n + 1, dtype=np.int64)
     edges_at = HEADER_BYTES + 8 * (n + 1)
     with open(path, "wb") as f:
@@ -57,7 +62,7 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
             rows, degree = _symmetric_rows(graph.indptr, graph.indices, lo, hi, raw[lo:hi])
             np.cumsum(degree, out=xadj[lo + 1:hi + 1])
             xadj[lo + 1:hi + 1] += xadj[lo]
-            f.write(rows.astype("<i8", copy=False).tobytes())
+            f.write(memoryview(np.ascontiguousarray(rows, dtype="<i8")))  # no copy on little-endian machines
             del rows
         f.seek(0)
         f.write(np.array([VERSION, n, xadj[-1]], dtype="<u8").tobytes())

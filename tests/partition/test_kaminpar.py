@@ -14,6 +14,7 @@ from gnnscale.cli import main
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import assign_parts, load_partition, read_manifest, write_partition_dir
+from gnnscale.partition.kaminpar_parts import kaminpar_parts
 from gnnscale.partition.parhip import open_parhip, temporary_parhip, write_parhip
 from launch import ENV, LAUNCH_TIMEOUT_S, torchrun
 
@@ -129,6 +130,16 @@ def test_one_thread_same_seed_same_parts(ds):
 def test_two_threads_give_a_balanced_partition_too(ds):
     part = assign_parts(ds.graph, 4, "kaminpar", train_idx=ds.train_idx, seed=0, threads=2)
     assert np.ptp(np.bincount(part[ds.train_idx])) <= 1 and np.ptp(np.bincount(part)) <= 1
+
+
+def test_compressed_graph_and_terapart_context_give_a_valid_partition(ds):
+    # What --method kaminpar does above COMPRESS_ABOVE_EDGES, forced here on a small graph.
+    with temporary_parhip(ds.graph) as (path, xadj, _):
+        part = kaminpar_parts(path, ds.graph.num_nodes, int(xadj[-1]), 4, seed=0, threads=2, compress=True)
+    counts = np.bincount(part, minlength=4)
+    assert part.shape == (ds.graph.num_nodes,) and counts.min() > 0
+    assert counts.max() <= 1.03 * ds.graph.num_nodes / 4 + 1  # KaMinPar's own balance, before the exact pass
+    assert cut_fraction(ds.graph, part) < 0.4
 
 
 def test_edge_cases_one_part_one_node_per_part_no_edges(tiny_graph):
