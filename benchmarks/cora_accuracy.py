@@ -2,6 +2,7 @@
 
     python benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid [--seeds 5] [--json FILE]
     python benchmarks/cora_accuracy.py --data-dir ../shared/data/cora_planetoid --workers 2 [--layout hybrid]
+                                       [--feature-dtype float32|float16|bfloat16]
 
 With ``--workers N`` Cora is partitioned with METIS into N parts and every seed is trained by a
 torchrun job of N workers (gloo on 127.0.0.1) with ``--batch-size`` 140 / N, so that one iteration
@@ -9,7 +10,8 @@ per epoch covers the training set as on a single machine: with the data-parallel
 ``vanilla``) each worker's batch is 140 / N of its own training nodes; with ``--layout split`` the
 batch size is per worker too, so the iteration's one mini-batch is N x 140 / N = all 140 training
 nodes, the single machine's batch, split across the workers. The table then shows the
-single-machine accuracy beside the distributed one.
+single-machine accuracy beside the distributed one. ``--feature-dtype`` stores the parts' features in
+half precision (the single machine keeps float32): the difference is then what half precision costs.
 
 Test accuracy is read at the epoch of best validation accuracy (model selection as in Kipf & Welling
 and Veličković et al.). Hyperparameters follow those papers; GCN and GAT use fanouts above Cora's
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from gnnscale.graph.datasets import load_dataset
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES
 from gnnscale.nn import ModelConfig
 from gnnscale.partition import write_partition_dir
 from gnnscale.train.config import TrainConfig
@@ -93,11 +96,12 @@ def main() -> None:
     p.add_argument("--json", default=None)
     p.add_argument("--workers", type=int, default=0, help="also train with N torchrun workers (0: single machine only)")
     p.add_argument("--layout", default="hybrid", choices=("hybrid", "vanilla", "split"))
+    p.add_argument("--feature-dtype", default="float32", choices=FEATURE_DTYPES, help="how the parts store features")
     a = p.parse_args()
     dataset = load_dataset("cora", a.data_dir)
     tmp = Path(tempfile.mkdtemp(prefix="cora_parts_"))
     if a.workers:
-        write_partition_dir(dataset, a.workers, "metis", tmp / "parts")
+        write_partition_dir(dataset, a.workers, "metis", tmp / "parts", feature_dtype=a.feature_dtype)
     rows = []
     for name in a.models.split(","):
         _, _, target, paper = SETTINGS[name]

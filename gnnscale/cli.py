@@ -1,4 +1,4 @@
-"""Command line: ``gnnscale train | partition | info`` (also ``python -m gnnscale``)."""
+"""Command line: ``gnnscale train | predict | partition | info`` (also ``python -m gnnscale``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ import time
 from pathlib import Path
 
 from gnnscale import __version__
-from gnnscale.graph.dataset import NodeDataset, describe_summary
-from gnnscale.graph.datasets import DATASETS, load_dataset
+from gnnscale.cli_common import (DEFAULT_LAYOUT, DEFAULT_TIMEOUT_S, HelpWithDefaults, add_dataset_args,
+                                 load_cli_dataset)
+from gnnscale.cli_predict import add_predict_parser, cmd_predict
+from gnnscale.graph.dataset import describe_summary
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES
+from gnnscale.inference.metrics import METRICS
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.distributed.context import announce_report, wait_for_report
@@ -22,15 +26,13 @@ from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
 from gnnscale.train.distributed import RunOutputs, run_distributed_training
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
-from gnnscale.train.layouts.dgs import DGS_MODES, DGSConfig
+from gnnscale.train.layouts.dgs_config import DGS_MODES, DGSConfig
 from gnnscale.train.layouts.split import SPLIT_SAMPLINGS
 from gnnscale.train.loop import TrainingDiverged
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import run_training
 
 
-DEFAULT_LAYOUT = "hybrid"
-DEFAULT_TIMEOUT_S = 120.0
 EXIT_INTERRUPTED = 130  # the shell's code for a run ended by SIGINT
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
 LEAD_REPORT_WAIT_S = 5.0  # see report()
@@ -48,33 +50,6 @@ def resume_mode(text: str) -> str:
     if text != "auto":
         raise argparse.ArgumentTypeError(f"expected nothing or 'auto' (--resume auto), got {text!r}")
     return text
-
-
-def key_value(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key.replace("-", "_"), json.loads(value)
-    except json.JSONDecodeError:
-        return key.replace("-", "_"), value
-
-
-class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` shows every default, except for switches and options whose default is "not given"."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or action.default == [] \
-                or action.default is argparse.SUPPRESS:
-            return action.help
-        return super()._get_help_string(action)
-
-
-def add_dataset_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default=None, help=f"one of {', '.join(DATASETS)} (synthetic when not given)")
-    p.add_argument("--data-dir", default=None, help="folder (or .npz file) holding the dataset's files")
-    p.add_argument("--option", "-o", action="append", type=key_value, default=[], metavar="KEY=VALUE",
-                   help="dataset option, e.g. -o num_nodes=100000 for synthetic (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing --checkpoint (without --resume) or --metrics-out file")
     t.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
     t.add_argument("--no-eval", action="store_true", help="skip validation/test accuracy (timing runs)")
+    t.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="eval_mode",
+                   help="full: after the last epoch also score validation and test nodes by layer-wise inference "
+                        "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
+                        "(distributed: --layout hybrid or vanilla)")
+    t.add_argument("--metric", default="accuracy", choices=METRICS,
+                   help="the score --eval full reports (roc_auc: two classes, single-process only)")
     t.add_argument("--prefetch", type=int, default=1,
                    help="batches sampled and gathered ahead in a background thread while one trains (0: none)")
     t.add_argument("--partitions", default=None,
@@ -149,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--dgs: share of the feature dimensions that travel for remote nodes (N_f)")
     t.add_argument("--dgs-mode", default="both", choices=DGS_MODES,
                    help="--dgs: both samplings, node sampling only, or feature sampling only (ablation)")
-    t.add_argument("--save-model", default=None, help="write the trained model's state_dict here (torch.load reads it)")
+    t.add_argument("--save-model", default=None,
+                   help="write the trained model here: weights, model config and dataset facts (gnnscale.load_model "
+                        "and gnnscale predict --model read it)")
     t.add_argument("--timeout", type=float, default=None,
                    help=f"distributed: seconds a worker waits for its peers before stopping with an error "
                         f"(default {DEFAULT_TIMEOUT_S:g})")
@@ -160,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print the summary as JSON (full precision, for scripts)")
 
     add_partition_parser(sub)
+    add_predict_parser(sub)
     return parser
 
 
@@ -174,14 +158,9 @@ def add_partition_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="KaMinPar's threads (more: faster, but the partition then varies from run to run)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
-
-
-def load_cli_dataset(args) -> NodeDataset:
-    name = args.dataset or "synthetic"
-    if args.data_dir is not None and name == "synthetic":
-        raise ValueError("data_dir: --dataset synthetic is generated, it reads no --data-dir; drop --data-dir or "
-                         "name the dataset stored there (--dataset)")
-    return load_dataset(name, args.data_dir, **dict(args.option))
+    p.add_argument("--feature-dtype", default="float32", choices=FEATURE_DTYPES,
+                   help="how the part features are stored and sent: float16 or bfloat16 halve the bytes on disk, "
+                        "in memory and on the wire (workers compute in float32)")
 
 
 def fanouts_for(args) -> tuple[int, ...]:
@@ -237,17 +216,28 @@ def cmd_train(args) -> None:
     try:
         train_cfg, model_options = train_settings(args)
         dgs = dgs_settings(args)
+        if args.metric != "accuracy" and args.eval_mode != "full":
+            raise ValueError(f"metric: {args.metric} scores the full predictions of --eval full; the "
+                             "sampled per-epoch evaluation counts accuracy only (add --eval full)")
     except (ValueError, TypeError) as err:
         # Under torchrun every worker parses the same flags: the same error everywhere.
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
     fanouts = train_cfg.fanouts
     if args.partitions is not None:
+        if args.eval_mode == "full" and (args.layout or DEFAULT_LAYOUT) not in ("hybrid", "vanilla"):
+            raise LaunchError(f"eval_mode: full evaluation over a partition runs with --layout hybrid or vanilla, "
+                              f"not {args.layout}; run gnnscale predict --partitions on the saved model instead")
+        if args.metric == "roc_auc":
+            raise LaunchError("metric: roc_auc ranks every score together, which a distributed full evaluation "
+                              "does not gather; use accuracy or f1_macro, or gnnscale predict --partitions on the "
+                              "saved model")
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
         options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction,
                                 replication=args.replication,
                                 split_sampling=args.split_sampling, dgs=dgs)
         outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
-                             resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite)
+                             resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite,
+                             full_eval=args.metric if args.eval_mode == "full" else None)
         report = run_distributed_training(args.partitions, options, model_options, train_cfg, outputs,
                                           progress=not args.quiet,
                                           timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
@@ -268,10 +258,15 @@ def cmd_train(args) -> None:
                                 **model_options)
         report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
                               checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet,
-                              overwrite=args.overwrite, model_out=args.save_model)
+                              overwrite=args.overwrite, model_out=args.save_model,
+                              full_eval=args.metric if args.eval_mode == "full" else None)
     if args.partitions is not None and os.environ.get("RANK", "0") != "0":
         return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]
+    if report.full_eval is not None:
+        full = report.full_eval
+        print(f"full-graph evaluation (layer-wise, every neighbor): validation {full['metric']} {full['val']:.4f}, "
+              f"test {full['metric']} {full['test']:.4f} ({full['seconds']:.1f} s)")
     if not train_cfg.evaluate:
         print(f"final: {len(report.history)} epochs trained, no evaluation (--no-eval)")
         return
@@ -301,7 +296,7 @@ def cmd_partition(args) -> None:
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
     dataset = load_cli_dataset(args)
     summary = write_partition_dir(dataset, args.parts, args.method, out, args.seed, overwrite=args.overwrite,
-                                  threads=args.threads)
+                                  feature_dtype=args.feature_dtype, threads=args.threads)
     print(summary.describe())
     print(f"wrote {out}")
 
@@ -310,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        {"train": cmd_train, "info": cmd_info, "partition": cmd_partition}[args.command](args)
+        {"train": cmd_train, "info": cmd_info, "partition": cmd_partition,
+         "predict": cmd_predict}[args.command](args)
     except KeyboardInterrupt:
         # torchrun, interrupted too, already waits for every worker: none need wait for the first one's
         # line (which may be stuck in a collective with a peer until that peer exits).
@@ -359,9 +355,10 @@ def what_was_saved(args) -> str:
 # Library names of settings that differ from the dest of the flag that sets them, per subcommand: the
 # dataset loaders' name, ModelConfig's hidden_dim and num_layers, write_partition_dir's and assign_parts'.
 FIELD_FLAGS: dict[str, dict[str, str]] = {
-    "train": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
+    "train": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers", "eval_mode": "--eval"},
     "info": {"name": "--dataset"},
     "partition": {"name": "--dataset", "num_parts": "--parts", "out_dir": "--out"},
+    "predict": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
 }
 LEADING_FIELD = re.compile(r"([a-z][a-z0-9_]*): ")
 

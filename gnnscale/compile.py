@@ -7,7 +7,7 @@ they meet in use: int32 and int64 graph indices; graphs in memory (writable arra
 from a dataset or partition directory (read-only arrays, a different numba type); sampling with and
 without replacement, fused, two-step, matrix and LADIES; the three models in training (dropout, attention dropout)
 and inference, aggregating first and transforming first; partitioning (METIS and random); and
-distributed training in every layout (one worker, gloo on 127.0.0.1). A path added to gnnscale that
+distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader. A path added to gnnscale that
 calls a new kernel belongs in :data:`WARMUPS`.
 
 Prints one line per step with its seconds and the kernels numba compiled; exits non-zero on failure.
@@ -130,6 +130,19 @@ def warm_dgs_sampling(work: Path) -> None:
                 sample_blocks_dgs(g, np.arange(0, n, 9), (4, 3), key=derive_key(0), policy=policy, replace=replace)
 
 
+def warm_loader(work: Path) -> None:
+    """``gnnscale.loader.NeighborLoader`` (node-wise sampling, the features gather) from a dataset on
+    both index widths, in memory and memory-mapped, and from a PyG Data, with and without replacement."""
+    from gnnscale.loader import NeighborLoader, to_pyg_data
+
+    dataset = make_synthetic(TINY)
+    mapped = load_dataset_dir(save_dataset(dataset, work / "dataset"), mmap=True)
+    for data in (dataset, _with_int64_indices(dataset), mapped, to_pyg_data(dataset)):
+        for replace in (False, True):
+            for _ in NeighborLoader(data, [4, -1], batch_size=256, replace=replace, seed=0):
+                pass
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     copy = array.copy()
     copy.setflags(write=False)
@@ -142,6 +155,7 @@ WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("layers in both orders", warm_layer_orders),
     ("partitioning and distributed training", warm_partition_and_distributed),
     ("DGS node sampling", warm_dgs_sampling),
+    ("NeighborLoader (PyG batches)", warm_loader),
 ]
 
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
+
+# The test folders mirror the package, and a test module may take helpers from one in another folder
+# (test_distributed's spawn_run, test_inference's PyG reference): every folder is importable, whichever
+# of them a run collects first (or alone).
+for _folder in sorted(Path(__file__).parent.iterdir()):
+    if _folder.is_dir() and not _folder.name.startswith((".", "_")) and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 # The tiny graph (edges point the way messages flow, src -> dst):
 #

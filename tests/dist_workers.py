@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnnscale.graph.feature_dtype import decode, encode
 from gnnscale.distributed import (AgreementFailure, Comm, HybridSampler, PartitionedFeatureStore, PeerFailure,
                                   VanillaSampler, init_for_test, init_from_env, shutdown)
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
@@ -189,6 +190,18 @@ def check_feature_store(comm: Comm, total: dict) -> None:
                     assert counts["bytes_sent"] == counts["bytes_received"] == size_bytes, counts
                 if name == "across owners":
                     assert counts["bytes_sent"] > size_bytes and counts["bytes_received"] > size_bytes, counts
+                    across, float32_received = ids, counts["bytes_received"]
+    # Half-precision parts: rows arrive widened to float32, equal to the stored (rounded) values, and the
+    # rows this worker received took exactly half the bytes (same ids, same requests, same sizes).
+    remote = int(np.count_nonzero((across < lo) | (across >= hi)))
+    for dtype in ("float16", "bfloat16"):
+        store = PartitionedFeatureStore(book, rank, encode(full[lo:hi], dtype), comm)
+        add_stats(total, comm.stats.snapshot_and_reset())
+        got = store.gather(torch.from_numpy(across))
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, decode(encode(full[across], dtype)), rtol=0, atol=0, msg=dtype)
+        counts = only(add_stats(total, comm.stats.snapshot_and_reset()), "feature")
+        assert float32_received - counts["bytes_received"] == remote * full.shape[1] * 2, (dtype, counts)
 
 
 def check_agree(comm: Comm, total: dict) -> None:

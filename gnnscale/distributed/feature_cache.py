@@ -29,6 +29,7 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.features import PartitionedFeatureStore
+from gnnscale.graph.feature_dtype import to_float32
 from gnnscale.partition.book import PartitionBook
 
 SETUP = "setup"
@@ -124,11 +125,12 @@ class CachedFeatureStore(PartitionedFeatureStore):
         out = torch.empty((ids.shape[0], self.feature_dim), dtype=torch.float32, device=self.comm.device)
         out[~hit_t.to(self.comm.device)] = fetched
         positions = torch.from_numpy(self._position[ids_np[hit]].astype(np.int64))
-        out[hit_t.to(self.comm.device)] = self.cached_rows.index_select(0, positions).to(self.comm.device)
+        out[hit_t.to(self.comm.device)] = to_float32(self.cached_rows.index_select(0, positions)).to(self.comm.device)
         return out
 
     def _fill(self, lists: list[np.ndarray]) -> Tensor:
-        """float32 [num_cached, d] CPU: this worker's cached rows, sent by their owners in one round.
+        """[num_cached, d] CPU, as stored (half precision stays half): this worker's cached rows, sent by
+        their owners in one round.
 
         Every worker derived every worker's list from the same ranking, so each owner knows what to send
         and each worker what it receives (no request round, no size exchange). Lists are sorted and parts
@@ -142,5 +144,6 @@ class CachedFeatureStore(PartitionedFeatureStore):
         mine_list = lists[self.rank]
         recv_rows = np.bincount(self.book.owner(mine_list), minlength=self.comm.world_size).tolist()
         # Collective: owners send every worker the rows it caches (the "one distributed cache" filled once).
-        received = self.comm.all_to_allv(send, SETUP, recv_rows=recv_rows)
-        return torch.cat([r.cpu() for r in received]) if received else torch.zeros(0, self.feature_dim)
+        received = self.receive_rows(self.comm.all_to_allv(self.send_rows(send), SETUP, recv_rows=recv_rows))
+        return torch.cat([r.cpu() for r in received]) if received else torch.zeros(0, self.feature_dim,
+                                                                                   dtype=self.row_dtype)

@@ -3,6 +3,9 @@
 A fetch is FastSample's two feature rounds: (1) every worker sends each owner the ids it needs from
 it, (2) every owner replies with those rows. Rows this worker owns are read locally. Both the hybrid
 and the vanilla layouts partition features this way.
+
+Rows travel as they are stored: half-precision parts (float16, bfloat16) send half the bytes, and the
+receiver widens them to float32 as they arrive (:mod:`gnnscale.graph.feature_dtype`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm, check_placement
+from gnnscale.graph.feature_dtype import as_tensor, stored_name, to_float32, torch_dtype
 from gnnscale.partition.book import PartitionBook
 
 CATEGORY = "feature"
@@ -24,8 +28,9 @@ class PartitionedFeatureStore:
     Args:
         book: node ownership; part ``p`` is worker ``p`` (``book.num_parts == comm.world_size``).
         rank: this worker (``comm.rank``).
-        local_features: float32 [n_p, d], the rows of global ids ``book.node_range(rank)`` in order;
-            numpy (possibly memory-mapped, read row by row on demand) or a CPU tensor.
+        local_features: [n_p, d], the rows of global ids ``book.node_range(rank)`` in order; numpy
+            (possibly memory-mapped, read row by row on demand) or a CPU tensor; float32, float16 or
+            bfloat16 (uint16 bit patterns in numpy), the same on every worker.
         comm: the collectives; construction costs one "setup" round (checks that every worker has the
             same feature width).
     """
@@ -35,9 +40,10 @@ class PartitionedFeatureStore:
         if not isinstance(local_features, (np.ndarray, Tensor)):
             raise TypeError(f"local_features: expected a numpy array or torch.Tensor, got "
                             f"{type(local_features).__name__}")
-        dtype = local_features.dtype
-        if dtype not in (np.float32, torch.float32):
-            raise TypeError(f"local_features: expected dtype float32, got {dtype}")
+        try:
+            self.feature_dtype = stored_name(local_features)
+        except TypeError as err:
+            raise TypeError(f"local_features: {err}") from None
         lo, hi = book.node_range(rank)
         if local_features.ndim != 2 or local_features.shape[0] != hi - lo:
             raise ValueError(f"local_features: expected shape [{hi - lo}, d] (part {rank} owns ids [{lo}, {hi})), "
@@ -72,20 +78,35 @@ class PartitionedFeatureStore:
         asked = self.comm.all_to_allv(requests, CATEGORY)
         replies = [self._read_rows(asked[j].cpu()) for j in range(world)]
         # Round 2: every owner sends back the rows it was asked for, in the order asked.
-        received = self.comm.all_to_allv(replies, CATEGORY)
+        received = self.receive_rows(self.comm.all_to_allv(self.send_rows(replies), CATEGORY))
         out = torch.empty((ids.shape[0], self.feature_dim), dtype=torch.float32, device=self.comm.device)
         for j in range(world):
             rows = self._read_rows(grouped_ids[j]).to(self.comm.device) if j == rank else received[j]
-            out[grouped_pos[j].to(self.comm.device)] = rows
+            out[grouped_pos[j].to(self.comm.device)] = to_float32(rows)
         return out
 
+    def send_rows(self, rows: list[Tensor]) -> list[Tensor]:
+        """Stored rows as they go on the wire: half precision as bytes (gloo has no collectives of 16-bit
+        types; a row of d values travels as 2d bytes)."""
+        return rows if self.feature_dtype == "float32" else [_reinterpret(r, torch.uint8) for r in rows]
+
+    def receive_rows(self, received: list[Tensor]) -> list[Tensor]:
+        """The rows :meth:`send_rows` sent, in their stored dtype again."""
+        row_dtype = self.row_dtype
+        return received if self.feature_dtype == "float32" else [_reinterpret(r, row_dtype) for r in received]
+
+    @property
+    def row_dtype(self) -> torch.dtype:
+        """The torch dtype of stored rows (float32, float16 or bfloat16)."""
+        return torch_dtype(self.feature_dtype)
+
     def _read_rows(self, global_ids: Tensor) -> Tensor:
-        """float32 [len, d] CPU: this part's rows of ``global_ids`` (all owned here)."""
+        """[len, d] CPU, as stored: this part's rows of ``global_ids`` (all owned here)."""
         local = global_ids - self._offset
         if isinstance(self.local_features, Tensor):
             return self.local_features.index_select(0, local)
         # Fancy indexing copies just these rows, also out of a memory map.
-        return torch.from_numpy(np.ascontiguousarray(self.local_features[local.numpy()]))
+        return as_tensor(np.ascontiguousarray(self.local_features[local.numpy()]))
 
     def _check_ids(self, node_ids: Tensor) -> Tensor:
         if not isinstance(node_ids, Tensor):
@@ -109,3 +130,12 @@ class PartitionedFeatureStore:
         if largest != smallest:
             raise ValueError(f"local_features: workers hold different feature widths (from {smallest} to "
                              f"{largest}); this worker has {d}")
+
+
+def _reinterpret(tensor: Tensor, dtype: torch.dtype) -> Tensor:
+    """The same bytes as ``dtype`` (the last dimension rescaled); an empty tensor, whose strides may be
+    anything, as an empty one of the new shape."""
+    if tensor.numel():
+        return tensor.contiguous().view(dtype)
+    width = tensor.shape[-1] * tensor.element_size() // torch.empty(0, dtype=dtype).element_size()
+    return torch.empty(*tensor.shape[:-1], width, dtype=dtype, device=tensor.device)

@@ -5,12 +5,13 @@ Layout (node ids are the relabelled ones: part ``p`` owns ``[offsets[p], offsets
     manifest.json             format_version, kind "partition", dataset, num_parts, method, seed,
                               num_nodes, num_edges, feature_dim, num_classes, offsets, edge_cut,
                               edge_cut_fraction, nodes/edges/train_nodes per part, balance,
+                              feature_dtype (float32 when absent),
                               split_sizes {train_idx|val_idx|test_idx: count per part},
                               files {relative path: sha256 hex} for every other file
     new_to_old.npy            int64 [num_nodes], original id of each node
     topology/indptr.npy       int64 [num_nodes + 1]     the whole relabelled graph ("whole" view)
     topology/indices.npy      int32|int64 [num_edges]
-    part<p>/features.npy      float32 [n_p, feature_dim], row i is node offsets[p] + i
+    part<p>/features.npy      float32|float16|bfloat16 (as uint16) [n_p, feature_dim], row i is node offsets[p] + i
     part<p>/labels.npy        int64 [n_p]
     part<p>/train_idx.npy     int64, global ids owned by p, sorted (also val_idx.npy, test_idx.npy)
     part<p>/indptr.npy        int64 [n_p + 1]           in-edges of p's nodes ("own" view): the
@@ -33,6 +34,7 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES, check_feature_dtype, encode, numpy_dtype
 from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
 from gnnscale.partition.assign import assign_parts
@@ -53,7 +55,8 @@ CHUNK_BYTES = 8 << 20
 
 
 def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_dir: str | Path, seed: int = 0, *,
-                        overwrite: bool = False, threads: int = 1) -> PartitionSummary:
+                        overwrite: bool = False, feature_dtype: str = "float32",
+                        threads: int = 1) -> PartitionSummary:
     """Partition ``dataset`` and write the partition directory atomically.
 
     Args:
@@ -64,6 +67,9 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
         out_dir: target directory; its parent must exist.
         seed: seed of the assignment.
         overwrite: replace an existing directory (else an existing one is a ValueError).
+        feature_dtype: how the part features are stored: ``"float32"``, or ``"float16"`` / ``"bfloat16"``
+            (rounded to nearest even: half the bytes on disk, in memory and on the wire; workers compute
+            in float32).
         threads: KaMinPar's threads (:func:`assign_parts`; default 1).
 
     Returns the cut and balance of the partition (also stored in the manifest).
@@ -71,6 +77,7 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     if not isinstance(dataset, NodeDataset):
         raise TypeError(f"dataset: expected a NodeDataset, got {type(dataset).__name__}")
     out_dir = Path(out_dir)
+    check_feature_dtype(feature_dtype)
     # Checked before partitioning: METIS on a large graph takes minutes.
     if out_dir.exists() and not overwrite:
         raise ValueError(f"out_dir: {out_dir} already exists; pass overwrite=True to replace it")
@@ -86,19 +93,19 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     manifest = {
         "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name, "num_parts": int(num_parts),
         "method": method, "seed": int(seed), "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges,
-        "feature_dim": dataset.feature_dim, "num_classes": dataset.num_classes,
+        "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype, "num_classes": dataset.num_classes,
         "offsets": relabeling.book.offsets.tolist(), **summary.to_dict(),
         "split_sizes": {name: np.diff(np.searchsorted(ids, relabeling.book.offsets)).tolist()
                         for name, ids in splits.items()},
     }
     with _staging_directory(out_dir) as tmp:
-        manifest["files"] = _write_files(tmp, dataset, relabeling, splits)
+        manifest["files"] = _write_files(tmp, dataset, relabeling, splits, feature_dtype)
         finish_directory(tmp, out_dir, MANIFEST, manifest)
     return summary
 
 
 def _write_files(root: Path, dataset: NodeDataset, relabeling: Relabeling,
-                 splits: dict[str, np.ndarray]) -> dict[str, str]:
+                 splits: dict[str, np.ndarray], feature_dtype: str) -> dict[str, str]:
     """Write every array file under ``root``; returns {relative path: sha256 hex}."""
     graph, new_to_old = relabeling.graph, relabeling.new_to_old
     files = {
@@ -114,7 +121,7 @@ def _write_files(root: Path, dataset: NodeDataset, relabeling: Relabeling,
         folder.mkdir()
         rows = new_to_old[lo:hi]
         arrays = {
-            "features": _Gathered(dataset.features, rows),
+            "features": _Gathered(dataset.features, rows, feature_dtype),
             "labels": np.asarray(dataset.labels)[rows],
             **{name: ids[np.searchsorted(ids, lo):np.searchsorted(ids, hi)] for name, ids in splits.items()},
             "indptr": graph.indptr[lo:hi + 1] - graph.indptr[lo],
@@ -128,10 +135,12 @@ def _write_files(root: Path, dataset: NodeDataset, relabeling: Relabeling,
 
 @dataclass(frozen=True, slots=True)
 class _Gathered:
-    """``source[rows]`` without materialising it: rows are gathered chunk by chunk as they are written."""
+    """``source[rows]`` stored as ``feature_dtype``, without materialising it: rows are gathered (and
+    narrowed) chunk by chunk as they are written."""
 
-    source: np.ndarray  # [num_nodes, ...], may be memory-mapped
+    source: np.ndarray  # float32 [num_nodes, d], may be memory-mapped
     rows: np.ndarray  # int64 [n], rows of source, in output order
+    feature_dtype: str = "float32"
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -139,11 +148,11 @@ class _Gathered:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.source.dtype
+        return numpy_dtype(self.feature_dtype)
 
     def chunks(self, rows_per_chunk: int) -> Iterator[np.ndarray]:
         for start in range(0, self.rows.shape[0], rows_per_chunk):
-            yield self.source[self.rows[start:start + rows_per_chunk]]
+            yield encode(self.source[self.rows[start:start + rows_per_chunk]], self.feature_dtype)
 
 
 def _write_npy(path: Path, array: np.ndarray | _Gathered) -> str:
@@ -215,7 +224,8 @@ class LocalPartition:
         part: this worker's part, in [0, num_parts).
         view: ``"whole"`` (topology is the whole graph) or ``"own"`` (only this part's rows).
         topology: whole: the whole relabelled :class:`CSCGraph`; own: :class:`PartRows`. Memory-mapped.
-        features: float32 [n_p, feature_dim], memory-mapped; row i is global node ``node_offset + i``.
+        features: [n_p, feature_dim], memory-mapped; row i is global node ``node_offset + i``; float32,
+            float16, or bfloat16 stored as uint16 (:mod:`gnnscale.graph.feature_dtype`).
         labels: int64 [n_p], same rows.
         train_idx, val_idx, test_idx: int64, GLOBAL ids owned by this part, sorted.
         num_classes: number of classes.
@@ -290,7 +300,7 @@ def load_partition(directory: str | Path, part: int, view: str = "whole", *, ver
     lo, hi = book.node_range(part)
     n, n_p, d = manifest["num_nodes"], hi - lo, manifest["feature_dim"]
     reader = _Reader(directory, manifest["files"], verify)
-    local = reader.array(f"part{part}/features.npy", np.float32, (n_p, d))
+    local = reader.array(f"part{part}/features.npy", numpy_dtype(manifest["feature_dtype"]), (n_p, d))
     labels = reader.array(f"part{part}/labels.npy", np.int64, (n_p,))
     splits = {name: reader.ids(f"part{part}/{name}.npy", lo, hi, manifest["split_sizes"][name][part])
               for name in SPLITS}
@@ -348,6 +358,10 @@ def read_manifest(directory: str | Path) -> dict:
         raise ValueError(f"{path}: offsets must rise from 0 to num_nodes, got {manifest['offsets']}")
     if not isinstance(manifest.get("files"), dict):
         raise ValueError(f"{path}: missing or malformed 'files' (expected {{relative path: sha256}})")
+    manifest.setdefault("feature_dtype", "float32")  # directories written before half precision
+    if manifest["feature_dtype"] not in FEATURE_DTYPES:
+        raise ValueError(f"{path}: feature_dtype must be one of {', '.join(FEATURE_DTYPES)}, got "
+                         f"{manifest['feature_dtype']!r}")
     return manifest
 
 

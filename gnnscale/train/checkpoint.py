@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 
 from gnnscale.files import atomic_write
+from gnnscale.nn.model_file import DatasetFacts, save_model_file
+from gnnscale.nn.models import ModelConfig
 
 CHECKPOINT_VERSION = 2
 MAGIC = b"GNNSCKP2"
@@ -201,6 +203,7 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
                 return found
         return None
     return None if saved == current else (prefix.rstrip("."), saved, current)
-def save_model(path: str | Path, model: torch.nn.Module) -> None:
-    """Write ``model.state_dict()`` (``torch.load`` reads it back) atomically, like :func:`save_checkpoint`."""
-    atomic_write(path, lambda f: torch.save(model.state_dict(), f))
+def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts) -> None:
+    """Write the self-describing model file (:mod:`gnnscale.nn.model_file`: weights, ``config`` and the
+    ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`save_checkpoint`."""
+    save_model_file(path, model, config, dataset)

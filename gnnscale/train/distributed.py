@@ -15,14 +15,16 @@ iterations); a resumed run continues at the saved epoch and step (:mod:`gnnscale
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, rank_from_env, shutdown, world_size_from_env
+from gnnscale.inference.distributed import evaluate_full_distributed
 from gnnscale.nn import ModelConfig, build_model
+from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
@@ -34,7 +36,7 @@ from gnnscale.train.dist_checkpoint import (RunIdentity, Checkpointer, check_che
 from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout,
                                     check_layout_options)
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
-from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.run import TrainReport, metrics_writer, summarize
 
 
@@ -66,6 +68,8 @@ class RunOutputs:
             ``"auto"``: continue it if there is one, else start afresh (a run torchrun restarts).
         checkpoint_every: also save after every this many iterations (None: at epoch ends only).
         overwrite: replace an existing ``metrics_out`` or ``checkpoint`` (else an error at start-up).
+        full_eval: ``--eval full``'s metric (accuracy or f1_macro): after the last epoch, score the
+            validation and test nodes by layer-wise inference over the partition; None: no such score.
     """
 
     metrics_out: str | Path | None = None
@@ -74,6 +78,7 @@ class RunOutputs:
     resume: bool | str = False
     checkpoint_every: int | None = None
     overwrite: bool = False
+    full_eval: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +152,8 @@ def run_distributed_training(partition_dir: str | Path, options: LayoutOptions, 
         write_metrics = metrics_writer(outputs.metrics_out if ctx.rank == 0 else None, header)
         report = train(strategy, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
                        on_epoch_end=write_metrics)
+        if report.full_eval is not None and ctx.rank == 0 and outputs.metrics_out is not None:
+            write_json_atomic(outputs.metrics_out, {**header, **report.to_json()})
         # Collective: nobody tears the group down while a peer is still in its last collective.
         comm.barrier("setup")
         return report
@@ -177,8 +184,13 @@ def train(layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig, la
     history = train_epochs(model, optimizer, layout, comm, cfg, part, num_batches, start, saver, lead,
                            on_epoch_end=on_epoch_end)
     if comm.rank == 0 and outputs.model_out is not None:
-        save_model(outputs.model_out, model)
-    return summarize(history)
+        facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
+                             num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
+        save_model(outputs.model_out, model, launch.model_cfg, facts)
+    report = summarize(history)
+    if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
+        report = replace(report, full_eval=evaluate_full_distributed(model, part, comm, outputs.full_eval))
+    return report
 
 
 def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,

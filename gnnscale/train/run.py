@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,10 @@ import torch
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_single_process, shutdown
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
+from gnnscale.inference.evaluate import evaluate_full
+from gnnscale.inference.metrics import check_metric
 from gnnscale.nn import ModelConfig, build_model
+from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.sampling import derive_key, set_sampler_threads
 from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.checkpoint import (KIND_SINGLE, Checkpoint, load_checkpoint, newest_complete, save_checkpoint,
@@ -41,9 +44,13 @@ class TrainReport:
     best_val_acc: float
     test_acc_at_best_val: float
     final_test_acc: float
+    full_eval: dict | None = None  # --eval full: {"metric", "val", "test", "seconds"} after the last epoch
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.full_eval is None:
+            del out["full_eval"]
+        return out
 
 
 def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig) -> dict:
@@ -57,7 +64,7 @@ def run_signature(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: Train
 def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainConfig, *,
                  metrics_out: str | Path | None = None, checkpoint: str | Path | None = None,
                  resume: bool = False, progress: bool = True, overwrite: bool = False,
-                 model_out: str | Path | None = None) -> TrainReport:
+                 model_out: str | Path | None = None, full_eval: str | None = None) -> TrainReport:
     """Train ``model_cfg`` on ``dataset`` with ``train_cfg`` in this process; optionally checkpoint each epoch
     and resume, and write the trained model's ``state_dict`` to ``model_out``.
 
@@ -66,7 +73,13 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
 
     An existing ``checkpoint`` is continued (``resume``) or replaced (``overwrite``), and an existing
     ``metrics_out`` replaced only with ``overwrite``; otherwise a ValueError before training starts.
+
+    ``full_eval`` (a metric name, ``--eval full``): after the last epoch, score the validation and
+    test nodes by layer-wise full-neighborhood inference (:func:`~gnnscale.inference.evaluate.evaluate_full`)
+    beside the sampled per-epoch evaluation; the report's ``full_eval`` holds the result.
     """
+    if full_eval is not None:
+        check_metric(full_eval, dataset.num_classes)
     if model_cfg.num_layers != train_cfg.num_layers:
         raise ValueError(f"fanouts: {train_cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
     check_run_outputs(metrics_out=metrics_out, checkpoint=checkpoint, resume=resume, overwrite=overwrite,
@@ -110,8 +123,14 @@ def run_training(dataset: NodeDataset, model_cfg: ModelConfig, train_cfg: TrainC
     finally:
         shutdown()
     report = summarize(history)
+    if full_eval is not None:
+        report = replace(report, full_eval=evaluate_full(model, dataset, full_eval))
+        if metrics_out is not None:
+            write_json_atomic(metrics_out, {**header, **report.to_json()})
     if model_out is not None:
-        save_model(model_out, model)
+        save_model(model_out, model, model_cfg, DatasetFacts(name=dataset.name, feature_dim=dataset.feature_dim,
+                                                       num_classes=dataset.num_classes,
+                                                       num_nodes=dataset.graph.num_nodes))
     return report
 
 

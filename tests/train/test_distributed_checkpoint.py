@@ -106,7 +106,8 @@ def interrupted(partitions, tmp_path_factory):
             runs[layout] = {"dir": d, "killed_at": killed_at, "resume_output": output, "resumed_from": resumed_from,
                             "full": json.loads((d / "full.json").read_text()),
                             "resumed": json.loads((d / "resumed.json").read_text()),
-                            "full_weights": torch.load(d / "full.pt"), "resumed_weights": torch.load(d / "resumed.pt")}
+                            "full_weights": torch.load(d / "full.pt")["state_dict"],
+                            "resumed_weights": torch.load(d / "resumed.pt")["state_dict"]}
         return runs[layout]
 
     return get
@@ -291,5 +292,5 @@ def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partiti
                          launch.text()), launch.tail()
     finally:
         launch.stop()
-    weights, full = torch.load(model), torch.load(tmp_path / "full.pt")
+    weights, full = torch.load(model)["state_dict"], torch.load(tmp_path / "full.pt")["state_dict"]
     assert weights.keys() == full.keys() and all(torch.equal(weights[k], full[k]) for k in full)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gnnscale.cli import main
+from gnnscale.graph.feature_dtype import decode, encode
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.partition import load_partition, read_manifest, write_partition_dir
@@ -110,6 +111,29 @@ def test_background_loading_does_not_change_distributed_training(launched, parti
         # Without the stage, loading is on the training thread: its phases add up within the epoch.
         phases = a["sample_s"] + a["fetch_s"] + a["forward_backward_s"] + a["grad_sync_s"]
         assert phases <= a["epoch_s"] and a["wait_s"] >= a["sample_s"] + a["fetch_s"] - 1e-6
+
+
+@pytest.mark.parametrize("feature_dtype", ["float16", "bfloat16"])
+def test_half_precision_parts_train_exactly_like_float32_parts_of_the_rounded_features(dataset, tmp_path,
+                                                                                      feature_dtype):
+    """Half precision changes what is stored and sent, not how the workers compute: parts stored in
+    float16 / bfloat16 train bit for bit like float32 parts holding the same (rounded) values, with half
+    the feature bytes received per row."""
+    rounded = replace(dataset, features=decode(encode(dataset.features, feature_dtype)).numpy())
+    write_partition_dir(dataset, 2, "metis", tmp_path / "half", feature_dtype=feature_dtype)
+    write_partition_dir(rounded, 2, "metis", tmp_path / "wide")
+    metrics = {}
+    for name in ("half", "wide"):
+        out = tmp_path / f"{name}.json"
+        run = run_launch(torchrun(2, "--partitions", str(tmp_path / name), "--layout", "hybrid", "--metrics-out",
+                                  str(out), "--fanouts", "4,3", *TRAIN_ARGS))
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        metrics[name] = json.loads(out.read_text())["history"]
+    assert read_manifest(tmp_path / "half")["feature_dtype"] == feature_dtype
+    for h, w in zip(metrics["half"], metrics["wide"], strict=True):
+        assert (h["loss"], h["val_acc"], h["test_acc"], h["sampled_edges"]) == (w["loss"], w["val_acc"],
+                                                                               w["test_acc"], w["sampled_edges"])
+        assert h["bytes_per_iteration"]["feature"] < 0.75 * w["bytes_per_iteration"]["feature"]
 
 
 def test_one_worker_equals_the_single_machine_trainer(dataset, launched):

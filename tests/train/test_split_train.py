@@ -121,7 +121,8 @@ def test_split_training_equals_the_single_process_trainer(partitions, nproc, mod
               for d, s in zip(dh["iteration_losses"], sh["iteration_losses"], strict=True)]
     assert len(losses) == EPOCHS * math.ceil(dataset.train_idx.size / MINIBATCH) == 20
     assert max(abs(d - s) / abs(s) for d, s in losses) < 1e-5
-    split_state, single_state = torch.load(tmp_path / "split.pt"), torch.load(tmp_path / "single.pt")
+    split_state = torch.load(tmp_path / "split.pt")["state_dict"]
+    single_state = torch.load(tmp_path / "single.pt")["state_dict"]
     for name, value in single_state.items():
         assert relative(split_state[name], value) < 1e-4, name
     for d, s in zip(run["history"], single.history):

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
+from gnnscale.graph.feature_dtype import decode
 from gnnscale.partition.assign import assign_parts
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
@@ -119,7 +120,7 @@ def cluster_sums(features: np.ndarray, clusters: np.ndarray, num_clusters: int) 
     d = features.shape[1]
     out = torch.zeros(num_clusters, d + 1, dtype=torch.float64)
     for start in range(0, features.shape[0], _FEATURE_CHUNK_ROWS):
-        rows = torch.from_numpy(np.asarray(features[start:start + _FEATURE_CHUNK_ROWS], dtype=np.float64))
+        rows = decode(features[start:start + _FEATURE_CHUNK_ROWS]).to(torch.float64)
         idx = torch.from_numpy(np.asarray(clusters[start:start + _FEATURE_CHUNK_ROWS], dtype=np.int64))
         out[:, :d].index_add_(0, idx, rows)
         out[:, d].index_add_(0, idx, torch.ones(idx.shape[0], dtype=torch.float64))

@@ -37,6 +37,7 @@ from gnnscale.distributed.features import CATEGORY as FEATURE_CATEGORY
 from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler, _check_owned
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.feature_dtype import to_float32
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, check_seeds
 from gnnscale.sampling.dgs import DGSPolicy, sample_blocks_dgs, sample_rows
@@ -258,23 +259,23 @@ class FeatureSampledStore(PartitionedFeatureStore):
         asked = self.comm.all_to_allv(requests, FEATURE_CATEGORY)
         replies = [self._reply(asked[j].cpu()) for j in range(world)]
         # Round 2: every owner sends the asked columns of the asked rows, flattened, in the order asked.
-        received = self.comm.all_to_allv(replies, FEATURE_CATEGORY)
+        received = self.receive_rows(self.comm.all_to_allv(self.send_rows(replies), FEATURE_CATEGORY))
         out = torch.empty((ids.shape[0], self.feature_dim), dtype=torch.float32)
         kept = torch.from_numpy(np.flatnonzero(keep))
         for j in range(world):
             if j == rank:
-                out[grouped_pos[j]] = self._read_rows(grouped_ids[j])
+                out[grouped_pos[j]] = to_float32(self._read_rows(grouped_ids[j]))
                 continue
             cluster = torch.from_numpy(self.clusters.node_cluster[grouped_ids[j].numpy()].astype(np.int64))
             rows = self._fill.index_select(0, cluster)
-            rows[:, kept] = received[j].cpu().view(-1, kept.shape[0])
+            rows[:, kept] = to_float32(received[j].cpu().view(-1, kept.shape[0]))
             out[grouped_pos[j]] = rows
         return out.to(self.comm.device)
 
     def _reply(self, msg: Tensor) -> Tensor:
-        """float32 [rows * kept]: the asked columns of the asked rows (empty for an empty request)."""
+        """[rows * kept], as stored: the asked columns of the asked rows (empty for an empty request)."""
         if msg.shape[0] == 0:
-            return torch.empty(0, dtype=torch.float32)
+            return torch.empty(0, dtype=self.row_dtype)
         keep = torch.from_numpy(np.flatnonzero(unpack_dims(msg[:self._words], self.feature_dim)))
         return self._read_rows(msg[self._words:]).index_select(1, keep).reshape(-1)
 

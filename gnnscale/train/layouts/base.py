@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -28,10 +28,9 @@ from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import Block
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.metrics import PhaseTimer
 
-if TYPE_CHECKING:  # the DGS settings live with the DGS layout, which builds on this module
-    from gnnscale.train.layouts.dgs import DGSConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

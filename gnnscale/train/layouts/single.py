@@ -10,11 +10,11 @@ one-part partition therefore trains exactly like it.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.feature_dtype import decode
 from gnnscale.graph.features import gather_rows
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.book import PartitionBook
@@ -37,7 +37,7 @@ class LocalFeatureStore:
 
     def gather(self, node_ids: Tensor) -> Tensor:
         """float32 [len(node_ids), d]: the rows of ``node_ids`` (a numba kernel that releases the GIL)."""
-        return torch.from_numpy(gather_rows(self.features, node_ids.numpy()))
+        return decode(gather_rows(self.features, node_ids.numpy()))
 
 
 def whole_partition(dataset: NodeDataset) -> LocalPartition:

@@ -37,6 +37,7 @@ from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_bl
 from gnnscale.distributed.split.shuffle import CooperativeBlock, exchange_input_ahead, split_loss
 from gnnscale.distributed.split.plan import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, split_edge_counts
+from gnnscale.graph.feature_dtype import decode
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import NeighborSampler, derive_key
@@ -117,7 +118,7 @@ class SplitParallel:
         out = []
         for step, (splits, sampled, minibatch_edges) in zip(steps, self._split_many(steps, timer)):
             with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
-                x = torch.from_numpy(np.ascontiguousarray(self.part.features[(splits[0].src_ids - lo).numpy()]))
+                x = decode(self.part.features[(splits[0].src_ids - lo).numpy()])
             blocks = [CooperativeBlock(split=s, comm=self.comm) for s in splits]
             if self.input_ahead:
                 with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic

@@ -1,0 +1,73 @@
+"""How feature rows are stored and sent: float32, or half precision (float16, bfloat16) for half the
+bytes on disk, in the page cache, in every worker's memory and on the wire. Computation stays float32:
+rows are widened where they arrive (:func:`to_float32`).
+
+numpy has no bfloat16, so bfloat16 rows are stored as the uint16 bit patterns torch gives them (the
+upper half of the float32's bits, rounded to nearest even); :func:`as_tensor` views them as bfloat16
+again. A file's dtype says which: float32 ``<f4``, float16 ``<f2``, bfloat16 ``<u2``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+FEATURE_DTYPES = ("float32", "float16", "bfloat16")
+_NUMPY = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16)}
+_TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def check_feature_dtype(name: str) -> str:
+    if name not in FEATURE_DTYPES:
+        raise ValueError(f"feature_dtype: expected one of {', '.join(FEATURE_DTYPES)}, got {name!r}")
+    return name
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The dtype of a stored feature matrix of ``name`` (bfloat16: uint16 bit patterns)."""
+    return _NUMPY[check_feature_dtype(name)]
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH[check_feature_dtype(name)]
+
+
+def stored_name(array: np.ndarray | Tensor) -> str:
+    """Which of :data:`FEATURE_DTYPES` an array of stored rows holds (numpy uint16: bfloat16)."""
+    for name in FEATURE_DTYPES:
+        if array.dtype in (_NUMPY[name], _TORCH[name]):
+            return name
+    raise TypeError(f"features: expected float32, float16 or bfloat16 rows (bfloat16 as uint16 in numpy), got "
+                    f"{array.dtype}")
+
+
+def encode(rows: np.ndarray, name: str) -> np.ndarray:
+    """float32 ``rows`` as stored in ``name`` (rounded to nearest even); float32 rows are returned as they are."""
+    name = check_feature_dtype(name)
+    if name == "float32":
+        return np.asarray(rows, dtype=np.float32)
+    wide = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+    narrow = wide.to(_TORCH[name])
+    if name == "bfloat16":
+        narrow = narrow.view(torch.uint16)
+    return narrow.numpy()
+
+
+def as_tensor(rows: np.ndarray) -> Tensor:
+    """Stored numpy rows as a tensor of their torch dtype, without a copy (uint16 viewed as bfloat16)."""
+    tensor = torch.from_numpy(rows)
+    return tensor.view(torch.bfloat16) if rows.dtype == np.uint16 else tensor
+
+
+def to_float32(rows: Tensor) -> Tensor:
+    """Rows as float32 for computation (no copy when they are float32 already)."""
+    return rows if rows.dtype == torch.float32 else rows.to(torch.float32)
+
+
+def decode(rows: np.ndarray) -> Tensor:
+    """Stored numpy rows (float32, float16, or bfloat16 as uint16) as a float32 tensor."""
+    rows = np.ascontiguousarray(rows)
+    if not rows.flags.writeable:  # a slice of a memory map: torch wants memory it may write
+        rows = rows.copy()
+    return to_float32(as_tensor(rows))

@@ -1,0 +1,1 @@
+"""After training: layer-wise full-neighborhood inference, predictions and metrics."""

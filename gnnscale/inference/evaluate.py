@@ -1,0 +1,41 @@
+"""Validation and test scores of a model by layer-wise full-neighborhood inference (``train --eval full``)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference
+from gnnscale.inference.metrics import check_metric, score
+
+
+def evaluate_full(model: nn.Module, dataset: NodeDataset, metric: str = "accuracy", *,
+                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict:
+    """``{"metric", "val", "test", "seconds"}``: ``metric`` of the model's full-graph predictions (every
+    in-neighbor, no sampling) on the validation and test nodes; NaN for an empty split.
+
+    Only the rows the validation and test nodes depend on are computed; the layer files go to a
+    temporary folder that is removed afterwards.
+    """
+    check_metric(metric, dataset.num_classes)
+    started = time.perf_counter()
+    wanted = np.union1d(dataset.val_idx, dataset.test_idx)
+    result = {"metric": metric}
+    with tempfile.TemporaryDirectory(prefix="gnnscale-eval-") as tmp:
+        if wanted.size:
+            logits = np.load(layerwise_inference(model, dataset.graph, dataset.features, tmp, nodes=wanted,
+                                                 chunk_size=chunk_size)[-1], mmap_mode="r")
+        for split in ("val", "test"):
+            ids = getattr(dataset, f"{split}_idx")
+            if ids.size == 0:
+                result[split] = float("nan")
+                continue
+            probabilities = torch.softmax(torch.from_numpy(np.array(logits[ids])), dim=1).numpy()
+            result[split] = score(metric, dataset.labels[ids], probabilities)
+    result["seconds"] = time.perf_counter() - started
+    return result

@@ -1,0 +1,156 @@
+"""``gnnscale predict --partitions DIR`` under torchrun: the outputs of :mod:`gnnscale.inference.predict`,
+computed part by part (:func:`~gnnscale.inference.distributed.distributed_layerwise`) and written by
+original node id (the partition's relabelling undone through its ``new_to_old.npy``).
+
+Every worker writes its own rows straight into the output files, so ``--out`` must be a folder all
+workers see (one machine, or a shared file system), and rank 0 reads every part's labels from the
+partition directory for the metrics. The steps, each ended by a collective:
+
+1. rank 0 checks ``--out`` and creates the output files, full size, in a staging folder inside it;
+2. every worker runs its part and writes its rows at their original ids, then flushes and fsyncs;
+3. rank 0 scores the splits, renames the files into ``--out`` and writes ``meta.json`` last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnnscale.distributed.comm import Comm
+from gnnscale.files import atomic_write
+from gnnscale.inference.distributed import distributed_layerwise
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layer_widths
+from gnnscale.inference.metrics import check_metric, score
+from gnnscale.inference.predict import OUTPUT_FILES, check_out_dir
+from gnnscale.nn.model_file import ModelFile
+from gnnscale.partition.directory import LocalPartition, load_partition, read_manifest
+
+STAGING = ".predict-staging"
+VIEWS = {"hybrid": "whole", "vanilla": "own"}  # the topology each layout loads
+
+
+def load_part(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
+    """This worker's part; a failure on any worker (a missing file, a wrong worker count) is raised on all."""
+    part, error = None, ""
+    try:
+        if layout not in VIEWS:
+            raise ValueError(f"layout: predict runs on --layout hybrid or vanilla, got {layout!r}")
+        part = load_partition(partition_dir, comm.rank, VIEWS[layout])
+        if part.num_parts != comm.world_size:
+            raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} workers "
+                             f"were launched; use --nproc-per-node {part.num_parts}")
+    except (ValueError, TypeError, OSError) as err:
+        error = str(err)
+    comm.agree(part is not None and not error, error)  # collective: every worker stops together
+    return part
+
+
+def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, layout: str, comm: Comm,
+                        out: str | Path, *, embeddings: int | None = None, logits: bool = False,
+                        metric: str = "accuracy", chunk_size: int = DEFAULT_CHUNK_SIZE,
+                        overwrite: bool = False) -> dict | None:
+    """Collective: every worker of ``comm`` calls it. Returns what ``meta.json`` holds on rank 0, None
+    elsewhere. Arguments as :func:`~gnnscale.inference.predict.predict` (no node subset)."""
+    out, error = Path(out), ""
+    manifest = read_manifest(partition_dir)
+    cfg = model_file.config
+    try:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+            raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+        model_file.check_fits(name=str(manifest["dataset"]), feature_dim=int(manifest["feature_dim"]),
+                              num_classes=int(manifest["num_classes"]))
+        check_metric(metric, int(manifest["num_classes"]))
+        if embeddings is not None and not 1 <= embeddings < cfg.num_layers:
+            raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
+                             f"{cfg.num_layers - 1}; got {embeddings}")
+        if comm.rank == 0:
+            check_out_dir(out, overwrite=overwrite)
+    except ValueError as err:
+        error = str(err)
+    comm.agree(not error, error)  # collective: a bad input stops every worker with rank 0's line
+    part = load_part(partition_dir, layout, comm)
+    n, width = part.book.num_nodes, layer_widths(model_file.model)
+    names = {"predictions.npy": (np.int64, (n,)),
+             "logits.npy" if logits else "probabilities.npy": (np.float32, (n, width[-1]))}
+    if embeddings is not None:
+        names["embeddings.npy"] = (np.float32, (n, width[embeddings - 1]))
+    staging = out / STAGING
+    if comm.rank == 0:
+        shutil.rmtree(staging, ignore_errors=True)  # left by a killed run
+        staging.mkdir(parents=True)
+        for name, (dtype, shape) in names.items():  # full size, every row written by its owner below
+            np.lib.format.open_memmap(staging / name, mode="w+", dtype=dtype, shape=shape).flush()
+    comm.barrier("eval")  # collective: the staging files exist before any worker opens them
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f".predict-rank{comm.rank}-", dir=out) as tmp:
+        layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size)
+        inference_s = time.perf_counter() - started
+        lo, hi = part.book.node_range(comm.rank)
+        original = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")[lo:hi]
+        z = torch.from_numpy(np.load(layers[-1]))
+        rows = {"predictions.npy": z.argmax(dim=1).numpy(),
+                "logits.npy" if logits else "probabilities.npy": (z if logits else torch.softmax(z, dim=1)).numpy()}
+        if embeddings is not None:
+            rows["embeddings.npy"] = np.load(layers[embeddings - 1], mmap_mode="r")
+        for name, values in rows.items():
+            target = np.load(staging / name, mmap_mode="r+")
+            target[original] = values
+            target.flush()
+            with open(staging / name, "rb+") as f:
+                os.fsync(f.fileno())
+            del target
+    # Collective (also: every worker's rows are on disk): each worker's peak RSS so far, in its slot.
+    peaks = torch.zeros(comm.world_size, dtype=torch.float64)
+    peaks[comm.rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    comm.all_reduce_(peaks, dist.ReduceOp.SUM, "eval")
+    if comm.rank != 0:
+        comm.barrier("eval")  # collective: rank 0 published the files
+        return None
+    scores_name = "logits.npy" if logits else "probabilities.npy"
+    metrics = split_metrics_from_parts(partition_dir, manifest, staging / scores_name, logits, metric)
+    meta = {"model": {"file": str(model_file.path), "config": asdict(cfg),
+                      "trained_on": None if model_file.dataset is None else asdict(model_file.dataset)},
+            "dataset": {"name": str(manifest["dataset"]), "num_nodes": n, "num_edges": int(manifest["num_edges"])},
+            "partitions": str(partition_dir), "layout": layout, "workers": comm.world_size,
+            "rows": n, "rows_are": "original node ids 0 .. num_nodes - 1", "files": sorted(names) + ["meta.json"],
+            "embeddings_layer": embeddings, "chunk_size": chunk_size, "metric": metric, "metrics": metrics,
+            "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
+            "peak_rss_bytes_per_worker": [int(p) for p in peaks.tolist()]}
+    for name in OUTPUT_FILES:
+        if name not in names and name != "meta.json":
+            (out / name).unlink(missing_ok=True)
+    for name in names:
+        os.replace(staging / name, out / name)
+    staging.rmdir()
+    atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
+    comm.barrier("eval")  # collective: the others return once the files are published
+    return meta
+
+
+def split_metrics_from_parts(partition_dir: str | Path, manifest: dict, scores_path: Path, scores_are_logits: bool,
+                             metric: str) -> dict:
+    """``{split: {"nodes", metric}}`` over every part's split nodes, from the partition directory's labels
+    and split files (relabelled ids) and the scores file (original ids)."""
+    directory = Path(partition_dir)
+    new_to_old = np.load(directory / "new_to_old.npy", mmap_mode="r")
+    labels = np.concatenate([np.load(directory / f"part{p}" / "labels.npy") for p in range(manifest["num_parts"])])
+    scores = np.load(scores_path, mmap_mode="r")
+    out = {}
+    for split in ("train", "val", "test"):
+        ids = np.concatenate([np.load(directory / f"part{p}" / f"{split}_idx.npy")
+                              for p in range(manifest["num_parts"])]).astype(np.int64)
+        z = torch.from_numpy(np.array(scores[np.asarray(new_to_old[ids])]))
+        probs = (torch.softmax(z, dim=1) if scores_are_logits else z).numpy()
+        out[split] = {"nodes": int(ids.shape[0]), metric: score(metric, labels[ids], probs)}
+    return out

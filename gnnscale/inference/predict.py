@@ -1,0 +1,195 @@
+"""``gnnscale predict``: a trained model over every node (or ``nodes``), written to an output folder.
+
+Files (row ``i`` is node ``i`` of the dataset, or node ``nodes[i]`` with ``nodes``), memory-mapped ``.npy``:
+
+    predictions.npy    int64 [rows]                     the predicted class
+    probabilities.npy  float32 [rows, num_classes]      softmax of the logits (logits.npy with logits=True)
+    embeddings.npy     float32 [rows, width]            hidden layer ``embeddings``' output (if asked)
+    nodes.npy          int64 [rows]                     the node id of every row (with ``nodes`` only)
+    meta.json          what was run on what, the files, timings and the metric per split
+
+Every file is written under a temporary folder inside ``out`` and renamed into place when complete,
+``meta.json`` last: a reader never sees half a file, and a run that fails leaves ``out`` as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gnnscale.files import atomic_write
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference
+from gnnscale.inference.metrics import check_metric, score
+from gnnscale.nn.model_file import ModelFile
+
+OUTPUT_FILES = ("predictions.npy", "probabilities.npy", "logits.npy", "embeddings.npy", "nodes.npy", "meta.json")
+ROWS_PER_PASS = 1 << 16  # rows per pass when deriving probabilities and predictions from the logits
+
+
+def check_out_dir(out: str | Path, *, overwrite: bool) -> Path:
+    """``out`` when it can take the outputs: missing, an empty folder, or (``overwrite``) a folder of earlier
+    outputs. ValueError naming ``out`` otherwise; checked before the dataset loads."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {out} exists and is not a folder; give a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ValueError(f"out: {out} is not empty; pass --overwrite to replace the outputs there, or choose "
+                         "another folder")
+    return out
+
+
+def read_nodes(path: str | Path, num_nodes: int) -> np.ndarray:
+    """int64 node ids from ``path``: a ``.npy`` integer array, or text with one id per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"nodes: no file at {path}")
+    try:
+        ids = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.loadtxt(path, dtype=np.int64, ndmin=1)
+    except ValueError as err:
+        raise ValueError(f"nodes: {path} is not a list of node ids ({err})") from None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"nodes: {path} must hold a 1-D list of integer node ids, got {ids.dtype} of shape "
+                         f"{ids.shape}")
+    if ids.size == 0:
+        raise ValueError(f"nodes: {path} holds no node ids")
+    if int(ids.min()) < 0 or int(ids.max()) >= num_nodes:
+        raise ValueError(f"nodes: {path} holds ids in [{int(ids.min())}, {int(ids.max())}], but the dataset's ids are "
+                         f"[0, {num_nodes})")
+    return ids.astype(np.int64)
+
+
+def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nodes: np.ndarray | None = None,
+            embeddings: int | None = None, logits: bool = False, metric: str = "accuracy",
+            chunk_size: int = DEFAULT_CHUNK_SIZE, overwrite: bool = False) -> dict:
+    """Run ``model_file``'s model over ``dataset`` by layer-wise inference and write the outputs to ``out``
+    (see the module docstring). Returns what ``meta.json`` holds.
+
+    Args:
+        model_file: from :func:`~gnnscale.nn.model_file.read_model_file`.
+        dataset: the dataset to predict on; its feature and class counts must fit the model.
+        out: the output folder (missing, empty, or with ``overwrite`` one of earlier outputs).
+        nodes: int64 node ids to predict (rows follow this order); None (default): every node.
+        embeddings: a hidden layer, 1 .. num_layers - 1, whose output to write; None (default): none.
+        logits: write ``logits.npy`` instead of ``probabilities.npy``. Default False.
+        metric: ``accuracy``, ``roc_auc`` (two classes) or ``f1_macro``, reported per split. Default accuracy.
+        chunk_size: destination nodes per block (memory per chunk). Default :data:`DEFAULT_CHUNK_SIZE`.
+        overwrite: replace earlier outputs in ``out``. Default False.
+    """
+    out = check_out_dir(out, overwrite=overwrite)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    cfg = model_file.config
+    model_file.check_fits(name=dataset.name, feature_dim=dataset.feature_dim, num_classes=dataset.num_classes)
+    check_metric(metric, dataset.num_classes)
+    if embeddings is not None and not 1 <= embeddings < cfg.num_layers:
+        raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
+                         f"{cfg.num_layers - 1}; got {embeddings}" if cfg.num_layers > 1 else
+                         f"embeddings: the model has one layer and no hidden layer to write; got {embeddings}")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=".predict-", dir=out) as tmp:
+        tmp = Path(tmp)
+        layers = layerwise_inference(model_file.model, dataset.graph, dataset.features, tmp, nodes=nodes,
+                                     chunk_size=chunk_size)
+        inference_s = time.perf_counter() - started
+        rows = np.arange(dataset.graph.num_nodes) if nodes is None else nodes
+        files = {}
+        last = np.load(layers[-1], mmap_mode="r")
+        files["predictions.npy"], scores = _derive(last, None if nodes is None else rows, tmp, logits)
+        files["logits.npy" if logits else "probabilities.npy"] = scores
+        if embeddings is not None:
+            files["embeddings.npy"] = _rows_of(np.load(layers[embeddings - 1], mmap_mode="r"), rows, nodes,
+                                               layers[embeddings - 1], tmp / "embeddings.npy")
+        if nodes is not None:
+            files["nodes.npy"] = _write_npy(tmp / "nodes.npy", nodes)
+        metrics = split_metrics(dataset, rows, scores, logits, metric)
+        meta = {"model": {"file": str(model_file.path), "config": asdict(cfg),
+                          "trained_on": None if model_file.dataset is None else asdict(model_file.dataset)},
+                "dataset": {"name": dataset.name, "num_nodes": dataset.graph.num_nodes,
+                            "num_edges": dataset.graph.num_edges},
+                "rows": int(rows.shape[0]), "rows_are": "node ids 0 .. num_nodes - 1" if nodes is None else
+                "the node ids in nodes.npy", "files": sorted(files) + ["meta.json"],
+                "embeddings_layer": embeddings, "chunk_size": chunk_size, "metric": metric, "metrics": metrics,
+                "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
+                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        for name in OUTPUT_FILES:  # outputs of an earlier run that this one does not replace would mislead
+            if name not in files and name != "meta.json":
+                (out / name).unlink(missing_ok=True)
+        for name in files:
+            os.replace(tmp / name, out / name)
+        atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
+    return meta
+
+
+def _derive(last: np.ndarray, rows: np.ndarray | None, tmp: Path, logits: bool) -> tuple[Path, Path]:
+    """predictions.npy and probabilities.npy (or logits.npy) of ``rows`` (None: every row) from the last
+    layer's file, a pass of :data:`ROWS_PER_PASS` rows at a time."""
+    n, c = last.shape[0] if rows is None else rows.shape[0], last.shape[1]
+    predictions = np.lib.format.open_memmap(tmp / "predictions.npy", mode="w+", dtype=np.int64, shape=(n,))
+    name = "logits.npy" if logits else "probabilities.npy"
+    scores = np.lib.format.open_memmap(tmp / name, mode="w+", dtype=np.float32, shape=(n, c))
+    for lo in range(0, n, ROWS_PER_PASS):
+        hi = min(lo + ROWS_PER_PASS, n)
+        z = torch.from_numpy(np.array(last[lo:hi] if rows is None else last[rows[lo:hi]]))
+        predictions[lo:hi] = z.argmax(dim=1).numpy()
+        scores[lo:hi] = (z if logits else torch.softmax(z, dim=1)).numpy()
+    for array in (predictions, scores):
+        _sync(array)
+    return tmp / "predictions.npy", tmp / name
+
+
+def _rows_of(layer: np.ndarray, rows: np.ndarray, nodes: np.ndarray | None, layer_path: Path, path: Path) -> Path:
+    """A layer's rows for ``rows``: the layer file itself when every node is asked for, else a copy."""
+    if nodes is None:  # the layer file is the output: publish it once its pages are on disk
+        with open(layer_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(layer_path, path)
+        return path
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows.shape[0], layer.shape[1]))
+    for lo in range(0, rows.shape[0], ROWS_PER_PASS):
+        out[lo:lo + ROWS_PER_PASS] = layer[rows[lo:lo + ROWS_PER_PASS]]
+    _sync(out)
+    return path
+
+
+def _write_npy(path: Path, array: np.ndarray) -> Path:
+    with open(path, "wb") as f:
+        np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def _sync(array: np.memmap) -> None:
+    """Flush a memory-mapped output and fsync its file, so the rename publishes complete data."""
+    array.flush()
+    with open(array.filename, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def split_metrics(dataset: NodeDataset, rows: np.ndarray, scores_path: Path, scores_are_logits: bool,
+                  metric: str) -> dict:
+    """``{split: {"nodes": count, metric: value}}`` for the train, validation and test nodes among ``rows``
+    (the node id of every row of the scores file)."""
+    order = np.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    scores = np.load(scores_path, mmap_mode="r")
+    out = {}
+    for split in ("train", "val", "test"):
+        ids = getattr(dataset, f"{split}_idx")
+        pos = np.minimum(np.searchsorted(sorted_rows, ids), max(sorted_rows.shape[0] - 1, 0))
+        found = sorted_rows[pos] == ids if sorted_rows.size else np.zeros(ids.shape, dtype=bool)
+        at, ids = order[pos[found]], ids[found]
+        z = torch.from_numpy(np.array(scores[at]))
+        probs = (torch.softmax(z, dim=1) if scores_are_logits else z).numpy()
+        out[split] = {"nodes": int(at.shape[0]), metric: score(metric, dataset.labels[ids], probs)}
+    return out

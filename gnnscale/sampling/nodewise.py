@@ -1,0 +1,142 @@
+"""Node-wise neighbor sampling in PyG's layout: each hop samples only the nodes the previous hop added.
+
+The block sampler (:func:`gnnscale.sampling.sample_blocks`) samples, at hop ``h``, every node known
+so far, because a layered model needs every destination of a layer to be a source of the next one.
+PyG's ``NeighborLoader`` instead samples at hop ``h`` only the *frontier*: the nodes that hop
+``h - 1`` added (the seeds at hop 0), and returns one edge list for all hops. This module draws that
+layout with the fused sampler's kernels and keys: the neighbors of node ``v`` at hop ``h`` depend only
+on ``(key, h, v)``, so hop 0 is exactly the block sampler's first hop for the same key.
+
+Neighbors are chosen as *positions* in the CSC ``indices`` array (the kernels run on an identity
+position array instead of ``indices``: the same random draws, since a draw depends only on the key,
+the node and its degree), so that every sampled edge knows where it sits in the graph; its source is
+then ``indices[position]``.
+
+The tiny example, in-edges ``0: [2]  1: [0, 3, 4]  2: [1]  3: [0]  4: [2]`` and seed 1, all neighbors::
+
+    hop 0: frontier [1]        -> edges 0->1, 3->1, 4->1   nodes [1, 0, 3, 4]
+    hop 1: frontier [0, 3, 4]  -> edges 2->0, 0->3, 2->4   nodes [1, 0, 3, 4, 2]
+
+    num_sampled_nodes [1, 3, 1], num_sampled_edges [3, 3]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.sampling import check_key, check_seeds
+from gnnscale.sampling.choose import choose_all, count_and_offsets
+from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
+
+ALL_NEIGHBORS = -1  # a fanout of -1 keeps every in-edge of the node (PyG's convention)
+
+
+def check_num_neighbors(num_neighbors: Sequence[int]) -> tuple[int, ...]:
+    """Validate per-hop fanouts, seeds outwards: a non-empty list of ints, each >= 1 or -1 (all neighbors)."""
+    if isinstance(num_neighbors, (int, np.integer, str, bytes)) or not isinstance(num_neighbors, Sequence) \
+            or len(num_neighbors) == 0:
+        raise ValueError(f"num_neighbors: expected a non-empty list of ints (-1 = all neighbors), got {num_neighbors!r}")
+    for i, f in enumerate(num_neighbors):
+        if not isinstance(f, (int, np.integer)) or isinstance(f, bool):
+            raise TypeError(f"num_neighbors: expected ints, got {type(f).__name__} at position {i}")
+        if f < 1 and f != ALL_NEIGHBORS:
+            raise ValueError(f"num_neighbors: expected every entry >= 1 or -1 (all neighbors), got {f} at position {i}")
+    return tuple(int(f) for f in num_neighbors)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _sources(indices, positions):
+    """int64 [len(positions)]: ``indices[positions]`` (the sampled edges' sources, global ids), in
+    parallel and without the GIL (numpy's gather holds it and runs on one core)."""
+    out = np.empty(positions.shape[0], dtype=np.int64)
+    for i in numba.prange(positions.shape[0]):
+        out[i] = indices[positions[i]]
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodewiseSample:
+    """The sampled subgraph of one batch, in PyG's node-wise layout.
+
+    Args:
+        nodes: int64 [num_nodes]; global ids: the seeds first (same order), then the nodes each hop
+            added, in order of first appearance (PyG's ``n_id``).
+        row: int64 [num_edges]; local id (into ``nodes``) of each edge's source, the sampled neighbor.
+        col: int64 [num_edges]; local id of each edge's destination, the node it was sampled for.
+            Edges come hop after hop; within a hop, grouped by destination in frontier order.
+        edge_pos: int64 [num_edges]; position of each edge in the graph's CSC ``indices``.
+        num_sampled_nodes: ``len(fanouts) + 1`` ints; the seeds, then the nodes each hop added.
+        num_sampled_edges: ``len(fanouts)`` ints; the edges of each hop.
+    """
+
+    nodes: Tensor
+    row: Tensor
+    col: Tensor
+    edge_pos: Tensor
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+
+
+class NodewiseSampler:
+    """Samples :class:`NodewiseSample` subgraphs of one graph, reusing the fused sampler's mapping array.
+
+    Args:
+        graph: the topology (in-edges per node).
+        fanouts: neighbors per frontier node per hop, seeds outwards; -1 keeps every in-edge.
+        replace: sample with replacement (hops with fanout -1 still take every in-edge once).
+
+    Holds an identity position array of one int64 per edge (built once). Not safe to share between
+    threads (the mapping array is reused by every call).
+    """
+
+    def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False) -> None:
+        if not isinstance(graph, CSCGraph):
+            raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
+        self.graph = graph
+        self.fanouts = check_num_neighbors(fanouts)
+        self.replace = bool(replace)
+        self.workspace = SamplerWorkspace(graph.num_nodes)
+        self.positions = np.arange(graph.num_edges, dtype=np.int64)
+        # -1 becomes a fanout no degree exceeds, without replacement: min(fanout, degree) = degree.
+        max_degree = int(graph.in_degrees().max()) if graph.num_nodes else 0
+        self._kernel_fanouts = tuple(max(max_degree, 1) if f == ALL_NEIGHBORS else f for f in self.fanouts)
+
+    def sample(self, seeds, key: int) -> NodewiseSample:
+        """The subgraph of ``seeds`` (unique int node ids, tensor or numpy array) under ``key``."""
+        seeds = check_seeds(seeds, self.graph.num_nodes)
+        key = check_key(key)
+        indptr, indices = self.graph.indptr, self.graph.indices
+        frontier_start = [0]  # where the current hop's frontier begins in the node list
+        positions = []
+
+        def sample_hop(nodes, num_dst, num_known, fanout, hop):
+            replace = self.replace and self.fanouts[hop] != ALL_NEIGHBORS
+            frontier = nodes[frontier_start[0]:num_dst]
+            offsets = count_and_offsets(indptr, frontier, 0, fanout, replace)
+            pos = choose_all(indptr, self.positions, frontier, offsets, fanout, replace, key, hop)
+            local = _sources(indices, pos)
+            nodes = grow_nodes(nodes, num_known, num_known + local.shape[0])
+            num_known = relabel_all(local, self.workspace.node_map, nodes, num_known)
+            frontier_start[0] = num_dst
+            positions.append(pos)
+            return offsets, local, nodes, num_known
+
+        nodes, hops = expand_hops(seeds, self._kernel_fanouts, self.workspace, sample_hop)
+        rows, cols, lo = [], [], 0
+        for offsets, local, num_dst, _ in hops:
+            rows.append(local)
+            cols.append(np.repeat(np.arange(lo, num_dst, dtype=np.int64), np.diff(offsets)))
+            lo = num_dst
+        num_sampled_nodes = [int(seeds.shape[0])] + [int(num_src - num_dst) for _, _, num_dst, num_src in hops]
+        return NodewiseSample(nodes=torch.from_numpy(nodes), row=torch.from_numpy(np.concatenate(rows)),
+                              col=torch.from_numpy(np.concatenate(cols)),
+                              edge_pos=torch.from_numpy(np.concatenate(positions)),
+                              num_sampled_nodes=num_sampled_nodes,
+                              num_sampled_edges=[int(local.shape[0]) for _, local, _, _ in hops])
