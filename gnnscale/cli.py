@@ -21,6 +21,7 @@ from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.distributed.context import announce_report, wait_for_report
 from gnnscale.partition import METHODS, write_partition_dir
+from gnnscale.partition.kaminpar_parts import MissingDependency
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
 from gnnscale.train.distributed import RunOutputs, run_distributed_training
@@ -153,7 +154,9 @@ def add_partition_parser(sub) -> None:
     p.add_argument("--parts", type=int, required=True, help="number of parts (workers)")
     p.add_argument("--method", default="metis", help=f"one of {', '.join(METHODS)}")
     p.add_argument("--out", required=True, help="the partition directory to write")
-    p.add_argument("--seed", type=int, default=0, help="seed of METIS / the random assignment")
+    p.add_argument("--seed", type=int, default=0, help="seed of METIS / KaMinPar / the random assignment")
+    p.add_argument("--threads", type=int, default=1,
+                   help="KaMinPar's threads (more: faster, but the partition then varies from run to run)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.add_argument("--feature-dtype", default="float32", choices=FEATURE_DTYPES,
                    help="how the part features are stored and sent: float16 or bfloat16 halve the bytes on disk, "
@@ -293,7 +296,7 @@ def cmd_partition(args) -> None:
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
     dataset = load_cli_dataset(args)
     summary = write_partition_dir(dataset, args.parts, args.method, out, args.seed, overwrite=args.overwrite,
-                                  feature_dtype=args.feature_dtype)
+                                  feature_dtype=args.feature_dtype, threads=args.threads)
     print(summary.describe())
     print(f"wrote {out}")
 
@@ -318,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input: one clear line, no traceback, non-zero exit, naming the flag the user typed.
         message = name_the_flag(str(err), field_flags(parser, args))
         report(f"gnnscale {args.command}: error: {message}", same_on_every_worker=isinstance(err, LaunchError))
+        return EXIT_BAD_INPUT
+    except MissingDependency as err:
+        # A method whose package is not installed: one line saying what to install.
+        report(f"gnnscale {args.command}: error: {err}", same_on_every_worker=False)
         return EXIT_BAD_INPUT
     except OSError as err:
         # The machine, not the input: a full disk, a file that cannot be written (the message names it).

@@ -1,4 +1,4 @@
-"""Partitioning: METIS or random part assignment, contiguous relabelling, the partition directory.
+"""Partitioning: METIS, KaMinPar or random part assignment, contiguous relabelling, the partition directory.
 
 ``assign_parts`` -> ``relabel`` -> ``write_partition_dir`` (which runs both) on the partitioning
 machine; ``load_partition`` on every worker.

@@ -1,6 +1,6 @@
-"""Which part owns each node: METIS (min edge cut) or balanced random, then exact balancing.
+"""Which part owns each node: METIS or KaMinPar (min edge cut) or balanced random, then exact balancing.
 
-Both methods end with every part holding the same number of training nodes and the same number of
+All methods end with every part holding the same number of training nodes and the same number of
 nodes (each within one): training seeds are drawn from a worker's own training nodes, so equal counts
 give every worker the same number of mini-batches per epoch (FastSample, section 4), and equal node
 counts give every worker the same share of the features (the partitioned bytes of hybrid
@@ -12,6 +12,8 @@ and reads only the first ``num_nodes`` entries of ``vweights``, so a nodes/edges
 weight matrix is silently misread. We therefore call METIS with unit vertex weights (it balances
 nodes to within ~0.1% with recursive bisection) and then move the fewest boundary nodes needed to
 balance training nodes and the remaining nodes exactly, preferring the moves that cut fewest edges.
+KaMinPar (one vertex weight too) goes through the same pass, reading the adjacency it was given from
+its ParHIP file, memory-mapped.
 """
 
 from __future__ import annotations
@@ -23,42 +25,53 @@ import numpy as np
 import pymetis
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
+from gnnscale.partition.parhip import temporary_parhip
 
-Method = Literal["metis", "random"]
-METHODS: tuple[str, ...] = ("metis", "random")
+Method = Literal["metis", "kaminpar", "random"]
+METHODS: tuple[str, ...] = ("metis", "kaminpar", "random")
 # METIS' manual recommends recursive bisection for few parts (tighter balance at similar cut), k-way
 # beyond; pymetis uses the same threshold.
 RECURSIVE_MAX_PARTS = 8
 
 
 def assign_parts(graph: CSCGraph, num_parts: int, method: str = "metis", *,
-                 train_idx: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
+                 train_idx: np.ndarray | None = None, seed: int = 0, threads: int = 1) -> np.ndarray:
     """Part of every node.
 
     Args:
         graph: the topology; edge directions are ignored (METIS sees the symmetrised graph).
         num_parts: number of parts, in [1, num_nodes].
-        method: ``"metis"`` (minimise the edge cut) or ``"random"`` (a seeded random permutation dealt
-            round-robin: the baseline partitioning).
+        method: ``"metis"`` (minimise the edge cut), ``"kaminpar"`` (the same, by KaMinPar: parallel,
+            and fed from a file written by streaming, see :mod:`gnnscale.partition.parhip`) or
+            ``"random"`` (a seeded random permutation dealt round-robin: the baseline partitioning).
         train_idx: int [num_train] ids of the training nodes, spread evenly over the parts (default:
             none).
-        seed: int >= 0; seeds METIS' and the permutation's random choices. Same inputs, same output.
+        seed: int >= 0; seeds METIS', KaMinPar's and the permutation's random choices. Same inputs,
+            same output (for kaminpar only with ``threads == 1``).
+        threads: int >= 1, KaMinPar's threads (default 1); the other methods ignore it.
 
     Returns:
         int64 [num_nodes], values in [0, num_parts). Every part holds ``num_train // num_parts`` or one
         more training nodes, and ``num_nodes // num_parts`` or one more nodes.
     """
-    _check_arguments(graph, num_parts, method, seed)
+    _check_arguments(graph, num_parts, method, seed, threads)
     is_train = _train_mask(train_idx, graph.num_nodes)
     if method == "random":
         return _random_parts(is_train, num_parts, seed)
+    if method == "kaminpar":
+        require_kaminpar()
+        with temporary_parhip(graph) as (path, xadj, adjncy):
+            part = kaminpar_parts(path, graph.num_nodes, int(xadj[-1]), num_parts, seed=seed, threads=threads)
+            balance_counts(part, xadj, adjncy, is_train, num_parts)
+        return part
     xadj, adjncy = symmetric_adjacency(graph)
     part = _metis_parts(xadj, adjncy, num_parts, seed)
     balance_counts(part, xadj, adjncy, is_train, num_parts)
     return part
 
 
-def _check_arguments(graph: CSCGraph, num_parts: int, method: str, seed: int) -> None:
+def _check_arguments(graph: CSCGraph, num_parts: int, method: str, seed: int, threads: int) -> None:
     if not isinstance(graph, CSCGraph):
         raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
     if not isinstance(num_parts, (int, np.integer)) or isinstance(num_parts, bool):
@@ -69,6 +82,8 @@ def _check_arguments(graph: CSCGraph, num_parts: int, method: str, seed: int) ->
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**31:
         raise ValueError(f"seed: expected an int in [0, 2**31), got {seed!r}")
+    if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
 
 
 def _train_mask(train_idx: np.ndarray | None, num_nodes: int) -> np.ndarray:

@@ -55,20 +55,22 @@ CHUNK_BYTES = 8 << 20
 
 
 def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_dir: str | Path, seed: int = 0, *,
-                        overwrite: bool = False, feature_dtype: str = "float32") -> PartitionSummary:
+                        overwrite: bool = False, feature_dtype: str = "float32",
+                        threads: int = 1) -> PartitionSummary:
     """Partition ``dataset`` and write the partition directory atomically.
 
     Args:
         dataset: the dataset; its features may be memory-mapped (they are gathered part by part, in
             chunks, never copied whole).
         num_parts: number of parts, in [1, num_nodes].
-        method: ``"metis"`` or ``"random"`` (:func:`assign_parts`).
+        method: ``"metis"``, ``"kaminpar"`` or ``"random"`` (:func:`assign_parts`).
         out_dir: target directory; its parent must exist.
         seed: seed of the assignment.
         overwrite: replace an existing directory (else an existing one is a ValueError).
         feature_dtype: how the part features are stored: ``"float32"``, or ``"float16"`` / ``"bfloat16"``
             (rounded to nearest even: half the bytes on disk, in memory and on the wire; workers compute
             in float32).
+        threads: KaMinPar's threads (:func:`assign_parts`; default 1).
 
     Returns the cut and balance of the partition (also stored in the manifest).
     """
@@ -83,7 +85,7 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
         raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     check_finite_features(dataset.features)  # before minutes of partitioning: NaN rows would train a NaN model
-    part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed)
+    part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed, threads=threads)
     relabeling = relabel(dataset.graph, part, num_parts)
     del part
     splits = {name: relabeling.map_ids(getattr(dataset, name)) for name in SPLITS}

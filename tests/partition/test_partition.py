@@ -138,7 +138,7 @@ def test_edge_cases_one_part_one_node_per_part_no_edges(tiny_graph):
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(num_parts=0), "num_parts: expected an int in \\[1, num_nodes = 6\\], got 0"),
     (dict(num_parts=7), "num_parts: .* got 7"),
-    (dict(method="kway"), "method: expected one of metis, random, got 'kway'"),
+    (dict(method="kway"), "method: expected one of metis, kaminpar, random, got 'kway'"),
     (dict(seed=-1), "seed"),
     (dict(train_idx=np.array([0, 6])), "train_idx: expected node ids in \\[0, 6\\)"),
 ])

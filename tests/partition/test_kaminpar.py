@@ -1,0 +1,207 @@
+"""KaMinPar partitioning: the ParHIP file written by streaming, the method's balance and cut, its CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gnnscale.cli import main
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.partition import assign_parts, load_partition, read_manifest, write_partition_dir
+from gnnscale.partition.kaminpar_parts import kaminpar_parts
+from gnnscale.partition.parhip import open_parhip, temporary_parhip, write_parhip
+from launch import ENV, LAUNCH_TIMEOUT_S, torchrun
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = SyntheticConfig(num_nodes=3000, avg_degree=10.0, num_classes=5, feature_dim=8, train_fraction=0.3,
+                        val_fraction=0.2, test_fraction=0.3, seed=1)
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return make_synthetic(SMALL)
+
+
+def read_parhip(path: Path) -> tuple[int, list[list[int]]]:
+    """(n, rows) of a version-3 ParHIP file, parsed from the format's description (not the library's reader)."""
+    data = Path(path).read_bytes()
+    version, n, m = np.frombuffer(data[:24], dtype="<u8").tolist()
+    assert version == 3
+    offsets = np.frombuffer(data[24:24 + 8 * (n + 1)], dtype="<u8").astype(np.int64)
+    assert offsets[0] == 24 + 8 * (n + 1) and offsets[-1] == len(data) and offsets[-1] - offsets[0] == 8 * m
+    rows = [np.frombuffer(data[offsets[v]:offsets[v + 1]], dtype="<u8").tolist() for v in range(n)]
+    return n, rows
+
+
+def scipy_symmetric_rows(graph: CSCGraph) -> list[list[int]]:
+    """Sorted neighbor lists of the undirected graph without self loops or repeats, by scipy."""
+    n = graph.num_nodes
+    dst = np.repeat(np.arange(n), graph.in_degrees())
+    a = sp.coo_matrix((np.ones(dst.shape[0]), (graph.indices.astype(np.int64), dst)), shape=(n, n)).tocsr()
+    s = (a + a.T).tolil()
+    s.setdiag(0)
+    s = s.tocsr()
+    s.eliminate_zeros()
+    s.sort_indices()
+    return [s.indices[s.indptr[v]:s.indptr[v + 1]].tolist() for v in range(n)]
+
+
+# --- the ParHIP file -----------------------------------------------------------------------------
+
+
+# The tiny graph of conftest.py (src -> dst), undirected: 0-1 0-2 0-3 1-2 1-3 1-4 2-4, 5 isolated, so
+# the file's rows are 0: [1, 2, 3]  1: [0, 2, 3, 4]  2: [0, 1, 4]  3: [0, 1]  4: [1, 2]  5: [].
+def test_tiny_graph_file_is_the_drawn_adjacency(tiny_graph, tmp_path):
+    xadj = write_parhip(tiny_graph, tmp_path / "g.parhip", chunk_entries=2)
+    assert read_parhip(tmp_path / "g.parhip") == (6, [[1, 2, 3], [0, 2, 3, 4], [0, 1, 4], [0, 1], [1, 2], []])
+    assert xadj.tolist() == [0, 3, 7, 10, 12, 14, 14]
+
+
+@pytest.mark.parametrize("chunk_entries", [1, 7, 1000])
+def test_streamed_file_equals_the_one_piece_file_and_the_symmetric_adjacency(random_graph, tmp_path, chunk_entries):
+    # random_graph has self loops, repeated edges and both directions of some edges: all must go.
+    whole, streamed = tmp_path / "whole.parhip", tmp_path / "streamed.parhip"
+    write_parhip(random_graph, whole, chunk_entries=10**9)
+    write_parhip(random_graph, streamed, chunk_entries=chunk_entries)
+    assert streamed.read_bytes() == whole.read_bytes()
+    n, rows = read_parhip(streamed)
+    assert n == random_graph.num_nodes and rows == scipy_symmetric_rows(random_graph)
+    xadj, adjncy = open_parhip(streamed)  # the library's reader (used by the balancing pass) agrees
+    assert [adjncy[xadj[v]:xadj[v + 1]].tolist() for v in range(n)] == rows
+
+
+def test_streamed_file_reads_a_memory_mapped_graph(random_graph, tmp_path):
+    np.save(tmp_path / "indices.npy", random_graph.indices)
+    mapped = CSCGraph(indptr=random_graph.indptr, indices=np.load(tmp_path / "indices.npy", mmap_mode="r"),
+                      num_nodes=random_graph.num_nodes)
+    write_parhip(mapped, tmp_path / "a.parhip", chunk_entries=500)
+    write_parhip(random_graph, tmp_path / "b.parhip")
+    assert (tmp_path / "a.parhip").read_bytes() == (tmp_path / "b.parhip").read_bytes()
+
+
+def test_temporary_file_is_removed_also_on_error(tiny_graph):
+    with pytest.raises(RuntimeError, match="inside"):
+        with temporary_parhip(tiny_graph) as (path, _, _):
+            assert path.is_file()
+            raise RuntimeError("inside")
+    assert not path.parent.exists()
+
+
+def test_bad_chunk_size_is_named(tiny_graph, tmp_path):
+    with pytest.raises(ValueError, match="chunk_entries: expected an int >= 1, got 0"):
+        write_parhip(tiny_graph, tmp_path / "g.parhip", chunk_entries=0)
+
+
+# --- the method ----------------------------------------------------------------------------------
+
+
+def cut_fraction(graph: CSCGraph, part: np.ndarray) -> float:
+    return float(np.mean(part[graph.indices] != np.repeat(part, graph.in_degrees())))
+
+
+@pytest.mark.parametrize("num_parts", [2, 3, 5])
+def test_every_node_assigned_and_counts_balanced_to_one(ds, num_parts):
+    part = assign_parts(ds.graph, num_parts, "kaminpar", train_idx=ds.train_idx, seed=0)
+    assert part.dtype == np.int64 and part.shape == (ds.graph.num_nodes,)
+    assert part.min() == 0 and part.max() == num_parts - 1
+    for counts in (np.bincount(part, minlength=num_parts), np.bincount(part[ds.train_idx], minlength=num_parts)):
+        assert counts.max() - counts.min() <= 1, counts
+
+
+def test_cut_is_close_to_metis_and_far_below_random(ds):
+    # Measured on this graph, 4 parts, seeds 0-4: kaminpar 0.269-0.287, metis 0.267-0.269, random 0.744-0.757.
+    cut = {m: cut_fraction(ds.graph, assign_parts(ds.graph, 4, m, train_idx=ds.train_idx)) for m in
+           ("kaminpar", "metis", "random")}
+    assert cut["kaminpar"] < 1.25 * cut["metis"], cut
+    assert cut["kaminpar"] < 0.45 * cut["random"], cut
+
+
+def test_one_thread_same_seed_same_parts(ds):
+    a = assign_parts(ds.graph, 3, "kaminpar", train_idx=ds.train_idx, seed=5)
+    np.testing.assert_array_equal(a, assign_parts(ds.graph, 3, "kaminpar", train_idx=ds.train_idx, seed=5))
+
+
+def test_two_threads_give_a_balanced_partition_too(ds):
+    part = assign_parts(ds.graph, 4, "kaminpar", train_idx=ds.train_idx, seed=0, threads=2)
+    assert np.ptp(np.bincount(part[ds.train_idx])) <= 1 and np.ptp(np.bincount(part)) <= 1
+
+
+def test_compressed_graph_and_terapart_context_give_a_valid_partition(ds):
+    # What --method kaminpar does above COMPRESS_ABOVE_EDGES, forced here on a small graph.
+    with temporary_parhip(ds.graph) as (path, xadj, _):
+        part = kaminpar_parts(path, ds.graph.num_nodes, int(xadj[-1]), 4, seed=0, threads=2, compress=True)
+    counts = np.bincount(part, minlength=4)
+    assert part.shape == (ds.graph.num_nodes,) and counts.min() > 0
+    assert counts.max() <= 1.03 * ds.graph.num_nodes / 4 + 1  # KaMinPar's own balance, before the exact pass
+    assert cut_fraction(ds.graph, part) < 0.4
+
+
+def test_edge_cases_one_part_one_node_per_part_no_edges(tiny_graph):
+    n = tiny_graph.num_nodes
+    assert assign_parts(tiny_graph, 1, "kaminpar").tolist() == [0] * n
+    assert sorted(assign_parts(tiny_graph, n, "kaminpar", train_idx=np.array([0, 1]))) == list(range(n))
+    empty = CSCGraph(indptr=np.zeros(11, dtype=np.int64), indices=np.zeros(0, dtype=np.int32), num_nodes=10)
+    assert np.bincount(assign_parts(empty, 3, "kaminpar")).tolist() == [4, 3, 3]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(num_parts=7), "num_parts: expected an int in \\[1, num_nodes = 6\\], got 7"),
+    (dict(threads=0), "threads: expected an int >= 1, got 0"),
+    (dict(seed=-1), "seed"),
+])
+def test_bad_arguments_name_the_argument(tiny_graph, kwargs, match):
+    args = {"num_parts": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        assign_parts(tiny_graph, args.pop("num_parts"), "kaminpar", **args)
+
+
+# --- directory, CLI, training --------------------------------------------------------------------
+
+
+def test_cli_kaminpar_directory_records_the_method_and_loads(tmp_path, capsys):
+    out = tmp_path / "p"
+    argv = ["partition", "-o", "num_nodes=600", "-o", "feature_dim=4", "--parts", "3", "--method", "kaminpar",
+            "--threads", "2", "--out", str(out)]
+    assert main(argv) == 0
+    assert "kaminpar, 3 parts: edge cut" in capsys.readouterr().out
+    manifest = read_manifest(out)
+    assert manifest["method"] == "kaminpar" and np.ptp(manifest["split_sizes"]["train_idx"]) <= 1
+    assert sum(load_partition(out, p, "own").features.shape[0] for p in range(3)) == 600
+
+
+def test_cli_bad_threads_is_one_line_naming_the_flag(tmp_path, capsys):
+    argv = ["partition", "-o", "num_nodes=300", "--parts", "2", "--method", "kaminpar", "--threads", "0",
+            "--out", str(tmp_path / "p")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "gnnscale partition: error: --threads: expected an int >= 1, got 0\n"
+
+
+def test_missing_kaminpar_is_one_line_saying_how_to_install(tmp_path):
+    # A kaminpar package that fails to import, found first on the path: what a broken or absent install does.
+    fake = tmp_path / "site" / "kaminpar"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no kaminpar here')\n")
+    env = {**ENV, "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"}
+    cmd = [sys.executable, "-m", "gnnscale", "partition", "-o", "num_nodes=300", "--parts", "2", "--method",
+           "kaminpar", "--out", str(tmp_path / "p")]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == ("gnnscale partition: error: method: kaminpar needs the kaminpar package: "
+                          "pip install 'kaminpar>=3.7'\n")
+    assert not (tmp_path / "p").exists()
+
+
+def test_kaminpar_partition_trains_under_torchrun(tmp_path):
+    ds = make_synthetic(SyntheticConfig(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5))
+    write_partition_dir(ds, 2, "kaminpar", tmp_path / "p2", seed=0)
+    cmd = torchrun(2, "--partitions", str(tmp_path / "p2"), "--layout", "vanilla", "--fanouts", "4,3", "--hidden",
+                   "16", "--batch-size", "64", "--epochs", "1", "--threads", "1", "--no-eval")
+    run = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=LAUNCH_TIMEOUT_S)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "epoch" in run.stdout
