@@ -19,20 +19,14 @@ import torch_geometric.nn as pyg_nn
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.graph.planetoid import load_planetoid
 from gnnscale.inference.layerwise import full_block, layerwise_inference, needed_nodes
-from gnnscale.nn import ModelConfig, build_model
+from gnnscale.nn import ModelConfig
 
 from conftest import TINY_NUM_NODES
+from test_model_file import CONFIGS, random_model  # the models every inference test runs
 
 CORA_DIR = Path(os.environ.get("GNNSCALE_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data")) \
     / "cora_planetoid"
 needs_cora = pytest.mark.skipif(not (CORA_DIR / "ind.cora.x").exists(), reason="Cora not found")
-
-CONFIGS = {
-    "sage": dict(name="sage", hidden_dim=16, num_layers=2),
-    "gcn": dict(name="gcn", hidden_dim=16, num_layers=2),
-    "gat": dict(name="gat", hidden_dim=8, num_layers=2, heads=4, out_heads=2),
-    "sage3": dict(name="sage", hidden_dim=12, num_layers=3),
-}
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +34,6 @@ def cora():
     if not (CORA_DIR / "ind.cora.x").exists():
         pytest.skip("Cora not found")
     return load_planetoid(CORA_DIR, "cora")
-
-
-def random_model(cfg: ModelConfig, seed: int = 0) -> torch.nn.Module:
-    """A model with random weights and random (non-zero) biases, in eval mode."""
-    torch.manual_seed(seed)
-    model = build_model(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.uniform_(-0.5, 0.5)
-    return model.eval()
 
 
 def edge_index(graph: CSCGraph) -> torch.Tensor:
