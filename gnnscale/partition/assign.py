@@ -27,6 +27,7 @@ import pymetis
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import temporary_parhip
+from gnnscale.partition.rows import compact_rows, dedupe_rows
 
 Method = Literal["metis", "kaminpar", "random"]
 METHODS: tuple[str, ...] = ("metis", "kaminpar", "random")
@@ -133,11 +134,12 @@ def symmetric_adjacency(graph: CSCGraph) -> tuple[np.ndarray, np.ndarray]:
     dtype = _metis_index_dtype(graph)
     staged = np.empty(graph.num_edges * 2, dtype=dtype)
     starts = graph.indptr + out_ptr  # row v of the staging buffer: v's in-row then its out-row
-    degree = _merge_rows(graph.indptr, graph.indices, out_ptr, out_dst, starts, staged)
+    _stage_rows(graph.indptr, graph.indices, out_ptr, out_dst, starts, staged)
     del out_dst
+    degree = dedupe_rows(staged, starts, 0)
     xadj = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(degree, out=xadj[1:])
-    _compact_rows(staged, starts, xadj)
+    compact_rows(staged, starts, degree)
     # Copy the compacted prefix so the 2x staging buffer can be freed before METIS runs.
     adjncy = staged[: xadj[-1]].copy()
     return xadj, adjncy
@@ -165,40 +167,13 @@ def _transpose(indptr, indices, out_ptr):
 
 
 @numba.njit(parallel=True, cache=True)
-def _merge_rows(indptr, indices, out_ptr, out_dst, starts, staged):
-    """Row ``v`` of ``staged`` (from ``starts[v]``) := sorted unique neighbors of v except v; returns the
-    int64 [num_nodes] row lengths."""
-    n = indptr.shape[0] - 1
-    degree = np.empty(n, dtype=np.int64)
-    for v in numba.prange(n):
+def _stage_rows(indptr, indices, out_ptr, out_dst, starts, staged):
+    """Row ``v`` of ``staged`` (from ``starts[v]``) := v's in-neighbors, then its out-neighbors."""
+    for v in numba.prange(indptr.shape[0] - 1):
         s = starts[v]
-        k = 0
-        for e in range(indptr[v], indptr[v + 1]):
-            staged[s + k] = indices[e]
-            k += 1
-        for e in range(out_ptr[v], out_ptr[v + 1]):
-            staged[s + k] = out_dst[e]
-            k += 1
-        row = staged[s:s + k]
-        row.sort()
-        m = 0
-        for j in range(k):
-            u = row[j]
-            if u != v and (m == 0 or row[m - 1] != u):
-                row[m] = u
-                m += 1
-        degree[v] = m
-    return degree
-
-
-@numba.njit(cache=True)
-def _compact_rows(staged, starts, xadj):
-    # Sequential and in place: row v moves left (xadj[v] <= starts[v]), never over an unread row.
-    for v in range(xadj.shape[0] - 1):
-        s = starts[v]
-        t = xadj[v]
-        for j in range(xadj[v + 1] - t):
-            staged[t + j] = staged[s + j]
+        k = indptr[v + 1] - indptr[v]
+        staged[s:s + k] = indices[indptr[v]:indptr[v + 1]]
+        staged[s + k:s + k + out_ptr[v + 1] - out_ptr[v]] = out_dst[out_ptr[v]:out_ptr[v + 1]]
 
 
 def _metis_parts(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, seed: int) -> np.ndarray:

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.partition.rows import compact_rows, dedupe_rows
 
 VERSION = 3
 HEADER_BYTES = 24
@@ -100,8 +101,8 @@ def _symmetric_rows(indptr, indices, lo: int, hi: int, raw: np.ndarray) -> tuple
     starts = np.zeros(hi - lo + 1, dtype=np.int64)
     np.cumsum(raw, out=starts[1:])
     staged = _gather(indptr, indices, lo, hi, starts)
-    degree = _dedupe_rows(staged, starts, lo)
-    total = _compact(staged, starts, degree)
+    degree = dedupe_rows(staged, starts, lo)
+    total = compact_rows(staged, starts, degree)
     return staged[:total], degree
 
 
@@ -122,36 +123,6 @@ def _gather(indptr, indices, lo, hi, starts):
                 staged[cursor[u - lo]] = v
                 cursor[u - lo] += 1
     return staged
-
-
-@numba.njit(parallel=True, cache=True)
-def _dedupe_rows(staged, starts, lo):
-    """Sort each row in place, keep its first ``degree[i]`` entries: unique, without node lo + i itself."""
-    k = starts.shape[0] - 1
-    degree = np.empty(k, dtype=np.int64)
-    for i in numba.prange(k):
-        row = staged[starts[i]:starts[i + 1]]
-        row.sort()
-        m = 0
-        for j in range(row.shape[0]):
-            u = row[j]
-            if u != lo + i and (m == 0 or row[m - 1] != u):
-                row[m] = u
-                m += 1
-        degree[i] = m
-    return degree
-
-
-@numba.njit(cache=True)
-def _compact(staged, starts, degree):
-    # Sequential and in place: each row moves left, never over an unread row.
-    t = 0
-    for i in range(degree.shape[0]):
-        s = starts[i]
-        for j in range(degree[i]):
-            staged[t + j] = staged[s + j]
-        t += degree[i]
-    return t
 
 
 @contextmanager
