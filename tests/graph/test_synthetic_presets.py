@@ -53,10 +53,25 @@ def test_presets_scale_and_override():
     assert preset_config("default").num_nodes == SyntheticConfig().num_nodes
     cfg = preset_config("hard", 0.1, homophily=0.9, seed=3)
     assert (cfg.num_nodes, cfg.homophily, cfg.seed, cfg.num_classes) == (10_000, 0.9, 3, hard_config().num_classes)
-    with pytest.raises(ValueError, match=r"preset: expected one of default, products, hard, got 'easy'"):
+    with pytest.raises(ValueError, match=r"preset: expected one of default, products, hard, pubmed, got 'easy'"):
         preset_config("easy")
     with pytest.raises(ValueError, match=r"options: \['homophilly'\] are not SyntheticConfig fields"):
         preset_config("hard", homophilly=0.5)
+
+
+def test_the_pubmed_preset_has_pubmeds_shape():
+    """PubMed: 19,717 nodes, 88,648 directed edges (mean degree 4.5), 500 features, 3 classes, edge
+    homophily ~0.8; a fifth of the dimensions carry class signal."""
+    ds = load_dataset("synthetic", preset="pubmed")
+    assert (ds.graph.num_nodes, ds.feature_dim, ds.num_classes) == (19_717, 500, 3)
+    assert abs(ds.graph.num_edges / ds.graph.num_nodes - 88_648 / 19_717) < 0.05 * 4.5
+    dst = np.repeat(np.arange(ds.graph.num_nodes), np.diff(ds.graph.indptr))
+    homophily = float((ds.labels[ds.graph.indices] == ds.labels[dst]).mean())
+    assert 0.75 < homophily < 0.85, homophily
+    informative = informative_dimensions(preset_config("pubmed"))
+    spread, noise = class_mean_spread(ds), np.setdiff1d(np.arange(500), informative)
+    assert informative.shape[0] == 100 and spread[informative].mean() > 5 * spread[noise].mean()
+    assert ds.train_idx.shape[0] == int(0.05 * 19_717)
 
 
 def test_load_dataset_takes_preset_and_scale():
@@ -72,4 +87,4 @@ def test_cli_trains_on_the_hard_preset(capsys):
     assert code == 0
     assert "final: test accuracy" in capsys.readouterr().out
     assert main(["train", "--dataset", "synthetic", "-o", "preset=easy", "--quiet"]) == 2
-    assert "error: preset: expected one of default, products, hard, got 'easy'" in capsys.readouterr().err
+    assert "error: preset: expected one of default, products, hard, pubmed, got 'easy'" in capsys.readouterr().err
