@@ -2,6 +2,7 @@
 
     python benchmarks/dgs_explanation.py [--scale 1.0] [--parts 4] [--train-iterations 60] [--repeats 5]
                                          [--probes 64] [--clusters 32] [--threads 1] [--json FILE]
+                                         [--quality-at 0,2,5,10,20,30,60 [--seeds 0,1,2]]
 
 The ``hard`` synthetic graph (``-o preset=hard``) is partitioned with METIS into ``--parts`` parts and
 relabelled (as ``gnnscale partition`` does). GraphSAGE (CLI defaults: fanouts 10,5, batch 512, hidden
@@ -17,6 +18,12 @@ bound of what the thread (GIL, cores) costs the training loop.
 
 Quality, from the generator (which knows the informative half of the dimensions): how many of the
 dimensions DGS drops at N_f = 0.85 are informative (chance: half), and the spread of the node mask.
+
+``--quality-at I1,I2,...`` measures only that quality, as training goes on: for every seed of
+``--seeds``, the model is explained after each of those iterations (one explanation each), and the
+table gives, per iteration count, the informative dimensions among the dropped ones (mean over the
+seeds) and how close the node mask is to the one of the last count (Spearman rank correlation over
+the super-nodes): the earliest point at which an explanation is as good as a later one.
 """
 
 from __future__ import annotations
@@ -92,6 +99,42 @@ def overlapped_iterations(trainer: Part0Trainer, graph, iterations: int, seed: i
     return seconds, done
 
 
+def _ranks(x: np.ndarray) -> np.ndarray:
+    return np.argsort(np.argsort(x)).astype(np.float64)
+
+
+def quality_over_training(args, cfg, rl, features, labels, train0) -> None:
+    """The ``--quality-at`` table (see the module docstring)."""
+    points = sorted({int(i) for i in args.quality_at.split(",")})
+    seeds = [int(s) for s in args.seeds.split(",")]
+    dropped_by = {p: [] for p in points}
+    spearman_by = {p: [] for p in points}
+    for seed in seeds:
+        clusters = build_cluster_map_local(rl.graph, rl.book, features, args.clusters, seed)
+        probes = np.sort(np.random.default_rng(seed).choice(train0, args.probes, replace=False))
+        blocks = sample_blocks(rl.graph, probes, (10, 5), key=derive_key(seed, 0, 2))
+        graph = explanation_graph_from_batch(blocks, torch.from_numpy(features[blocks[0].src_ids.numpy()]),
+                                             clusters, 0)
+        trainer = Part0Trainer(rl.graph, features, labels, train0, seed)
+        masks = {}
+        for p in points:
+            trainer.run(p - trainer.step)
+            masks[p] = explain(trainer.model, graph, ExplainConfig(seed=seed), p)
+        last = _ranks(masks[points[-1]].cluster_weight[graph.super_cluster])
+        for p in points:
+            dropped = np.setdiff1d(np.arange(cfg.feature_dim), masks[p].top_dims(FEATURE_RATE))
+            dropped_by[p].append(int(np.isin(dropped, informative_dimensions(cfg)).sum()))
+            spearman_by[p].append(float(np.corrcoef(_ranks(masks[p].cluster_weight[graph.super_cluster]), last)[0, 1]))
+        print(f"seed {seed}: informative dropped {[dropped_by[p][-1] for p in points]}", flush=True)
+    num_dropped = cfg.feature_dim - int(masks[points[-1]].top_dims(FEATURE_RATE).shape[0])
+    print(f"\n| explained after (iterations) | informative among the {num_dropped} dropped (chance "
+          f"{num_dropped * cfg.informative_features:.1f}), mean of {len(seeds)} seeds | node mask vs the one after "
+          f"{points[-1]} (Spearman) |\n| --- | --- | --- |")
+    for p in points:
+        print(f"| {p} | {statistics.mean(dropped_by[p]):.1f} ({', '.join(map(str, dropped_by[p]))}) | "
+              f"{statistics.mean(spearman_by[p]):.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0)
@@ -105,6 +148,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch and numba threads (a worker of 4 on 2 cores: 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--quality-at", default=None,
+                        help="comma-separated iteration counts: only the explanation quality as training goes on")
+    parser.add_argument("--seeds", default="0,1,2", help="--quality-at: seeds of the runs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     set_sampler_threads(args.threads)
@@ -121,6 +167,9 @@ def main() -> None:
     print(f"hard graph: {cfg.num_nodes} nodes, {dataset.graph.num_edges} edges, {args.parts} METIS parts "
           f"({time.perf_counter() - start:.1f} s); part 0: {hi - lo} nodes, {train0.shape[0]} training nodes")
 
+    if args.quality_at:
+        quality_over_training(args, cfg, rl, features, labels, train0)
+        return
     trainer = Part0Trainer(rl.graph, features, labels, train0, args.seed)
     iteration_s = trainer.run(args.train_iterations)
     iteration = statistics.median(iteration_s[len(iteration_s) // 4:])  # the first ones compile and warm up

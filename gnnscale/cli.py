@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distributed hybrid/vanilla: explanation-guided sampling (DGS): fewer remote neighbors and "
                         "fewer feature dimensions on the wire, guided by an online explanation (docs/dgs.md)")
     t.add_argument("--dgs-period", type=int, default=DGSConfig().period, help="--dgs: iterations between explanations (T_ex)")
+    t.add_argument("--dgs-warmup", type=int, default=DGSConfig().warmup,
+                   help="--dgs: training iterations before the first explanation")
+    t.add_argument("--dgs-lag", type=int, default=None,
+                   help="--dgs: iterations between an explained model and the first batch sampled with its masks, "
+                        "at most --dgs-period (default: the smaller of 10 and --dgs-period)")
     t.add_argument("--dgs-epsilon", type=float, default=0.1,
                    help="--dgs: share of each destination's samples moved from remote to local neighbors")
     t.add_argument("--dgs-feature-rate", type=float, default=0.85,
@@ -193,7 +198,8 @@ def train_settings(args) -> tuple[TrainConfig, dict]:
 
 
 _DGS_DEFAULT = DGSConfig()
-DGS_DEFAULTS = {"--dgs-period": _DGS_DEFAULT.period, "--dgs-epsilon": _DGS_DEFAULT.epsilon,
+DGS_DEFAULTS = {"--dgs-period": _DGS_DEFAULT.period, "--dgs-warmup": _DGS_DEFAULT.warmup,
+                "--dgs-lag": _DGS_DEFAULT.lag, "--dgs-epsilon": _DGS_DEFAULT.epsilon,
                 "--dgs-feature-rate": _DGS_DEFAULT.feature_rate, "--dgs-mode": _DGS_DEFAULT.mode}
 DGS_FLAGS = tuple(DGS_DEFAULTS)
 
@@ -208,7 +214,7 @@ def dgs_settings(args) -> DGSConfig | None:
     if args.partitions is None:
         raise ValueError("dgs: --dgs cuts the feature fetch between workers, which only distributed runs have; "
                          "use --partitions DIR with torchrun (--layout hybrid or vanilla)")
-    return DGSConfig(period=args.dgs_period, epsilon=args.dgs_epsilon, feature_rate=args.dgs_feature_rate,
+    return DGSConfig(period=args.dgs_period, warmup=args.dgs_warmup, lag=args.dgs_lag, epsilon=args.dgs_epsilon, feature_rate=args.dgs_feature_rate,
                      mode=args.dgs_mode)
 
 

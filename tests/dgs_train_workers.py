@@ -21,7 +21,8 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.dgs import DGSConfig, build_dgs
 from gnnscale.train.metrics import PhaseTimer
 
-PERIOD = 2
+# Explanations of the models after 1, 3, 5, ... iterations, each used from 1 iteration later.
+PERIOD, WARMUP, LAG = 2, 1, 1
 EPSILON, RATE = 0.3, 0.5
 
 
@@ -32,14 +33,15 @@ def model_factory():
 def build(comm: Comm, mode: str = "both"):
     part = local_partition(comm.rank, comm.world_size, "whole")
     cfg = TrainConfig(fanouts=FANOUTS, batch_size=8, seed=3, threads=1)
-    dgs = DGSConfig(period=PERIOD, epsilon=EPSILON, feature_rate=RATE, mode=mode, probes=8, clusters_per_part=4)
+    dgs = DGSConfig(period=PERIOD, warmup=WARMUP, lag=LAG, epsilon=EPSILON, feature_rate=RATE, mode=mode, probes=8, clusters_per_part=4)
     return build_dgs(part, cfg, comm, model_factory, dgs)
 
 
 def check_dgs_layout(rank: int, world_size: int, port: int) -> dict:
-    """Iterations before 2T sample and fetch plainly; from 2T the masks of the model after t - T
-    iterations: blocks are single-process DGS sampling with them, remote rows arrive on their top
-    dimensions (the rest filled with the cluster mean), local rows whole; staleness T..2T-1."""
+    """Iterations before W + D sample and fetch plainly; from then on the masks of the last model the
+    schedule explained at least D iterations earlier: blocks are single-process DGS sampling with them,
+    remote rows arrive on their top dimensions (the rest filled with the cluster mean), local rows
+    whole; staleness D..D+T-1."""
     ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
     try:
         comm = Comm(ctx)
@@ -56,14 +58,13 @@ def check_dgs_layout(rank: int, world_size: int, port: int) -> dict:
             assert step.iteration == t
             (batch,) = layout.prepare([step], PhaseTimer())
             ids = batch.blocks[0].src_ids.numpy()
-            if t < 2 * PERIOD:
+            if t < WARMUP + LAG:
                 assert layout.masks is None and layout.dims is None
                 assert_blocks_equal(batch.blocks, sample_blocks(graph, step.seeds, FANOUTS, key=step.key))
                 torch.testing.assert_close(batch.x, torch.from_numpy(full[ids]), rtol=0, atol=0)
             else:
                 masks = layout.masks
-                assert masks.iteration == (t // PERIOD - 1) * PERIOD  # the model after t - T (at the refresh)
-                assert PERIOD <= t - masks.iteration < 2 * PERIOD
+                assert LAG <= t - masks.iteration < LAG + PERIOD
                 policy = policy_for(masks, clusters, rank, EPSILON)
                 assert_blocks_equal(batch.blocks, sample_blocks_dgs(graph, step.seeds, FANOUTS, key=step.key,
                                                                     policy=policy))
@@ -80,8 +81,8 @@ def check_dgs_layout(rank: int, world_size: int, port: int) -> dict:
                     p.add_(0.05 * (t + 1))
             layout.after_step(model, t + 1)
         metrics = layout.finish_epoch(comm)["dgs"]
-        assert metrics["refreshes"] == 2 and metrics["staleness_max"] <= 2 * PERIOD - 1
-        assert metrics["dims_sent_mean"] == (4 * FEATURE_DIM + 4 * FEATURE_DIM // 2) / 8
+        assert metrics["refreshes"] == 3 and metrics["staleness_max"] == LAG + PERIOD - 1
+        assert metrics["dims_sent_mean"] == (2 * FEATURE_DIM + 6 * FEATURE_DIM // 2) / 8
         assert metrics["explanation_cpu_s"] > 0 and metrics["feature_bytes_all_workers"] > metrics["feature_bytes"]
         # Evaluation stays plain: full rows, plain blocks.
         (evaluated,) = layout.prepare([steps[0]], PhaseTimer(), training=False)
@@ -107,14 +108,15 @@ def check_dgs_failures(rank: int, world_size: int, port: int) -> dict:
                 with torch.no_grad():
                     next(model.parameters()).fill_(math.nan)
             if case == "foreign" and rank == 0:
-                other = made_masks(layout.store.clusters, 1 % world_size, iteration=PERIOD)
+                other = made_masks(layout.store.clusters, 1 % world_size, iteration=WARMUP)
                 layout.explainer.wait = lambda iteration, timeout_s: other
-            steps = layout.plan_epoch(0, 2 * PERIOD + 1)
-            for t in range(2 * PERIOD):
+            first = WARMUP + LAG  # the first refresh
+            steps = layout.plan_epoch(0, first + 1)
+            for t in range(first):
                 layout.prepare([steps[t]], PhaseTimer())
                 layout.after_step(model, t + 1)
             with pytest.raises(AgreementFailure) as caught:
-                layout.prepare([steps[2 * PERIOD]], PhaseTimer())
+                layout.prepare([steps[first]], PhaseTimer())
             assert layout.masks is None and layout.dims is None  # nothing refreshed anywhere
             messages.append(str(caught.value))
             layout.close()

@@ -1,7 +1,7 @@
 """DGS in the trainer: option checks (clear errors naming the flag), the layout's schedule and its
 failures on real processes (spawned gloo workers, tests/dgs_train_workers.py), and, in the slow tier,
 `torchrun -m gnnscale train --dgs` end to end: hybrid == vanilla with DGS (same blocks, same losses),
-plain sampling for the first 2 T iterations, fewer feature bytes after."""
+plain sampling for the first W + D iterations, fewer feature bytes after."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from gnnscale.partition import write_partition_dir
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import LayoutOptions, check_layout_options
 from gnnscale.train.layouts.dgs import DGSConfig
+from gnnscale.train.layouts.dgs_config import DGSSchedule
 from launch import run_launch, torchrun
 from test_distributed import spawn_run
 
@@ -29,6 +30,9 @@ TIMEOUT_S = 400.0  # spawned workers import torch and compile the DGS kernel: sl
     (dict(feature_rate=0.0), r"feature_rate: expected a number in \(0, 1\] \(--dgs-feature-rate\), got 0.0"),
     (dict(feature_rate=True), r"feature_rate: expected a number"),
     (dict(mode="nodes"), r"mode: expected one of \('both', 'node', 'feature'\) \(--dgs-mode\), got 'nodes'"),
+    (dict(warmup=-1), r"warmup: expected an int >= 0 \(--dgs-warmup\), got -1"),
+    (dict(lag=0), r"lag: expected an int in \[1, --dgs-period = 30\] \(--dgs-lag\), got 0"),
+    (dict(period=5, lag=6), r"lag: expected an int in \[1, --dgs-period = 5\] \(--dgs-lag\), got 6"),
 ])
 def test_bad_dgs_settings_name_the_flag(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -48,10 +52,43 @@ def test_dgs_needs_a_layout_that_fetches_features():
 @pytest.mark.parametrize("argv, match", [
     (["--dgs"], r"dgs: --dgs cuts the feature fetch between workers, which only distributed runs have"),
     (["--dgs-period", "5"], r"dgs: --dgs-period given without --dgs; add --dgs"),
+    (["--dgs-warmup", "5", "--dgs-lag", "2"], r"dgs: --dgs-warmup, --dgs-lag given without --dgs; add --dgs"),
 ])
 def test_cli_refuses_dgs_without_partitions_or_dgs_flags_without_dgs(argv, match, capsys):
     assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=200", *argv]) == EXIT_BAD_INPUT
     assert re.search(match, capsys.readouterr().err)
+
+
+def simulated_schedule(warmup: int, period: int, lag: int, iterations: int) -> list[tuple[int | None, list[int]]]:
+    """Per iteration t: (the explained iteration whose masks t samples with, the explained iterations a
+    run resumed before t still needs), by playing the schedule's rule forward: the model after s
+    iterations is explained for s = warmup, warmup + period, ...; its masks are used from s + lag."""
+    explained = [s for s in range(iterations) if s >= warmup and (s - warmup) % period == 0]
+    out = []
+    for t in range(iterations):
+        usable = [s for s in explained if s + lag <= t]
+        in_use = usable[-1] if usable else None
+        pending = [s for s in explained if s <= t < s + lag]
+        out.append((in_use, sorted({*pending, *([] if in_use is None else [in_use])})))
+    return out
+
+
+@pytest.mark.parametrize("warmup, period, lag", [(10, 30, 10), (0, 1, 1), (1, 2, 1), (2, 3, 3), (30, 30, 30), (7, 5, 2)])
+def test_the_schedule_matches_its_rule_played_forward(warmup, period, lag):
+    schedule = DGSSchedule(warmup=warmup, period=period, lag=lag)
+    simulated = simulated_schedule(warmup, period, lag, 200)
+    for t, (in_use, needed) in enumerate(simulated):
+        assert schedule.in_use(t) == in_use, t
+        assert schedule.needed(t) == needed, t
+        previous = simulated[t - 1][0] if t else None
+        assert schedule.refresh_at(t) == (in_use if in_use != previous else None), t
+    assert DGSConfig(period=period, warmup=warmup, lag=lag).schedule == schedule
+
+
+def test_the_default_schedule_explains_early_and_short_periods_shorten_the_lag():
+    assert DGSConfig().schedule == DGSSchedule(warmup=10, period=30, lag=10)
+    assert DGSConfig(period=3).schedule == DGSSchedule(warmup=10, period=3, lag=3)
+    assert DGSConfig().schedule.in_use(19) is None and DGSConfig().schedule.in_use(20) == 10
 
 
 def test_the_layout_follows_the_schedule_and_the_masks_on_two_workers():
@@ -59,7 +96,7 @@ def test_the_layout_follows_the_schedule_and_the_masks_on_two_workers():
     failed = {r: o for r, o in enumerate(outcomes) if o.status != "ok" or o.exitcode != 0}
     assert not failed, "\n".join(f"rank {r}: {o.status}\n{o.payload or ''}" for r, o in failed.items())
     for o in outcomes:
-        assert [(t, m) for t, m, _ in o.payload["seen"]] == [(4, 2), (5, 2), (6, 4), (7, 4)]
+        assert [(t, m) for t, m, _ in o.payload["seen"]] == [(2, 1), (3, 1), (4, 3), (5, 3), (6, 5), (7, 5)]
         assert any(remote for *_, remote in o.payload["seen"]), "no remote row was narrowed"
 
 
@@ -92,14 +129,14 @@ def launch(parts, tmp_path, layout: str, *extra: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # three launches of two workers: minutes on a busy machine
 def test_torchrun_dgs_hybrid_equals_vanilla_and_starts_plain(parts, tmp_path):
-    dgs = ["--dgs", "--dgs-period", "3", "--dgs-feature-rate", "0.5"]
+    dgs = ["--dgs", "--dgs-period", "3", "--dgs-warmup", "2", "--dgs-lag", "2", "--dgs-feature-rate", "0.5"]
     hybrid, vanilla = launch(parts, tmp_path, "hybrid", *dgs), launch(parts, tmp_path, "vanilla", *dgs)
     plain = launch(parts, tmp_path, "hybrid")
     h_losses = [x for h in hybrid["history"] for x in h["iteration_losses"]]
     v_losses = [x for h in vanilla["history"] for x in h["iteration_losses"]]
     p_losses = [x for h in plain["history"] for x in h["iteration_losses"]]
     assert h_losses == v_losses  # same keys and masks: same blocks in both layouts
-    assert h_losses[:6] == p_losses[:6] and h_losses[6:] != p_losses[6:]  # plain for the first 2 T
+    assert h_losses[:4] == p_losses[:4] and h_losses[4:] != p_losses[4:]  # plain for the first W + D
     for h, v in zip(hybrid["history"], vanilla["history"]):
         assert h["dgs"]["remote_nodes"] == v["dgs"]["remote_nodes"]
         assert h["dgs"]["feature_bytes"] < v["dgs"]["feature_bytes"] + 1  # vanilla fetches the same rows

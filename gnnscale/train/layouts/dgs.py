@@ -1,14 +1,14 @@
 """DGS in the distributed trainer (``--dgs``): the data-parallel layouts with explanation-guided node
 and feature sampling (Wan et al.; docs/dgs.md has the design and the schedule).
 
-The schedule is deterministic (docs/dgs.md, "The trainer's contract"): with ``T = --dgs-period``,
-after the optimizer step of global iteration ``t - 1`` with ``t % T == 0`` the training thread hands a
-copy of the model to the worker's :class:`~gnnscale.distributed.dgs.explainer.OnlineExplainer` (a
-background thread) and goes on; the loading stage, before it prepares iteration ``t >= 2 T`` with
-``t % T == 0``, takes the masks of the model after ``t - T`` iterations (normally finished ``T``
-iterations earlier: waiting is the exception and is timed) and samples with them until the next
-refresh. So the masks in use are ``T`` to ``2 T - 1`` iterations old, the first ``2 T`` iterations
-sample plainly, and a run is reproducible (the same key and masks give the same blocks on every
+The schedule is deterministic (:class:`~gnnscale.train.layouts.dgs_config.DGSSchedule`, docs/dgs.md
+"The schedule"): with ``W = --dgs-warmup``, ``T = --dgs-period`` and ``D = --dgs-lag``, after the
+optimizer step that completes ``s = W + k T`` iterations the training thread hands a copy of the model
+to the worker's :class:`~gnnscale.distributed.dgs.explainer.OnlineExplainer` (a background thread) and
+goes on; the loading stage, before it prepares iteration ``s + D``, takes that model's masks (normally
+finished by then: waiting is the exception and is timed) and samples with them until the next refresh.
+So the first ``W + D`` iterations sample plainly, the masks in use are ``D`` to ``D + T - 1``
+iterations old, and a run is reproducible (the same key and masks give the same blocks on every
 worker, in both layouts).
 
 Every refresh ends with one agreement round on the loader group: an explanation that failed, or masks
@@ -70,6 +70,7 @@ class DGSDataParallel(DataParallel):
                  loader: Comm, explainer: OnlineExplainer, dgs: DGSConfig) -> None:
         super().__init__(sampler, eval_sampler, store, part, cfg, loader)
         self.explainer, self.dgs = explainer, dgs
+        self.schedule = dgs.schedule
         self.masks: Masks | None = None  # the masks sampling uses now (None: plain)
         self.dims: np.ndarray | None = None  # the dimensions remote rows travel on (None: all)
         self._submitted = -1
@@ -91,8 +92,8 @@ class DGSDataParallel(DataParallel):
 
     def after_step(self, model: nn.Module, iterations_done: int) -> None:
         """Training thread, after the optimizer step that completes ``iterations_done`` iterations:
-        every ``T`` of them, hand a copy of the model to the explainer (non-blocking)."""
-        if iterations_done % self.dgs.period == 0:
+        when the schedule explains that model, hand a copy of it to the explainer (non-blocking)."""
+        if self.schedule.explains(iterations_done):
             self._submit({k: v.detach().clone() for k, v in model.state_dict().items()}, iterations_done)
 
     def close(self) -> None:
@@ -100,12 +101,9 @@ class DGSDataParallel(DataParallel):
 
     def needed_snapshots(self, iterations_done: int) -> list[int]:
         """The snapshots whose masks a run continuing after ``iterations_done`` iterations samples with:
-        those of the last refresh at or before it (``t' - T``) and of the next one (``t'``), where ``t'`` is
-        the last multiple of ``T`` not after it. Explanations are deterministic, so these two model states
-        give back the masks exactly."""
-        period = self.dgs.period
-        last = iterations_done // period * period
-        return [s for s in (last - period, last) if s >= period]
+        those in use and those submitted but not yet used (:meth:`DGSSchedule.needed`). Explanations are
+        deterministic, so these model states give back the masks exactly."""
+        return self.schedule.needed(iterations_done)
 
     def checkpoint_state(self, iterations_done: int) -> dict:
         """The model snapshots a resumed run needs (the same on every worker): see :meth:`needed_snapshots`."""
@@ -119,14 +117,13 @@ class DGSDataParallel(DataParallel):
         missing = [s for s in self.needed_snapshots(iterations_done) if s not in snapshots]
         if missing:
             raise ValueError(f"checkpoint: holds no DGS snapshot of iteration {missing[0]} (written without --dgs, "
-                             "with another --dgs-period or another worker count); resume with the settings and "
+                             "with another --dgs-period, --dgs-warmup, --dgs-lag or another worker count); resume with the settings and "
                              "workers that wrote it")
         for s in sorted(snapshots):
             self._submit(snapshots[s], s)
-        period = self.dgs.period
-        last = iterations_done // period * period
-        if last >= 2 * period and last != iterations_done:
-            self._refresh(last - period, timer)
+        in_use = self.schedule.in_use(iterations_done)
+        if in_use is not None and self.schedule.refresh_at(iterations_done) is None:
+            self._refresh(in_use, timer)
 
     def _submit(self, state: dict, iteration: int) -> None:
         """Hand the model after ``iteration`` iterations to the explainer, keep it for a checkpoint (the
@@ -145,9 +142,9 @@ class DGSDataParallel(DataParallel):
             return super().prepare(steps, timer, training=False)
         out = []
         for step in steps:
-            t, period = step.iteration, self.dgs.period
-            if t >= 2 * period and t % period == 0:
-                self._refresh(t - period, timer)
+            source = self.schedule.refresh_at(step.iteration)
+            if source is not None:
+                self._refresh(source, timer)
             comm = self.loader.stats.snapshot_and_reset()  # the refresh rounds count with this batch
             with timer.phase("sample"):
                 blocks = self.sampler.sample(step.seeds, step.key)
@@ -158,7 +155,7 @@ class DGSDataParallel(DataParallel):
                     self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
                     self._signatures.append(minibatch_signature(blocks))
             counts = add_counts(comm, self.loader.stats.snapshot_and_reset())
-            self._count(blocks, counts, t)
+            self._count(blocks, counts, step.iteration)
             out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
                                  sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
         return out
@@ -218,7 +215,8 @@ class DGSDataParallel(DataParallel):
         comm.all_reduce_(totals, torch.distributed.ReduceOp.SUM, "eval")  # collective: totals over workers
         n = max(1, len(tally.dims))
         out["dgs"] = {
-            "mode": self.dgs.mode, "period": self.dgs.period, "epsilon": self.dgs.epsilon,
+            "mode": self.dgs.mode, "period": self.dgs.period, "warmup": self.schedule.warmup,
+            "lag": self.schedule.lag, "epsilon": self.dgs.epsilon,
             "feature_rate": self.dgs.feature_rate,
             "feature_bytes": tally.feature_bytes, "feature_bytes_all_workers": float(totals[0]),
             "remote_nodes": tally.remote_nodes, "remote_nodes_all_workers": int(totals[1]),

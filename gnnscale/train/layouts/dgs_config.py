@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from gnnscale.distributed.dgs.sampling import check_epsilon
 
 DGS_MODES = ("both", "node", "feature")
+# Iterations before the first explanation: the earliest model whose explanation picks the dimensions a
+# trained one picks (benchmarks/dgs_explanation.py --quality-at, docs/dgs.md "The schedule").
+DEFAULT_WARMUP = 10
+# Iterations between an explanation's model and the first batch sampled with its masks, unless the
+# period is shorter: room for the explanation to finish before the loading stage needs it.
+DEFAULT_LAG = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -16,6 +22,9 @@ class DGSConfig:
 
     Args:
         period: T_ex, training iterations between explanations (``--dgs-period``, >= 1; 30).
+        warmup: training iterations before the first explanation (``--dgs-warmup``, >= 0; 10).
+        lag: iterations between an explained model and the first batch sampled with its masks
+            (``--dgs-lag``, in [1, period]; None: ``min(10, period)``).
         epsilon: share of each destination's samples moved from remote to local neighbors
             (``--dgs-epsilon``, in [0, 1]; 0.1).
         feature_rate: N_f, share of the dimensions that travel for remote rows (``--dgs-feature-rate``,
@@ -28,6 +37,8 @@ class DGSConfig:
     """
 
     period: int = 30
+    warmup: int = DEFAULT_WARMUP
+    lag: int | None = None
     epsilon: float = 0.1
     feature_rate: float = 0.85
     mode: str = "both"
@@ -38,6 +49,11 @@ class DGSConfig:
     def __post_init__(self) -> None:
         if isinstance(self.period, bool) or not isinstance(self.period, int) or self.period < 1:
             raise ValueError(f"period: expected an int >= 1 (--dgs-period), got {self.period!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup: expected an int >= 0 (--dgs-warmup), got {self.warmup!r}")
+        lag = self.lag
+        if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= self.period):
+            raise ValueError(f"lag: expected an int in [1, --dgs-period = {self.period}] (--dgs-lag), got {lag!r}")
         check_epsilon(self.epsilon)
         rate = self.feature_rate
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
@@ -56,3 +72,50 @@ class DGSConfig:
     @property
     def feature_sampling(self) -> bool:
         return self.mode in ("both", "feature")
+
+    @property
+    def schedule(self) -> "DGSSchedule":
+        lag = min(DEFAULT_LAG, self.period) if self.lag is None else self.lag
+        return DGSSchedule(warmup=self.warmup, period=self.period, lag=lag)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DGSSchedule:
+    """When DGS explains and when it samples with the masks (docs/dgs.md, "The schedule").
+
+    The model after ``s`` iterations is explained for every ``s = warmup + k * period`` (k >= 0), and its
+    masks are used from iteration ``s + lag`` until the next ones arrive: iterations before
+    ``warmup + lag`` sample plainly, and the masks in use are ``lag`` to ``lag + period - 1``
+    iterations old. Iterations count from 0 over the whole run. ``1 <= lag <= period``, so at most one
+    explanation is pending at any time.
+    """
+
+    warmup: int
+    period: int
+    lag: int
+
+    def explains(self, iterations_done: int) -> bool:
+        """Whether the model after ``iterations_done`` iterations is explained."""
+        return iterations_done >= self.warmup and (iterations_done - self.warmup) % self.period == 0
+
+    def refresh_at(self, iteration: int) -> int | None:
+        """The explained iteration whose masks iteration ``iteration`` switches to, or None."""
+        source = iteration - self.lag
+        return source if self.explains(source) else None
+
+    def in_use(self, iteration: int) -> int | None:
+        """The explained iteration whose masks iteration ``iteration`` samples with (None: plain)."""
+        newest = iteration - self.lag
+        if newest < self.warmup:
+            return None
+        return self.warmup + (newest - self.warmup) // self.period * self.period
+
+    def needed(self, iterations_done: int) -> list[int]:
+        """The explained iterations a run continuing after ``iterations_done`` iterations still samples
+        with: the masks in use now and the explanation submitted but not yet used (ascending)."""
+        out = {self.in_use(iterations_done)}
+        if iterations_done >= self.warmup:
+            last = self.warmup + (iterations_done - self.warmup) // self.period * self.period
+            if last + self.lag > iterations_done:
+                out.add(last)
+        return sorted(s for s in out if s is not None)
