@@ -94,18 +94,22 @@ def exit_unless_links_work(rates: list[float]) -> None:
         sys.exit(str(err))
 
 
-def cached_partition(dataset_dir: Path, workers: int, seed: int, timeout_s: float) -> Path:
-    """The METIS partition directory of ``dataset_dir`` into ``workers`` parts, written on first use.
+def cached_partition(dataset_dir: Path, workers: int, seed: int, timeout_s: float,
+                     feature_dtype: str = "float32") -> Path:
+    """The METIS partition directory of ``dataset_dir`` into ``workers`` parts, features stored as
+    ``feature_dtype`` (``gnnscale partition --feature-dtype``), written on first use.
 
     Runs the ``gnnscale partition`` command in a child process: METIS' memory is returned to the
     system when it exits instead of staying in this process while the workers run.
     """
-    path = dataset_dir.with_name(f"{dataset_dir.name}_metis{workers}_seed{seed}")
+    dtype = "" if feature_dtype == "float32" else f"_{feature_dtype}"
+    path = dataset_dir.with_name(f"{dataset_dir.name}_metis{workers}_seed{seed}{dtype}")
     if (path / "manifest.json").is_file():  # the manifest is the last file written
         return path
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "gnnscale", "partition", "--dataset", "dir", "--data-dir", str(dataset_dir),
-           "--parts", str(workers), "--method", "metis", "--seed", str(seed), "--out", str(path)]
+           "--parts", str(workers), "--method", "metis", "--seed", str(seed), "--out", str(path),
+           "--feature-dtype", feature_dtype]
     if path.exists():
         cmd.append("--overwrite")  # a directory without a manifest is unusable anyway
     output = run_checked(cmd, env=os.environ.copy(), timeout_s=timeout_s, what=f"partitioning into {workers} parts")

@@ -3,7 +3,7 @@ category, at several (emulated) link rates, each strategy's epoch time as a rati
 
     python benchmarks/strategies.py [--scale 0.05] [--workers 4] [--strategies all] [--link-gbit inf,10,1]
                                     [--batch-size 250] [--fanouts 15,10,5] [--hidden 256] [--epochs 3]
-                                    [--bulk 4] [--replication 2] [--dgs-period 2] [--cache-dir DIR] [--json FILE]
+                                    [--bulk 4] [--replication 2] [--dgs-period 30] [--cache-dir DIR] [--json FILE]
                                     [--plot FILE.png] [--list]
 
 A strategy is a named set of ``gnnscale train`` arguments (the registry ``STRATEGIES`` below: adding one
@@ -15,6 +15,8 @@ For every (link rate, strategy) the script launches ``torchrun --standalone -m g
 --partitions DIR`` (gloo, one thread per worker) over the emulated link (benchmarks/emulated_link.py)
 and reads rank 0's metrics. ``--batch-size`` is per worker, so every strategy trains P x b seeds per
 iteration: data parallelism as P micro-batches, split parallelism as one mini-batch of all of them.
+Strategies named ``-float16`` / ``-bfloat16`` train on a partition of the same graph and parts whose
+features are stored in that type (``gnnscale partition --feature-dtype``): half the bytes fetched.
 
 The first epoch is warm-up (numba compilation, page cache); the table shows medians over the others.
 The loading stage (sample, split, fetch) runs in the background beside forward+backward (``--prefetch
@@ -59,11 +61,14 @@ class Strategy:
         args: extra ``gnnscale train`` arguments; ``{bulk}``, ``{replication}`` and ``{dgs_period}`` are
             filled from this script's options of those names.
         about: one line for ``--list``: what the strategy is.
+        feature_dtype: how the partition it trains on stores features (``gnnscale partition
+            --feature-dtype``).
     """
 
     name: str
     args: tuple[str, ...]
     about: str
+    feature_dtype: str = "float32"
 
 
 STRATEGIES = (
@@ -77,6 +82,14 @@ STRATEGIES = (
              about="matrix bulk sampling, 1.5D (replication c) products"),
     Strategy(name="dgs-hybrid", args=("--layout", "hybrid", "--dgs", "--dgs-period", "{dgs_period}"), about="explanation-guided sampling, hybrid"),
     Strategy(name="dgs-vanilla", args=("--layout", "vanilla", "--dgs", "--dgs-period", "{dgs_period}"), about="explanation-guided sampling, vanilla"),
+    Strategy(name="hybrid-float16", args=("--layout", "hybrid"), feature_dtype="float16",
+             about="hybrid, features stored and fetched as float16"),
+    Strategy(name="hybrid-bfloat16", args=("--layout", "hybrid"), feature_dtype="bfloat16",
+             about="hybrid, features stored and fetched as bfloat16"),
+    Strategy(name="split-bfloat16", args=("--layout", "split"), feature_dtype="bfloat16",
+             about="split, layer-0 features stored and exchanged as bfloat16"),
+    Strategy(name="dgs-hybrid-bfloat16", args=("--layout", "hybrid", "--dgs", "--dgs-period", "{dgs_period}"),
+             feature_dtype="bfloat16", about="explanation-guided sampling, hybrid, bfloat16 features"),
 )
 
 
@@ -162,7 +175,7 @@ def add_ratios(rows: list[dict]) -> None:
         r["x_hybrid"] = r["epoch_s"] / base[r["link_gbit"]] if r["link_gbit"] in base else None
 
 
-HEADER = (f"{'Gbit/s':>6} {'strategy':>12} {'it':>3} {'epoch s':>7} {'sample':>6} {'split':>6} {'fetch':>6} "
+HEADER = (f"{'Gbit/s':>6} {'strategy':>19} {'it':>3} {'epoch s':>7} {'sample':>6} {'split':>6} {'fetch':>6} "
           f"{'fwd+bwd':>7} {'(shuf)':>6} {'grad':>6} {'other':>6} {'rounds s/f/sh/g':>15} "
           f"{'MB smp':>6} {'MB feat':>7} {'MB shuf':>7} {'MB grad':>7} {'redund':>6} {'x hybrid':>8}")
 
@@ -172,7 +185,7 @@ def format_row(r: dict) -> str:
     redundancy = f"{r['redundancy']:.0%}" if r["redundancy"] is not None else "-"
     rounds = "/".join(f"{r['rounds'][c]:g}" for c in CATEGORIES)
     mb = r["mb"]
-    return (f"{r['link_gbit']:>6} {r['strategy']:>12} {r['num_batches']:3d} {r['epoch_s']:7.2f} {r['sample_s']:6.2f} "
+    return (f"{r['link_gbit']:>6} {r['strategy']:>19} {r['num_batches']:3d} {r['epoch_s']:7.2f} {r['sample_s']:6.2f} "
             f"{r['split_s']:6.2f} {r['fetch_s']:6.2f} {r['forward_backward_s']:7.2f} {r['shuffle_s']:6.2f} "
             f"{r['grad_sync_s']:6.2f} {r['other_s']:6.2f} {rounds:>15} {mb['sample']:6.2f} {mb['feature']:7.2f} "
             f"{mb['shuffle']:7.2f} {mb['grad']:7.2f} {redundancy:>6} {ratio:>8}")
@@ -252,9 +265,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=3, help="epochs per run, the first one warm-up (default 3)")
     p.add_argument("--bulk", type=int, default=4, help="matrix strategies: --bulk (default 4)")
     p.add_argument("--replication", type=int, default=2, help="matrix-1.5d: --replication (default 2)")
-    p.add_argument("--dgs-period", type=int, default=2,
-                   help="dgs strategies: --dgs-period (default 2: DGS samples plainly for its first 2 periods, "
-                        "so at the CLI's 30 a short run would never use its masks)")
+    p.add_argument("--dgs-period", type=int, default=30,
+                   help="dgs strategies: --dgs-period (default 30, the CLI's; DGS samples plainly for its first "
+                        "--dgs-warmup + --dgs-lag = 20 iterations, so give the runs epochs longer than that)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dataset, METIS and training")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to one launch (default 1800)")
     p.add_argument("--tune-malloc", action="store_true", help="as in benchmarks/distributed.py")
@@ -284,7 +297,8 @@ def main() -> None:
         for s in STRATEGIES:
             missing = missing_support(s, help_text)
             state = "available" if not missing else "not yet (no " + ", ".join(missing) + ")"
-            print(f"{s.name:>12}  {' '.join(s.args):<60} {state}; {s.about}")
+            stored = "" if s.feature_dtype == "float32" else f" (partition --feature-dtype {s.feature_dtype})"
+            print(f"{s.name:>19}  {' '.join(s.args):<60} {state}; {s.about}{stored}")
         return
     exit_unless_links_work(a.link_gbit)
     strategies = available(a.selected)
@@ -292,8 +306,9 @@ def main() -> None:
         sys.exit("no selected strategy is offered by `gnnscale train` here")
     dataset_dir = cached_dataset(a.scale, a.seed, Path(a.cache_dir))
     meta = dataset_meta(dataset_dir)
-    partition_dir = cached_partition(dataset_dir, a.workers, a.seed, a.timeout)
-    info = partition_info(partition_dir)
+    partition_dirs = {dtype: cached_partition(dataset_dir, a.workers, a.seed, a.timeout, dtype)
+                      for dtype in dict.fromkeys(s.feature_dtype for s in strategies)}
+    info = partition_info(next(iter(partition_dirs.values())))
     print(f"dataset: {meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges, {meta['feature_dim']} features "
           f"(scale {a.scale:g}), METIS {a.workers} parts (edge cut {info['edge_cut_fraction']:.1%}); fanouts "
           f"{a.fanouts}, batch {a.batch_size} per worker, hidden {a.hidden}, {a.epochs} epochs (median of the last "
@@ -306,7 +321,7 @@ def main() -> None:
         for rate in a.link_gbit:
             for s in strategies:
                 metrics = Path(scratch) / f"metrics_{s.name}_link{link_label(rate)}.json"
-                report = run_launch(train_command(s, partition_dir, a, metrics), metrics, rate, timeout_s=a.timeout,
+                report = run_launch(train_command(s, partition_dirs[s.feature_dtype], a, metrics), metrics, rate, timeout_s=a.timeout,
                                     tune_malloc=a.tune_malloc, what=f"training ({a.workers} workers, {s.name})")
                 rows.append(summarize(report, s.name, rate))
                 print(format_row(rows[-1]), f"  [{report['wall_s']:.0f}s wall]", flush=True)

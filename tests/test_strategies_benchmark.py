@@ -36,6 +36,15 @@ def test_missing_support_reads_flags_and_choices() -> None:
     assert strategies.missing_support(by_name("matrix-1d"), with_dgs) == []
 
 
+def test_half_precision_strategies_name_a_stored_feature_type_and_a_float32_twin() -> None:
+    from gnnscale.graph.feature_dtype import FEATURE_DTYPES
+    names = {s.name: s for s in strategies.STRATEGIES}
+    half = [s for s in strategies.STRATEGIES if s.feature_dtype != "float32"]
+    assert half and all(s.feature_dtype in FEATURE_DTYPES for s in half)
+    for s in half:  # the same training arguments as the float32 strategy it is compared with
+        assert s.name.endswith("-" + s.feature_dtype) and names[s.name[:-len(s.feature_dtype) - 1]].args == s.args
+
+
 def test_the_installed_cli_offers_the_data_and_split_parallel_layouts() -> None:
     help_text = strategies.train_help()
     for name in ("vanilla", "hybrid", "split"):
