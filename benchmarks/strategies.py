@@ -267,7 +267,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--replication", type=int, default=2, help="matrix-1.5d: --replication (default 2)")
     p.add_argument("--dgs-period", type=int, default=30,
                    help="dgs strategies: --dgs-period (default 30, the CLI's; DGS samples plainly for its first "
-                        "--dgs-warmup + --dgs-lag = 20 iterations, so give the runs epochs longer than that)")
+                        "--dgs-warmup + --dgs-lag = 10 iterations, so give the runs epochs longer than that)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dataset, METIS and training")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to one launch (default 1800)")
     p.add_argument("--tune-malloc", action="store_true", help="as in benchmarks/distributed.py")

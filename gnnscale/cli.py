@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--dgs: training iterations before the first explanation")
     t.add_argument("--dgs-lag", type=int, default=None,
                    help="--dgs: iterations between an explained model and the first batch sampled with its masks, "
-                        "at most --dgs-period (default: the smaller of 10 and --dgs-period)")
+                        "at most --dgs-period (default: the smaller of 5 and --dgs-period)")
     t.add_argument("--dgs-epsilon", type=float, default=0.1,
                    help="--dgs: share of each destination's samples moved from remote to local neighbors")
     t.add_argument("--dgs-feature-rate", type=float, default=0.85,

@@ -52,7 +52,7 @@ def test_dgs_needs_a_layout_that_fetches_features():
 @pytest.mark.parametrize("argv, match", [
     (["--dgs"], r"dgs: --dgs cuts the feature fetch between workers, which only distributed runs have"),
     (["--dgs-period", "5"], r"dgs: --dgs-period given without --dgs; add --dgs"),
-    (["--dgs-warmup", "5", "--dgs-lag", "2"], r"dgs: --dgs-warmup, --dgs-lag given without --dgs; add --dgs"),
+    (["--dgs-warmup", "7", "--dgs-lag", "2"], r"dgs: --dgs-warmup, --dgs-lag given without --dgs; add --dgs"),
 ])
 def test_cli_refuses_dgs_without_partitions_or_dgs_flags_without_dgs(argv, match, capsys):
     assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=200", *argv]) == EXIT_BAD_INPUT
@@ -86,9 +86,9 @@ def test_the_schedule_matches_its_rule_played_forward(warmup, period, lag):
 
 
 def test_the_default_schedule_explains_early_and_short_periods_shorten_the_lag():
-    assert DGSConfig().schedule == DGSSchedule(warmup=10, period=30, lag=10)
-    assert DGSConfig(period=3).schedule == DGSSchedule(warmup=10, period=3, lag=3)
-    assert DGSConfig().schedule.in_use(19) is None and DGSConfig().schedule.in_use(20) == 10
+    assert DGSConfig().schedule == DGSSchedule(warmup=5, period=30, lag=5)
+    assert DGSConfig(period=3).schedule == DGSSchedule(warmup=5, period=3, lag=3)
+    assert DGSConfig().schedule.in_use(9) is None and DGSConfig().schedule.in_use(10) == 5
 
 
 def test_the_layout_follows_the_schedule_and_the_masks_on_two_workers():

@@ -10,10 +10,10 @@ from gnnscale.distributed.dgs.sampling import check_epsilon
 DGS_MODES = ("both", "node", "feature")
 # Iterations before the first explanation: the earliest model whose explanation picks the dimensions a
 # trained one picks (benchmarks/dgs_explanation.py --quality-at, docs/dgs.md "The schedule").
-DEFAULT_WARMUP = 10
+DEFAULT_WARMUP = 5
 # Iterations between an explanation's model and the first batch sampled with its masks, unless the
 # period is shorter: room for the explanation to finish before the loading stage needs it.
-DEFAULT_LAG = 10
+DEFAULT_LAG = 5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,9 +22,9 @@ class DGSConfig:
 
     Args:
         period: T_ex, training iterations between explanations (``--dgs-period``, >= 1; 30).
-        warmup: training iterations before the first explanation (``--dgs-warmup``, >= 0; 10).
+        warmup: training iterations before the first explanation (``--dgs-warmup``, >= 0; 5).
         lag: iterations between an explained model and the first batch sampled with its masks
-            (``--dgs-lag``, in [1, period]; None: ``min(10, period)``).
+            (``--dgs-lag``, in [1, period]; None: ``min(5, period)``).
         epsilon: share of each destination's samples moved from remote to local neighbors
             (``--dgs-epsilon``, in [0, 1]; 0.1).
         feature_rate: N_f, share of the dimensions that travel for remote rows (``--dgs-feature-rate``,
