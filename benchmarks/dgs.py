@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from distributed import fail, run_checked, torchrun_command  # noqa: E402
 from emulated_link import add_link_argument, check_link_support, link_command, link_label  # noqa: E402
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES  # noqa: E402
 from gnnscale.train.layouts.dgs_config import DGSConfig  # noqa: E402
 
 MODES = ("plain", "node", "feature", "both")
@@ -62,12 +63,13 @@ GRAPHS = {
 }
 
 
-def cached_partition(graph: str, workers: int, cache: Path, timeout_s: float) -> Path:
-    out = cache / f"dgs_{graph}_metis{workers}"
+def cached_partition(graph: str, workers: int, cache: Path, timeout_s: float, feature_dtype: str = "float32") -> Path:
+    out = cache / f"dgs_{graph}_metis{workers}" if feature_dtype == "float32" else \
+        cache / f"dgs_{graph}_metis{workers}_{feature_dtype}"
     if (out / "manifest.json").is_file():
         return out
     cmd = [sys.executable, "-m", "gnnscale", "partition", *GRAPHS[graph]["data"], "--parts", str(workers),
-           "--method", "metis", "--out", str(out), "--overwrite"]
+           "--method", "metis", "--out", str(out), "--overwrite", "--feature-dtype", feature_dtype]
     run_checked(cmd, env=dict(os.environ), timeout_s=timeout_s, what=f"partitioning {graph}")
     return out
 
@@ -99,7 +101,7 @@ def train_command(parts: Path, graph: str, mode: str, seed: int, a: argparse.Nam
 
 
 def run_one(parts: Path, graph: str, mode: str, seed: int, rate: float, a, scratch: Path) -> dict:
-    metrics = scratch / f"{graph}_{mode}_{seed}_{link_label(rate)}.json"
+    metrics = scratch / f"{parts.name}_{mode}_{seed}_{link_label(rate)}.json"
     cmd = link_command(train_command(parts, graph, mode, seed, a, metrics), rate)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     start = time.perf_counter()
@@ -151,13 +153,13 @@ def mean_rows(runs: list[dict]) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'link':>5} {'graph':>6} {'mode':>8} {'run MB':>8} {'x plain':>7} {'feat MB/ep':>10} {'x plain':>7} "
+    print(f"{'link':>5} {'graph':>6} {'features':>8} {'mode':>8} {'run MB':>8} {'x plain':>7} {'feat MB/ep':>10} {'x plain':>7} "
           f"{'remote':>7} {'dims':>6} {'epoch s':>7} {'x plain':>7} {'expl cpu':>8} {'% epoch':>7} {'wait s':>6} "
           f"{'test acc':>8} {'d pts':>6}")
     for r in rows:
         def fmt(v, spec):
             return "-" if v is None else format(v, spec)
-        print(f"{r['link']:>5} {r['graph']:>6} {r['mode']:>8} {r['run_feature_mb']:8.2f} {r['run_bytes_ratio']:7.3f} "
+        print(f"{r['link']:>5} {r['graph']:>6} {r['dtype']:>8} {r['mode']:>8} {r['run_feature_mb']:8.2f} {r['run_bytes_ratio']:7.3f} "
               f"{r['feature_mb']:10.3f} {r['bytes_ratio']:7.3f} "
               f"{fmt(r['remote_nodes'], '7.0f')} {fmt(r['dims'], '6.1f')} {r['epoch_s']:7.2f} {r['time_ratio']:7.2f} "
               f"{r['explain_cpu_s']:8.3f} {r['overhead']:7.1%} {r['explain_wait_s']:6.3f} {r['test_acc']:8.4f} "
@@ -165,7 +167,7 @@ def print_table(rows: list[dict]) -> None:
 
 
 def add_ratios(rows: list[dict]) -> None:
-    plain = {(r["link"], r["graph"]): r for r in rows if r["mode"] == "plain"}
+    plain = {(r["link"], r["graph"]): r for r in rows if r["mode"] == "plain" and r["dtype"] == "float32"}
     for r in rows:
         p = plain.get((r["link"], r["graph"]))
         r["bytes_ratio"] = r["feature_mb"] / p["feature_mb"] if p else float("nan")
@@ -185,7 +187,7 @@ def print_verdict(rows: list[dict]) -> None:
                    f"{r['acc_points']:+.2f} points (target >= -{TARGET_ACC_POINTS})"),
                   ("explanation", r["overhead"] <= TARGET_OVERHEAD, f"CPU {r['overhead']:.1%} of the epoch "
                    f"(target <= {TARGET_OVERHEAD:.0%})")]
-        print(f"{r['graph']} (link {r['link']}): " + "; ".join(
+        print(f"{r['graph']} {r['dtype']} (link {r['link']}): " + "; ".join(
             f"{name} {'MET' if ok else 'MISSED'}: {text}" for name, ok, text in checks))
 
 
@@ -194,16 +196,18 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    graphs = sorted({(r["link"], r["graph"]) for r in rows})
+    graphs = sorted({(r["link"], r["graph"], r["dtype"]) for r in rows})
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     width = 0.8 / len(MODES)
     for i, mode in enumerate(MODES):
-        sel = [next((r for r in rows if (r["link"], r["graph"]) == g and r["mode"] == mode), None) for g in graphs]
+        sel = [next((r for r in rows if (r["link"], r["graph"], r["dtype"]) == g and r["mode"] == mode), None)
+               for g in graphs]
         xs = [j + i * width for j in range(len(graphs))]
         for ax, key in zip(axes, ("bytes_ratio", "time_ratio", "test_acc")):
             ax.bar(xs, [float("nan") if r is None else r[key] for r in sel], width, label=mode)
     for ax, title in zip(axes, ("feature bytes / plain", "epoch time / plain", "test accuracy (mean of seeds)")):
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(graphs))], [f"{g}\nlink {l}" for l, g in graphs])
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(graphs))],
+                      [f"{g}\n{d}\nlink {l}" for l, g, d in graphs])
         ax.set_title(title)
     axes[0].axhline(TARGET_BYTES, color="k", ls="--", lw=0.8)
     axes[0].legend()
@@ -229,8 +233,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache-dir", default=str(HERE / ".cache"))
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--plot", default=None, help="write a bar chart here (PNG)")
+    p.add_argument("--feature-dtypes", default="float32",
+                   help="comma-separated, of float32, float16, bfloat16: how the parts store features "
+                        "(gnnscale partition --feature-dtype); ratios are against plain float32")
     add_link_argument(p)
     a = p.parse_args()
+    a.feature_dtypes = a.feature_dtypes.split(",")
+    for dtype in a.feature_dtypes:
+        if dtype not in FEATURE_DTYPES:
+            p.error(f"--feature-dtypes: unknown type {dtype!r}, expected some of {', '.join(FEATURE_DTYPES)}")
     a.graphs, a.modes = a.graphs.split(","), a.modes.split(",")
     a.seeds = [int(s) for s in a.seeds.split(",")]
     for g in a.graphs:
@@ -251,16 +262,18 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gnnscale-dgs-bench-") as tmp:
         for graph in a.graphs:
-            parts = cached_partition(graph, a.workers, Path(a.cache_dir), a.timeout)
-            for rate in a.link_gbit:
-                for mode in a.modes:
-                    runs = []
-                    for seed in a.seeds:
-                        runs.append(summarize(run_one(parts, graph, mode, seed, rate, a, Path(tmp)),
-                                              first_masked_iteration(a)))
-                        print(f"  ran {graph} {mode} seed {seed} link {link_label(rate)}: {runs[-1]['wall_s']:.0f}s "
-                              f"wall, test {runs[-1]['test_acc']:.4f}", flush=True)
-                    rows.append({"link": link_label(rate), "graph": graph, "mode": mode, **mean_rows(runs)})
+            for dtype in a.feature_dtypes:
+                parts = cached_partition(graph, a.workers, Path(a.cache_dir), a.timeout, dtype)
+                for rate in a.link_gbit:
+                    for mode in a.modes:
+                        runs = []
+                        for seed in a.seeds:
+                            runs.append(summarize(run_one(parts, graph, mode, seed, rate, a, Path(tmp)),
+                                                  first_masked_iteration(a)))
+                            print(f"  ran {graph} {dtype} {mode} seed {seed} link {link_label(rate)}: "
+                                  f"{runs[-1]['wall_s']:.0f}s wall, test {runs[-1]['test_acc']:.4f}", flush=True)
+                        rows.append({"link": link_label(rate), "graph": graph, "dtype": dtype, "mode": mode,
+                                     **mean_rows(runs)})
     add_ratios(rows)
     print(f"\n{a.workers} workers, --layout {a.layout}, METIS parts, seeds {a.seeds}; rank 0's feature bytes per epoch "
           "(sent + received): over the whole run, and medians over the epochs sampled with masks; explanation = the "
