@@ -63,13 +63,34 @@ class GenerateSummary:
     file_bytes: dict[str, int]
 
 
+def check_generate_args(cfg: SyntheticConfig, chunk_edges: int) -> None:
+    """What :func:`generate_dataset` checks before any work (the CLI calls it before printing a plan)."""
+    if not isinstance(cfg, SyntheticConfig):
+        raise TypeError(f"cfg: expected a SyntheticConfig, got {type(cfg).__name__}")
+    if not cfg.streaming:
+        raise ValueError("streaming: this config draws its edges in top-up rounds over the whole graph, which "
+                         "cannot be written chunk by chunk; use a streaming preset (papers100M) or set "
+                         "streaming=True (-o streaming=true: the block model, a different graph)")
+    if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, (int, np.integer)) or chunk_edges < 1:
+        raise ValueError(f"chunk_edges: expected an int >= 1, got {chunk_edges!r}")
+
+
 def memory_bound(cfg: SyntheticConfig, chunk_edges: int) -> int:
     """Bytes of working memory :func:`generate_dataset` stays below: per-node arrays, one chunk of
-    edges (or the largest bucket, which holds a hub's edges alone), one block of draws and rows."""
+    edges and the largest bucket, one block of draws and rows.
+
+    A bucket expects at most ``chunk_edges`` edges plus one node's (a hub alone can pass the chunk):
+    the hub is estimated from the degree law as 10 times the 1 - 1/num_nodes quantile of the expected
+    degree (a largest propensity above that has probability about 10**-(exponent - 1)), at most
+    num_nodes.
+    """
     block_draws = int(SOURCE_BLOCK * cfg.avg_degree) + 1
     rows = ROW_BLOCK * cfg.feature_dim * 4 * 3
-    return (BYTES_PER_NODE * cfg.num_nodes + BYTES_PER_CHUNK_EDGE * (chunk_edges + min(cfg.num_nodes, chunk_edges))
-            + 100 * block_draws + rows + (1 << 20))
+    tail = cfg.degree_exponent - 1.0
+    hub = min(cfg.num_nodes, 10 * cfg.num_nodes ** (1 / tail) * cfg.avg_degree * (tail - 1) / tail)
+    # A chunk holds whole source blocks: it may pass chunk_edges by one block of draws (both directions).
+    edges = min(chunk_edges, int(cfg.avg_degree * cfg.num_nodes)) + 2 * block_draws + int(hub)
+    return BYTES_PER_NODE * cfg.num_nodes + BYTES_PER_CHUNK_EDGE * edges + rows + (1 << 20)
 
 
 def generate_dataset(cfg: SyntheticConfig, out_dir: str | Path, *, chunk_edges: int = CHUNK_EDGES,
@@ -84,14 +105,7 @@ def generate_dataset(cfg: SyntheticConfig, out_dir: str | Path, *, chunk_edges: 
         progress: called as ``progress(phase, done, total)`` after each step of the phases
             ``"edges"`` (source blocks), ``"csc"`` (buckets), ``"features"`` (row blocks).
     """
-    if not isinstance(cfg, SyntheticConfig):
-        raise TypeError(f"cfg: expected a SyntheticConfig, got {type(cfg).__name__}")
-    if not cfg.streaming:
-        raise ValueError("streaming: this config draws its edges in top-up rounds over the whole graph, which "
-                         "cannot be written chunk by chunk; use a streaming preset (papers100M) or set "
-                         "streaming=True (-o streaming=true: the block model, a different graph)")
-    if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, (int, np.integer)) or chunk_edges < 1:
-        raise ValueError(f"chunk_edges: expected an int >= 1, got {chunk_edges!r}")
+    check_generate_args(cfg, chunk_edges)
     out_dir = Path(out_dir)
     check_target(out_dir, overwrite, "out_dir")
     report = progress or (lambda phase, done, total: None)

@@ -270,6 +270,8 @@ def preset_config(name: str, scale: float = 1.0, **overrides) -> SyntheticConfig
     100,000, ``papers100M``: 111,059,956, each times ``scale``), with any SyntheticConfig field overridden."""
     if name not in PRESETS:
         raise ValueError(f"preset: expected one of {', '.join(PRESETS)}, got {name!r}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
     valid = {f.name for f in fields(SyntheticConfig)}
     unknown = sorted(set(overrides) - valid)
     if unknown:
