@@ -130,6 +130,7 @@ class EdgeBuckets:
 
     def add(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Append the edges ``src[i] -> dst[i]`` (int arrays of node ids) to their buckets."""
+        self.edges_added += src.shape[0]
         keys = dst.astype(np.int64) * self.num_nodes
         keys += src
         # Sorted keys are grouped by destination, hence by bucket; repeats in one batch go early.
@@ -139,7 +140,6 @@ class EdgeBuckets:
         for bucket in np.flatnonzero(np.diff(cuts)):
             with open(self._path(int(bucket)), "ab") as f:
                 f.write(memoryview(keys[cuts[bucket]:cuts[bucket + 1]]).cast("B"))
-        self.edges_added += keys.shape[0]
 
     def write_csc(self, indptr: NpyWriter, indices: NpyWriter,
                   progress: Callable[[int, int], None] | None = None) -> int:

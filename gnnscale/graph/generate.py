@@ -52,7 +52,7 @@ class GenerateSummary:
 
     directory: the dataset directory.
     num_nodes, num_edges: the graph's counts (edges: directed, after removing repeats).
-    edges_drawn: directed edges drawn before repeats across chunks were removed.
+    edges_drawn: directed edges drawn (both directions of every draw, self loops left out), repeats included.
     file_bytes: {file name: bytes on disk}.
     """
 
