@@ -48,7 +48,7 @@ def cmd_generate(args) -> None:
           f"{memory_bound(cfg, args.chunk_edges) / 2**30:.2f} GiB", flush=True)
     start = time.perf_counter()
     summary = generate_dataset(cfg, out, chunk_edges=args.chunk_edges, overwrite=args.overwrite,
-                               progress=TenthsProgress())
+                               progress=TenthsProgress() if sys.stderr.isatty() else None)
     seconds = time.perf_counter() - start
     total = sum(summary.file_bytes.values())
     print(f"wrote {out}: {summary.num_nodes:,} nodes, {summary.num_edges:,} directed edges "
@@ -58,7 +58,8 @@ def cmd_generate(args) -> None:
 
 
 class TenthsProgress:
-    """A line on stderr each time a phase passes another tenth (long runs take tens of minutes)."""
+    """A line on stderr each time a phase passes another tenth (long runs take tens of minutes; on a
+    terminal only, like training's progress bar)."""
 
     def __init__(self) -> None:
         self.shown: dict[str, int] = {}

@@ -161,7 +161,8 @@ def test_cli_generates_a_loadable_directory(tmp_path, capsys):
     out = tmp_path / "p100m"
     assert main(["generate", "--preset", "papers100M", "--scale", "2e-5", "--out", str(out), "--chunk-edges", "999",
                  "--feature-dim", "8", "--seed", "1"]) == 0
-    printed = capsys.readouterr().out
+    printed, progress = capsys.readouterr()
+    assert progress == ""  # progress lines on a terminal only
     ds = load_dataset_dir(out)
     assert (ds.feature_dim, ds.num_classes) == (8, 172)
     assert f"{ds.graph.num_edges:,} directed edges" in printed and "indices.npy" in printed
