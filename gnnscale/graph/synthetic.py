@@ -99,7 +99,8 @@ class SyntheticConfig:
             instead of its block. Default 0.0.
         train_fraction, val_fraction, test_fraction: split sizes as fractions of the nodes, each in
             [0, 1], summing to at most 1; train must be non-empty.
-        seed: seed of ``np.random.default_rng``; same config, same dataset.
+        seed: seed of ``np.random.default_rng`` (with ``streaming``: a word of every Philox key, < 2**64);
+            same config, same dataset.
         streaming: draw with the block model of :mod:`gnnscale.graph.synthetic_blocks` (every draw keyed
             by a fixed block of nodes; what ``gnnscale generate`` writes chunk by chunk, at any scale):
             ``avg_degree`` is then the mean before repeats are removed, and the edge count what is left
