@@ -87,7 +87,8 @@ class NpyWriter:
 
 def bucket_bounds(expected_in_edges: np.ndarray, per_bucket: int) -> np.ndarray:
     """int64 [k + 1]: destination ranges ``[b[i], b[i + 1])`` from 0 to num_nodes, each expected to
-    receive at most ``per_bucket`` edges (or a single node, when that node alone expects more).
+    receive fewer than ``per_bucket`` edges plus those of its first node (a node that alone expects
+    more than ``per_bucket`` shares its range with light nodes only).
 
     Args:
         expected_in_edges: float or int [num_nodes], in-edges expected (or counted) per node.
