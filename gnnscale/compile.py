@@ -7,8 +7,8 @@ they meet in use: int32 and int64 graph indices; graphs in memory (writable arra
 from a dataset or partition directory (read-only arrays, a different numba type); sampling with and
 without replacement, fused, two-step, matrix and LADIES; the three models in training (dropout, attention dropout)
 and inference, aggregating first and transforming first; partitioning (METIS and random); and
-distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader. A path added to gnnscale that
-calls a new kernel belongs in :data:`WARMUPS`.
+distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader;
+``gnnscale generate``. A path added to gnnscale that calls a new kernel belongs in :data:`WARMUPS`.
 
 Prints one line per step with its seconds and the kernels numba compiled; exits non-zero on failure.
 """
@@ -31,8 +31,10 @@ from numba.core import event
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.generate import generate_dataset
 from gnnscale.graph.storage import load_dataset_dir, save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.graph.synthetic_blocks import _fill_alias
 from gnnscale.nn import MODELS, GATConv, GCNConv, ModelConfig, SAGEConv
 from gnnscale.sampling import derive_key, sample_blocks, set_sampler_threads
 from gnnscale.train.config import TrainConfig
@@ -149,6 +151,16 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return copy
 
 
+def warm_generate(work: Path) -> None:
+    """gnnscale generate (the alias tables), and the alias kernel with the int64 ids of graphs of more
+    than 2**31 nodes."""
+    generate_dataset(SyntheticConfig(num_nodes=600, avg_degree=6.0, feature_dim=4, streaming=True), work / "gen",
+                     chunk_edges=1000)
+    weights, starts = np.ones(4), np.array([0, 2, 4], dtype=np.int64)
+    _fill_alias(weights, starts, np.empty(4), np.empty(4, dtype=np.int64), np.empty(2), np.empty(2, dtype=np.int64),
+                np.empty(2, dtype=np.int64))
+
+
 WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("training, graph in memory", warm_training_in_memory),
     ("training, memory-mapped dataset", warm_training_memory_mapped),
@@ -156,6 +168,7 @@ WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("partitioning and distributed training", warm_partition_and_distributed),
     ("DGS node sampling", warm_dgs_sampling),
     ("NeighborLoader (PyG batches)", warm_loader),
+    ("gnnscale generate", warm_generate),
 ]
 
 

@@ -53,11 +53,24 @@ def save_dataset(ds: NodeDataset, directory: str | Path, *, overwrite: bool = Fa
         "indptr": ds.graph.indptr, "indices": ds.graph.indices, "features": ds.features, "labels": ds.labels,
         "train_idx": ds.train_idx, "val_idx": ds.val_idx, "test_idx": ds.test_idx,
     }
-    meta = {
-        "format_version": FORMAT_VERSION, "kind": "dataset", "name": ds.name, "num_nodes": ds.graph.num_nodes,
-        "num_edges": ds.graph.num_edges, "feature_dim": ds.feature_dim, "num_classes": ds.num_classes,
-    }
+    meta = dataset_meta(name=ds.name, num_nodes=ds.graph.num_nodes, num_edges=ds.graph.num_edges,
+                        feature_dim=ds.feature_dim, num_classes=ds.num_classes)
     return _write_directory(Path(directory), arrays, meta, overwrite)
+
+
+def dataset_meta(*, name: str, num_nodes: int, num_edges: int, feature_dim: int, num_classes: int) -> dict:
+    """The counts of a dataset directory's ``meta.json`` (:func:`with_array_specs` adds the arrays)."""
+    return {"format_version": FORMAT_VERSION, "kind": "dataset", "name": name, "num_nodes": num_nodes,
+            "num_edges": num_edges, "feature_dim": feature_dim, "num_classes": num_classes}
+
+
+def with_array_specs(meta: dict, specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> dict:
+    """``meta`` plus the ``dtypes`` and ``shapes`` of the arrays ``{file stem: (dtype, shape)}``, in the
+    order given (writers that stream their files build the same ``meta.json`` as :func:`save_dataset`)."""
+    meta = dict(meta)
+    meta["dtypes"] = {stem: np.dtype(dtype).str for stem, (dtype, _) in specs.items()}
+    meta["shapes"] = {stem: list(shape) for stem, (_, shape) in specs.items()}
+    return meta
 
 
 def save_graph(graph: CSCGraph, directory: str | Path, *, overwrite: bool = False) -> Path:
@@ -110,14 +123,8 @@ def load_graph(directory: str | Path, mmap: bool = True) -> CSCGraph:
 
 
 def _write_directory(directory: Path, arrays: Mapping[str, np.ndarray], meta: dict, overwrite: bool) -> Path:
-    if directory.exists() and not overwrite:
-        raise ValueError(f"directory: {directory} already exists; pass overwrite=True to replace it")
-    if directory.parent.exists() and not directory.parent.is_dir():
-        raise ValueError(f"directory: {directory.parent} is a file, not a folder")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(meta)
-    meta["dtypes"] = {stem: np.dtype(arr.dtype).str for stem, arr in arrays.items()}
-    meta["shapes"] = {stem: list(arr.shape) for stem, arr in arrays.items()}
+    check_target(directory, overwrite)
+    meta = with_array_specs(meta, {stem: (arr.dtype, arr.shape) for stem, arr in arrays.items()})
     with _staging_directory(directory) as tmp:
         for stem, arr in arrays.items():
             with open(tmp / f"{stem}.npy", "wb") as f:
@@ -125,6 +132,16 @@ def _write_directory(directory: Path, arrays: Mapping[str, np.ndarray], meta: di
                 _flush_to_disk(f)
         finish_directory(tmp, directory, META_FILE, meta)
     return directory
+
+
+def check_target(directory: Path, overwrite: bool, name: str = "directory") -> None:
+    """Before writing ``directory``: it must not exist unless ``overwrite``, and its parent (created if
+    missing) must be a folder. Errors name the argument ``name``."""
+    if directory.exists() and not overwrite:
+        raise ValueError(f"{name}: {directory} already exists; pass overwrite=True to replace it")
+    if directory.parent.exists() and not directory.parent.is_dir():
+        raise ValueError(f"{name}: {directory.parent} is a file, not a folder")
+    directory.parent.mkdir(parents=True, exist_ok=True)
 
 
 @contextmanager

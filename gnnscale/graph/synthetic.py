@@ -37,6 +37,8 @@ import numpy as np
 
 from gnnscale.graph.csc import _drop_repeats, csc_from_coo
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.synthetic_blocks import (build_model, centroids, check_streaming_seed, draw_block_edges,
+                                             feature_rows, observed_labels, row_blocks, split_ids)
 
 # Stub slots per unit of theta (theta >= 1, so every node owns >= 4 slots; quantisation error is
 # removed in expectation by stochastic rounding).
@@ -62,6 +64,12 @@ HARD_CLASSES = 16
 HARD_AVG_DEGREE = 20.0
 HARD_HOMOPHILY = 0.55
 HARD_SIGNAL = 0.15
+
+# ogbn-papers100M (OGB v1): 111,059,956 nodes, 1,615,685,872 directed edges (mean in-degree ~14.5 before
+# symmetrising), 128 features, 172 classes, split 1,207,179 / 125,265 / 214,338 nodes.
+PAPERS100M_NUM_NODES = 111_059_956
+PAPERS100M_IN_DEGREE = 14.5
+PAPERS100M_SPLIT = (1_207_179 / PAPERS100M_NUM_NODES, 125_265 / PAPERS100M_NUM_NODES, 214_338 / PAPERS100M_NUM_NODES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +99,13 @@ class SyntheticConfig:
             instead of its block. Default 0.0.
         train_fraction, val_fraction, test_fraction: split sizes as fractions of the nodes, each in
             [0, 1], summing to at most 1; train must be non-empty.
-        seed: seed of ``np.random.default_rng``; same config, same dataset.
+        seed: seed of ``np.random.default_rng`` (with ``streaming``: a word of every Philox key, < 2**64);
+            same config, same dataset.
+        streaming: draw with the block model of :mod:`gnnscale.graph.synthetic_blocks` (every draw keyed
+            by a fixed block of nodes; what ``gnnscale generate`` writes chunk by chunk, at any scale):
+            ``avg_degree`` is then the mean before repeats are removed, and the edge count what is left
+            after (no top-up draws). Default False: one random stream over the whole graph, edges
+            topped up to ``avg_degree`` (the model of the ``default``, ``products`` and ``hard`` presets).
     """
 
     num_nodes: int = 30_000
@@ -108,13 +122,18 @@ class SyntheticConfig:
     val_fraction: float = 0.2
     test_fraction: float = 0.2
     seed: int = 0
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_nodes", "num_classes", "feature_dim", "seed"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
                 raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if not isinstance(self.streaming, (bool, np.bool_)):
+            raise TypeError(f"streaming: expected a bool, got {type(self.streaming).__name__}")
         for f in fields(self):
+            if f.name == "streaming":
+                continue
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise TypeError(f"{f.name}: expected a number, got {type(value).__name__}")
@@ -140,6 +159,8 @@ class SyntheticConfig:
         _require(total <= 1.0 + 1e-9, "train_fraction + val_fraction + test_fraction", "<= 1", total)
         _require(int(self.train_fraction * self.num_nodes) >= 1, "train_fraction",
                  f"at least one training node out of num_nodes = {self.num_nodes}", self.train_fraction)
+        if self.streaming:
+            check_streaming_seed(self.seed)
 
 
 def _require(ok: bool, name: str, expected: str, got) -> None:
@@ -229,20 +250,54 @@ def pubmed_config(scale: float = 1.0, *, seed: int = 0) -> SyntheticConfig:
                            train_fraction=0.05, val_fraction=0.1, test_fraction=0.2, seed=seed)
 
 
+def papers100m_config(scale: float = 1.0, *, seed: int = 0) -> SyntheticConfig:
+    """An ogbn-papers100M-shaped config with ``round(111,059,956 * scale)`` nodes, drawn by the block
+    model (``streaming=True``: ``gnnscale generate`` writes it at any scale in bounded memory).
+
+    Mean in-degree 14.5 before symmetrising (so ``avg_degree`` 29), 128 features, 172 classes, the
+    official split's fractions (1.09% / 0.11% / 0.19%). Not trivially separable: homophily 0.6 and weak
+    features, only half of the dimensions informative, so that GraphSAGE beats an MLP on the features
+    (docs/training.md gives the measured accuracies). Degree exponent 3 as for ``products``.
+    """
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
+    num_nodes = max(int(round(PAPERS100M_NUM_NODES * scale)), 2)
+    train, val, test = PAPERS100M_SPLIT
+    return SyntheticConfig(
+        num_nodes=num_nodes,
+        avg_degree=min(2 * PAPERS100M_IN_DEGREE, (num_nodes - 1) / 2),
+        num_classes=172,
+        feature_dim=128,
+        homophily=0.6,
+        degree_exponent=3.0,
+        feature_signal=0.3,
+        feature_noise=1.0,
+        informative_features=0.5,
+        train_fraction=train,
+        val_fraction=val,
+        test_fraction=test,
+        seed=seed,
+        streaming=True,
+    )
+
+
 # Named starting points for ``load_dataset("synthetic", preset=..., scale=...)`` (CLI: ``-o preset=hard``).
 PRESETS = {
     "default": lambda scale, seed: SyntheticConfig(num_nodes=max(int(round(30_000 * scale)), 2), seed=seed),
     "products": lambda scale, seed: products_like_config(scale, seed=seed),
     "hard": lambda scale, seed: hard_config(scale, seed=seed),
     "pubmed": lambda scale, seed: pubmed_config(scale, seed=seed),
+    "papers100M": lambda scale, seed: papers100m_config(scale, seed=seed),
 }
 
 
 def preset_config(name: str, scale: float = 1.0, **overrides) -> SyntheticConfig:
     """The preset ``name`` at ``scale`` (``default``: 30,000 nodes, ``products``: 2,449,029, ``hard``:
-    100,000, each times ``scale``), with any SyntheticConfig field overridden."""
+    100,000, ``papers100M``: 111,059,956, each times ``scale``), with any SyntheticConfig field overridden."""
     if name not in PRESETS:
         raise ValueError(f"preset: expected one of {', '.join(PRESETS)}, got {name!r}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
     valid = {f.name for f in fields(SyntheticConfig)}
     unknown = sorted(set(overrides) - valid)
     if unknown:
@@ -256,11 +311,14 @@ def make_synthetic(cfg: SyntheticConfig | None = None) -> NodeDataset:
 
     Returns a NodeDataset named ``"synthetic"``: an undirected graph (both directions stored, no self
     loops, no duplicates), float32 features [num_nodes, feature_dim], int64 labels [num_nodes] (all
-    labeled), random disjoint train/val/test splits. Deterministic given ``cfg``.
+    labeled), random disjoint train/val/test splits. Deterministic given ``cfg``. With
+    ``cfg.streaming``, the dataset ``gnnscale generate`` writes for ``cfg``, array for array.
     """
     cfg = SyntheticConfig() if cfg is None else cfg
     if not isinstance(cfg, SyntheticConfig):
         raise TypeError(f"cfg: expected a SyntheticConfig, got {type(cfg).__name__}")
+    if cfg.streaming:
+        return _make_streaming(cfg)
     rng = np.random.default_rng(cfg.seed)
     labels = rng.integers(0, cfg.num_classes, size=cfg.num_nodes, dtype=np.int64)
     stubs = _stub_table(cfg, labels, rng)
@@ -271,6 +329,27 @@ def make_synthetic(cfg: SyntheticConfig | None = None) -> NodeDataset:
     train_idx, val_idx, test_idx = _split(cfg, rng)
     labels = _observed_labels(cfg, labels)
     return NodeDataset(name="synthetic", graph=graph, features=features, labels=labels, train_idx=train_idx,
+                       val_idx=val_idx, test_idx=test_idx, num_classes=cfg.num_classes)
+
+
+def _make_streaming(cfg: SyntheticConfig) -> NodeDataset:
+    """The block model (:mod:`gnnscale.graph.synthetic_blocks`) in memory: every block's draws at once."""
+    model = build_model(cfg)
+    pairs = [draw_block_edges(cfg, model, block) for block in range(model.num_blocks)]
+    u, v = np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+    del pairs
+    labels, n = model.labels, cfg.num_nodes
+    del model
+    graph = csc_from_coo(u, v, n, symmetrize=True, remove_self_loops=True, remove_duplicates=True)
+    del u, v
+    class_centroids = centroids(cfg, informative_dimensions(cfg))
+    features = np.empty((n, cfg.feature_dim), dtype=np.float32)
+    observed = np.empty(n, dtype=np.int64)
+    for block, lo, hi in row_blocks(n):
+        features[lo:hi] = feature_rows(cfg, labels, class_centroids, block)
+        observed[lo:hi] = observed_labels(cfg, labels, block)
+    train_idx, val_idx, test_idx = split_ids(cfg)
+    return NodeDataset(name="synthetic", graph=graph, features=features, labels=observed, train_idx=train_idx,
                        val_idx=val_idx, test_idx=test_idx, num_classes=cfg.num_classes)
 
 

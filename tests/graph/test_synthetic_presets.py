@@ -53,7 +53,7 @@ def test_presets_scale_and_override():
     assert preset_config("default").num_nodes == SyntheticConfig().num_nodes
     cfg = preset_config("hard", 0.1, homophily=0.9, seed=3)
     assert (cfg.num_nodes, cfg.homophily, cfg.seed, cfg.num_classes) == (10_000, 0.9, 3, hard_config().num_classes)
-    with pytest.raises(ValueError, match=r"preset: expected one of default, products, hard, pubmed, got 'easy'"):
+    with pytest.raises(ValueError, match=r"preset: expected one of default, products, hard, pubmed, papers100M, got 'easy'"):
         preset_config("easy")
     with pytest.raises(ValueError, match=r"options: \['homophilly'\] are not SyntheticConfig fields"):
         preset_config("hard", homophilly=0.5)
@@ -87,4 +87,4 @@ def test_cli_trains_on_the_hard_preset(capsys):
     assert code == 0
     assert "final: test accuracy" in capsys.readouterr().out
     assert main(["train", "--dataset", "synthetic", "-o", "preset=easy", "--quiet"]) == 2
-    assert "error: preset: expected one of default, products, hard, pubmed, got 'easy'" in capsys.readouterr().err
+    assert "error: preset: expected one of default, products, hard, pubmed, papers100M, got 'easy'" in capsys.readouterr().err
