@@ -36,6 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dataset", default="synthetic", choices=DATASETS, help="without --partitions: the dataset")
     p.add_argument("--data-dir", default=None, help="without --partitions: where the dataset lives")
     p.add_argument("--num-nodes", type=int, default=None, help="synthetic, without --partitions: node count")
+    p.add_argument("--sampler", default="fused", choices=("fused", "matrix"),
+                   help="fused kernel, or matrix (sparse products, for --layout 1d and 1.5d)")
     p.add_argument("--fanouts", default="10,5", help="neighbors per hop, seeds outwards (default 10,5)")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=512, help="seed nodes per worker and step")
@@ -64,7 +66,7 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)  # fit starts every worker from rank 0's weights in any case
     model = GraphSAGE(feature_dim, args.hidden, num_layers=len(fanouts), out_channels=num_classes, dropout=0.5)
     config = TrainConfig(fanouts=fanouts, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
-                         seed=args.seed, threads=args.threads)
+                         seed=args.seed, threads=args.threads, sampler=args.sampler)
     outputs = RunOutputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
                          overwrite=args.checkpoint is not None and not args.resume)
     report = fit(model, data, inputs="pyg", config=config, layout=layout, outputs=outputs)
