@@ -1,8 +1,10 @@
 """Distributed training over a partition directory, one worker per part (torchrun).
 
-Every worker checks the launch, loads its part in its layout's view, builds the layout
+Every worker checks the launch, starts from rank 0's model (a built-in one or the caller's own,
+:mod:`gnnscale.train.inputs`), loads its part in its layout's view, builds the layout
 (:mod:`gnnscale.train.layouts`: what each worker samples, fetches and computes) and runs the training
-loop that the single-process trainer runs too (:mod:`gnnscale.train.loop`).
+loop that the single-process trainer runs too (:mod:`gnnscale.train.loop`). :func:`train_distributed`
+is what ``gnnscale.train.fit`` runs for a partition directory.
 
 ``hybrid`` and ``vanilla`` give identical blocks for the same key (counter-based randomness), so they
 train identically: only the communication differs. With one worker this is exactly the

@@ -1,4 +1,6 @@
-"""Build everything one training run needs from a dataset and two configs, run it, report it."""
+"""Training in one process: from a model and a dataset (:func:`train_in_process`, what ``fit`` runs for a
+dataset), build everything the run needs, run it, report it; and what every run shares (its outputs,
+its report, the metrics file)."""
 
 from __future__ import annotations
 
