@@ -1,7 +1,7 @@
 """Run by torchrun in tests/train/test_fit.py: every worker trains, through ``gnnscale.train.fit``, the
-models of ``fit_models`` (one of its own over blocks, PyG's GraphSAGE) in the hybrid and vanilla
-layouts, and gnnscale's built-in GraphSAGE in the hybrid layout, one after the other; rank 0 writes
-every run's per-step losses as JSON.
+models of ``fit_models`` (one of its own over blocks, PyG's GraphSAGE; built with other weights on every
+rank but 0) in the hybrid and vanilla layouts, and gnnscale's built-in GraphSAGE in the hybrid layout,
+one after the other; rank 0 writes every run's per-step losses as JSON.
 
     torchrun --nproc-per-node P tests/fit_script.py PARTITION_DIR OUT.json
 """
@@ -30,8 +30,13 @@ def main(partition_dir: str, out: str) -> None:
     runs = {}
     for kind in ("blocks", "pyg"):
         for layout in ("hybrid", "vanilla"):
-            report = fit(make_model(kind, *dims), partition_dir, inputs=kind, config=CONFIG, layout=layout,
-                         progress=False, timeout_s=60)
+            model = make_model(kind, *dims)
+            if os.environ["RANK"] != "0":
+                with torch.no_grad():  # other weights than rank 0's: fit must start every worker from rank 0's
+                    for p in model.parameters():
+                        p.add_(1.0)
+            report = fit(model, partition_dir, inputs=kind, config=CONFIG, layout=layout, progress=False,
+                         timeout_s=60)
             runs[f"{kind}-{layout}"] = [h["iteration_losses"] for h in report.history]
     builtin = seeded_model(ModelConfig(name="sage", in_dim=dims[0], hidden_dim=16, num_classes=dims[1],
                                        num_layers=dims[2]), CONFIG.seed)
