@@ -29,6 +29,7 @@ from gnnscale.nn import MODELS, ModelConfig, build_model
 from gnnscale.nn.model_file import read_model_file
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.inputs import BuiltinBlockInputs
 from gnnscale.train.layouts.single import build_single_process
 from gnnscale.train.loop import evaluate
 
@@ -99,7 +100,7 @@ def main() -> None:
         reset_peak_rss()
         before = rss_mb("VmRSS")
         start = time.perf_counter()
-        sampled_acc = evaluate(model, layout, comm, nodes, train_cfg)
+        sampled_acc = evaluate(model, layout, BuiltinBlockInputs(), comm, nodes, train_cfg)
         sampled_s = time.perf_counter() - start
     finally:
         shutdown()

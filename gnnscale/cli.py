@@ -25,13 +25,15 @@ from gnnscale.partition import METHODS, write_partition_dir
 from gnnscale.partition.kaminpar_parts import MissingDependency
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
-from gnnscale.train.distributed import RunOutputs, run_distributed_training
+from gnnscale.train.api import fit
+from gnnscale.train.distributed import builtin_model_for
+from gnnscale.train.inputs import seeded_model
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGS_MODES, DGSConfig
 from gnnscale.train.layouts.split import SPLIT_SAMPLINGS
 from gnnscale.train.loop import TrainingDiverged
 from gnnscale.train.memory import keep_freed_memory
-from gnnscale.train.run import run_training
+from gnnscale.train.run import RunOutputs
 
 
 EXIT_INTERRUPTED = 130  # the shell's code for a run ended by SIGINT
@@ -246,9 +248,9 @@ def cmd_train(args) -> None:
         outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
                              resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite,
                              full_eval=args.metric if args.eval_mode == "full" else None)
-        report = run_distributed_training(args.partitions, options, model_options, train_cfg, outputs,
-                                          progress=not args.quiet,
-                                          timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
+        model = builtin_model_for(args.partitions, options, model_options, train_cfg, outputs)
+        report = fit(model, args.partitions, inputs="blocks", config=train_cfg, layout=options, outputs=outputs,
+                     progress=not args.quiet, timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
     else:
         if args.replication != 1:
             raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")
@@ -264,10 +266,11 @@ def cmd_train(args) -> None:
         dataset = load_cli_dataset(args)
         model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=dataset.num_classes, num_layers=len(fanouts),
                                 **model_options)
-        report = run_training(dataset, model_cfg, train_cfg, metrics_out=args.metrics_out,
-                              checkpoint=args.checkpoint, resume=args.resume, progress=not args.quiet,
-                              overwrite=args.overwrite, model_out=args.save_model,
-                              full_eval=args.metric if args.eval_mode == "full" else None)
+        outputs = RunOutputs(metrics_out=args.metrics_out, checkpoint=args.checkpoint, resume=args.resume,
+                             overwrite=args.overwrite, model_out=args.save_model,
+                             full_eval=args.metric if args.eval_mode == "full" else None)
+        report = fit(seeded_model(model_cfg, train_cfg.seed), dataset, inputs="blocks", config=train_cfg,
+                     outputs=outputs, progress=not args.quiet)
     if args.partitions is not None and os.environ.get("RANK", "0") != "0":
         return  # every worker has the same report: rank 0 prints it
     last = report.history[-1]

@@ -7,9 +7,10 @@ import json
 
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.datasets import DATASETS, load_dataset
+from gnnscale.train import api
 
 DEFAULT_LAYOUT = "hybrid"
-DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_TIMEOUT_S = api.DEFAULT_TIMEOUT_S
 
 
 def key_value(text: str) -> tuple[str, object]:

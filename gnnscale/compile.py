@@ -7,8 +7,9 @@ they meet in use: int32 and int64 graph indices; graphs in memory (writable arra
 from a dataset or partition directory (read-only arrays, a different numba type); sampling with and
 without replacement, fused, two-step, matrix and LADIES; the three models in training (dropout, attention dropout)
 and inference, aggregating first and transforming first; partitioning (METIS and random); and
-distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader;
-``gnnscale generate``. A path added to gnnscale that calls a new kernel belongs in :data:`WARMUPS`.
+distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader and
+the trainer's PyG batches; ``gnnscale generate``. A path added to gnnscale that calls a new kernel
+belongs in :data:`WARMUPS`.
 
 Prints one line per step with its seconds and the kernels numba compiled; exits non-zero on failure.
 """
@@ -134,8 +135,10 @@ def warm_dgs_sampling(work: Path) -> None:
 
 def warm_loader(work: Path) -> None:
     """``gnnscale.loader.NeighborLoader`` (node-wise sampling, the features gather) from a dataset on
-    both index widths, in memory and memory-mapped, and from a PyG Data, with and without replacement."""
+    both index widths, in memory and memory-mapped, and from a PyG Data, with and without replacement;
+    and the trainer's PyG batches (``fit(..., inputs="pyg")``), cut from blocks."""
     from gnnscale.loader import NeighborLoader, to_pyg_data
+    from gnnscale.sampling.nodewise import nodewise_from_blocks
 
     dataset = make_synthetic(TINY)
     mapped = load_dataset_dir(save_dataset(dataset, work / "dataset"), mmap=True)
@@ -143,6 +146,7 @@ def warm_loader(work: Path) -> None:
         for replace in (False, True):
             for _ in NeighborLoader(data, [4, -1], batch_size=256, replace=replace, seed=0):
                 pass
+    nodewise_from_blocks(sample_blocks(dataset.graph, np.arange(0, 600, 9), [3, 3], key=derive_key(0)))
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

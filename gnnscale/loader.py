@@ -36,6 +36,7 @@ from gnnscale.graph.features import gather_rows
 from gnnscale.sampling import derive_key
 from gnnscale.sampling.keys import STREAM_ORDER
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
+from gnnscale.sampling.pyg import describe_batch, to_data
 from gnnscale.train.prefetch import Prefetcher
 
 # torch DataLoader options about worker processes and memory pinning: accepted, with one note, and
@@ -161,12 +162,8 @@ class NeighborLoader:
             out = self.sampler.sample(seeds, key)
         e_id = out.edge_pos if self._edge_perm is None else self._edge_perm[out.edge_pos]
         data = self._to_data(out, e_id)
-        data.n_id = out.nodes
         data.e_id = e_id
-        data.num_sampled_nodes = out.num_sampled_nodes
-        data.num_sampled_edges = out.num_sampled_edges
         data.input_id = index if self._input_id is None else self._input_id[index]
-        data.batch_size = int(seeds.numel())
         return data if self.transform is None else self.transform(data)
 
     def _to_data(self, out: NodewiseSample, e_id: Tensor) -> Data:
@@ -177,10 +174,9 @@ class NeighborLoader:
             data = filter_data(self._rest, out.nodes, out.row, out.col, e_id, None)
             for key, features in self._gathered.items():
                 data[key] = torch.from_numpy(gather_rows(features, ids))
-            return data
-        return Data(x=torch.from_numpy(gather_rows(self.data.features, ids)),
-                    y=torch.from_numpy(np.ascontiguousarray(self.data.labels[ids])),
-                    edge_index=torch.stack([out.row, out.col]))
+            return describe_batch(data, out)
+        return to_data(out, torch.from_numpy(gather_rows(self.data.features, ids)),
+                       torch.from_numpy(np.ascontiguousarray(self.data.labels[ids])))
 
     def __repr__(self) -> str:
         return (f"NeighborLoader(num_neighbors={list(self.num_neighbors)}, input_nodes={self.input_nodes.numel()}, "

@@ -8,6 +8,7 @@ worker of a run calls :func:`init_from_env` once at start-up and :func:`shutdown
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ import torch
 import torch.distributed as dist
 
 BACKENDS = ("gloo", "nccl")
+# Process groups this process has joined through torchrun's store (see _init).
+_GROUPS_JOINED = itertools.count()
 # torchrun sets these for every worker; LOCAL_RANK is needed only to pick the GPU.
 REQUIRED_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -153,7 +156,9 @@ def _init(rank: int, world_size: int, init_method: str | None, backend: str, dev
         host, port = init_method.removeprefix("tcp://").rsplit(":", 1)
         store = dist.TCPStore(host.strip("[]"), int(port), world_size, is_master=False,
                               timeout=timedelta(seconds=timeout_s))
-        where = {"store": dist.PrefixStore(f"gnnscale/attempt_{attempt}", store)}
+        # And every group this process joins (a script may train several times, each fit its own group)
+        # keys its own: every worker joins the same groups in the same order, so the counts agree.
+        where = {"store": dist.PrefixStore(f"gnnscale/attempt_{attempt}/group_{next(_GROUPS_JOINED)}", store)}
     else:
         where = {"init_method": init_method}
     # Collective: blocks until all world_size workers have joined (or timeout_s passes).

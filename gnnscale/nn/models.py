@@ -31,7 +31,10 @@ ATTENTION_SITE = 1 << 16
 
 
 class _BlockModel(nn.Module):
-    """Stack of layers applied block by block: input dropout, then layer, activation, dropout."""
+    """Stack of layers applied block by block: input dropout, then layer, activation, dropout. Every
+    built-in model records its :class:`ModelConfig` in ``config``."""
+
+    config: "ModelConfig"
 
     def __init__(self, layers: list[nn.Module], activation: str, *, dropout: float, input_dropout: float) -> None:
         super().__init__()
@@ -94,6 +97,8 @@ class GraphSAGE(_BlockModel):
                  dropout: float = 0.5, input_dropout: float = 0.0) -> None:
         layers = [SAGEConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
         super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout)
+        self.config = ModelConfig(name="sage", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
+                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout)
 
 
 class GCN(_BlockModel):
@@ -106,6 +111,8 @@ class GCN(_BlockModel):
                  dropout: float = 0.5, input_dropout: float = 0.0) -> None:
         layers = [GCNConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
         super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout)
+        self.config = ModelConfig(name="gcn", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
+                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout)
 
 
 class GAT(_BlockModel):
@@ -132,6 +139,9 @@ class GAT(_BlockModel):
                                    for i, _ in widths[:-1]]
         layers.append(GATConv(widths[-1][0], num_classes, out_heads, concat=False, attn_dropout=attn_dropout))
         super().__init__(layers, "elu", dropout=dropout, input_dropout=input_dropout)
+        self.config = ModelConfig(name="gat", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
+                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, heads=heads,
+                                  out_heads=out_heads, attn_dropout=attn_dropout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,10 +188,21 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     common = dict(dropout=cfg.dropout, input_dropout=cfg.input_dropout)
     dims = (cfg.in_dim, cfg.hidden_dim, cfg.num_classes, cfg.num_layers)
     if cfg.name == "sage":
-        return GraphSAGE(*dims, **common)
-    if cfg.name == "gcn":
-        return GCN(*dims, **common)
-    return GAT(*dims, heads=cfg.heads, out_heads=cfg.out_heads, attn_dropout=cfg.attn_dropout, **common)
+        model = GraphSAGE(*dims, **common)
+    elif cfg.name == "gcn":
+        model = GCN(*dims, **common)
+    else:
+        model = GAT(*dims, heads=cfg.heads, out_heads=cfg.out_heads, attn_dropout=cfg.attn_dropout, **common)
+    # ``cfg`` itself, with the fields this kind of model ignores (GAT's heads for sage): a checkpoint's
+    # run signature records the config the run was given.
+    model.config = cfg
+    return model
+
+
+def builtin_config(model: nn.Module) -> ModelConfig | None:
+    """The :class:`ModelConfig` of a built-in model (GraphSAGE, GCN, GAT record the one they were built
+    with); None for any other module."""
+    return model.config if isinstance(model, _BlockModel) else None
 
 
 def _check_dims(**dims: int) -> None:

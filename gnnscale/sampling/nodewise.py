@@ -33,6 +33,7 @@ from torch import Tensor
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling import check_key, check_seeds
 from gnnscale.sampling.choose import choose_all, count_and_offsets
+from gnnscale.sampling.block import Block
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 
 ALL_NEIGHBORS = -1  # a fanout of -1 keeps every in-edge of the node (PyG's convention)
@@ -62,7 +63,7 @@ def _sources(indices, positions):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class NodewiseSample:
+class NodewiseSubgraph:
     """The sampled subgraph of one batch, in PyG's node-wise layout.
 
     Args:
@@ -71,7 +72,6 @@ class NodewiseSample:
         row: int64 [num_edges]; local id (into ``nodes``) of each edge's source, the sampled neighbor.
         col: int64 [num_edges]; local id of each edge's destination, the node it was sampled for.
             Edges come hop after hop; within a hop, grouped by destination in frontier order.
-        edge_pos: int64 [num_edges]; position of each edge in the graph's CSC ``indices``.
         num_sampled_nodes: ``len(fanouts) + 1`` ints; the seeds, then the nodes each hop added.
         num_sampled_edges: ``len(fanouts)`` ints; the edges of each hop.
     """
@@ -79,9 +79,23 @@ class NodewiseSample:
     nodes: Tensor
     row: Tensor
     col: Tensor
-    edge_pos: Tensor
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_sampled_nodes[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodewiseSample(NodewiseSubgraph):
+    """A :class:`NodewiseSubgraph` drawn from the graph itself, which knows where its edges sit.
+
+    Args:
+        edge_pos: int64 [num_edges]; position of each edge in the graph's CSC ``indices``.
+    """
+
+    edge_pos: Tensor
 
 
 class NodewiseSampler:
@@ -140,3 +154,59 @@ class NodewiseSampler:
                               edge_pos=torch.from_numpy(np.concatenate(positions)),
                               num_sampled_nodes=num_sampled_nodes,
                               num_sampled_edges=[int(local.shape[0]) for _, local, _, _ in hops])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _frontier_sources(indptr, indices, frontier, offsets):
+    """int64 [offsets[-1]]: the sources (local ids) of the in-edges of every ``frontier`` destination,
+    in frontier order, each destination's edges in block order."""
+    out = np.empty(offsets[-1], dtype=np.int64)
+    for i in numba.prange(frontier.shape[0]):
+        lo, f = offsets[i], frontier[i]
+        for p in range(indptr[f], indptr[f + 1]):
+            out[lo + p - indptr[f]] = indices[p]
+    return out
+
+
+def nodewise_from_blocks(blocks: Sequence[Block]) -> tuple[NodewiseSubgraph, Tensor]:
+    """The node-wise subgraph inside a batch's layered blocks, and where its nodes sit among the
+    blocks' sources.
+
+    The blocks of :func:`~gnnscale.sampling.sample_blocks` (model order, input layer first) sample at hop
+    ``h`` every node known so far; PyG's layout samples only the frontier (the nodes hop ``h - 1``
+    added). A node's neighbors at hop ``h`` depend only on ``(key, h, node)``, so the frontier's edges
+    are all in the blocks: this keeps them (and the nodes they reach) and drops the rest. For blocks of
+    the fused kernel (or any sampler drawing the same blocks: hybrid, vanilla, matrix) the result is
+    exactly :meth:`NodewiseSampler.sample` with the same seeds and key (``edge_pos`` aside).
+
+    Returns:
+        the subgraph (``nodes`` global ids), and ``rows``: int64 [num_nodes], the position of every
+        node of the subgraph among ``blocks[0].src_ids`` (the rows of the blocks' input features).
+    """
+    if len(blocks) == 0:
+        raise ValueError("blocks: expected at least one block, got none")
+    all_ids = blocks[0].src_ids
+    num_seeds = blocks[-1].num_dst
+    node_map = np.full(all_ids.shape[0], -1, dtype=np.int64)  # block-local id -> node-wise id
+    order = np.empty(all_ids.shape[0], dtype=np.int64)  # node-wise id -> block-local id
+    order[:num_seeds] = np.arange(num_seeds)
+    node_map[:num_seeds] = order[:num_seeds]  # the seeds lead both orders
+    lo, num_known = 0, num_seeds
+    rows, cols, counts = [], [], [num_seeds]
+    for block in reversed(blocks):  # seeds outwards
+        indptr = block.indptr.numpy()
+        frontier = order[lo:num_known]
+        degrees = indptr[frontier + 1] - indptr[frontier]
+        offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
+        np.cumsum(degrees, out=offsets[1:])
+        src = _frontier_sources(indptr, block.indices.numpy(), frontier, offsets)
+        hi = relabel_all(src, node_map, order, num_known)  # first appearance, as the node-wise sampler's
+        rows.append(src)
+        cols.append(np.repeat(np.arange(lo, num_known, dtype=np.int64), degrees))
+        counts.append(hi - num_known)
+        lo, num_known = num_known, hi
+    positions = torch.from_numpy(order[:num_known])
+    row, col = np.concatenate(rows), np.concatenate(cols)
+    sub = NodewiseSubgraph(nodes=all_ids[positions], row=torch.from_numpy(row), col=torch.from_numpy(col),
+                           num_sampled_nodes=counts, num_sampled_edges=[int(r.shape[0]) for r in rows])
+    return sub, positions

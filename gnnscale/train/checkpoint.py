@@ -185,7 +185,9 @@ def check_same_settings(path: Path, saved: dict, current: dict) -> None:
 # Settings whose command-line flag is not "--" + the field name with dashes.
 _FLAGS = {"dataset": "--dataset", "num_nodes": "--dataset (and -o options)", "name": "--model",
           "hidden_dim": "--hidden", "in_dim": "--dataset", "num_classes": "--dataset",
-          "num_layers": "--fanouts/--layers", "evaluate": "--no-eval"}
+          "num_layers": "--fanouts/--layers", "evaluate": "--no-eval",
+          # A model of one's own (fit), identified by its class, input form and parameter shapes.
+          "module": "model", "parameters": "model", "inputs": "inputs"}
 
 
 def flag_of(key: str) -> str:

@@ -90,11 +90,13 @@ class DistCheckpoint:
     layout_state: dict
 
 
-def run_identity(partition_dir: str | Path, manifest: dict, model_cfg: ModelConfig, cfg: TrainConfig, layout: str,
+def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig | dict, cfg: TrainConfig, layout: str,
                  world_size: int, dgs=None) -> RunIdentity:
-    """``dgs``: the run's DGS settings (a dataclass) or None; a resume must use the same."""
+    """``model``: a built-in model's config, or the model's :func:`~gnnscale.train.inputs.model_signature`;
+    ``dgs``: the run's DGS settings (a dataclass) or None; a resume must use the same."""
     train = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_CHANGES}
-    signature = {"model": asdict(model_cfg), "train": train, "dgs": None if dgs is None else asdict(dgs)}
+    model = asdict(model) if isinstance(model, ModelConfig) else model
+    signature = {"model": model, "train": train, "dgs": None if dgs is None else asdict(dgs)}
     return RunIdentity(signature=signature, layout=layout, world_size=world_size,
                        data=dataset_facts(manifest),
                        partition={"path": str(partition_dir),

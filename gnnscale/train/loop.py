@@ -32,6 +32,7 @@ from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import derive_key
 from gnnscale.sampling.keys import STREAM_DROPOUT
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts.base import Layout, Step, add_counts
 from gnnscale.train.metrics import PhaseTimer
 from gnnscale.train.prefetch import stream_in_groups
@@ -57,15 +58,21 @@ def progress_bar(iterable, *, enabled: bool, **kwargs):
     return tqdm(iterable, disable=not enabled or not sys.stderr.isatty(), leave=False, **kwargs)
 
 
-def prepared_batches(layout: Layout, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer, *,
-                     training: bool = True):
-    """The layout's batches for ``steps``, prepared ``cfg.prefetch`` groups ahead in the background
+def prepared_batches(layout: Layout, inputs: ModelInputs, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer,
+                     *, training: bool = True):
+    """``(batch, model input)`` of ``steps``: the layout's batches and the model's form of each
+    (:class:`~gnnscale.train.inputs.ModelInputs`), prepared ``cfg.prefetch`` groups ahead in the background
     stage (its collectives on the loader's own process group). ``timer`` gets the stage's busy time
-    (``sample``, ``fetch``) and the training thread's ``wait``."""
+    (``sample``, the model's form included; ``fetch``) and the training thread's ``wait``."""
     loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
-    yield from stream_in_groups(lambda items: layout.prepare(steps[items.start:items.stop], loader,
-                                                             training=training),
-                                len(steps), layout.bulk, cfg.prefetch, wait_seconds=lambda s: timer.add("wait", s))
+
+    def prepare(items: range) -> list:
+        batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
+        with loader.phase("sample"):
+            return [(batch, inputs.convert(batch)) for batch in batches]
+
+    yield from stream_in_groups(prepare, len(steps), layout.bulk, cfg.prefetch,
+                                wait_seconds=lambda s: timer.add("wait", s))
     timer.merge(loader)
 
 
@@ -100,7 +107,7 @@ class EpochSums:
                    counts=list(state["counts"]), edges=int(state["edges"]), comm=list(state["comm"]))
 
 
-def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, epoch: int,
+def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig, epoch: int,
                 num_batches: int, timer: PhaseTimer, progress: bool, *, first_step: int = 0,
                 sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None) -> dict:
     """Iterations ``first_step .. num_batches - 1`` of an epoch (the same on every worker), adding to
@@ -112,13 +119,13 @@ def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, 
     steps = layout.plan_epoch(epoch, num_batches)[first_step:]
     sums = sums if sums is not None else EpochSums()
     comm.stats.snapshot_and_reset()
-    batches = prepared_batches(layout, steps, cfg, timer)
+    batches = prepared_batches(layout, inputs, steps, cfg, timer)
     bar = progress_bar(batches, enabled=progress, initial=first_step, total=num_batches, desc=f"epoch {epoch}")
-    for step, batch in enumerate(bar, start=first_step):
+    for step, (batch, model_input) in enumerate(bar, start=first_step):
         with timer.phase("forward_backward"):  # split parallelism: its shuffles included
             # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
             dropout_key = derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT)
-            logits = model(batch.blocks, batch.x, dropout_key=dropout_key)
+            logits = inputs.logits(model, model_input, dropout_key=dropout_key)
             loss = layout.loss(logits, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -140,7 +147,7 @@ def train_epoch(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, 
 
 
 @torch.no_grad()
-def evaluate(model, layout: Layout, comm: Comm, node_ids, cfg: TrainConfig) -> float:
+def evaluate(model, layout: Layout, inputs: ModelInputs, comm: Comm, node_ids, cfg: TrainConfig) -> float:
     """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
     are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
     model.eval()
@@ -148,9 +155,9 @@ def evaluate(model, layout: Layout, comm: Comm, node_ids, cfg: TrainConfig) -> f
     num_steps = comm.all_reduce_max_int(layout.eval_steps_needed(node_ids, cfg.eval_batch_size), "eval")
     steps = layout.plan_eval(node_ids, cfg.eval_batch_size, num_steps)
     correct = 0
-    for batch in prepared_batches(layout, steps, cfg, PhaseTimer(), training=False):
+    for batch, model_input in prepared_batches(layout, inputs, steps, cfg, PhaseTimer(), training=False):
         if batch.step.real:
-            correct += int((model(batch.blocks, batch.x).argmax(1) == batch.y).sum())
+            correct += int((inputs.logits(model, model_input, dropout_key=None).argmax(1) == batch.y).sum())
     totals = torch.tensor([correct, node_ids.shape[0]], dtype=torch.float64)
     comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: global counts
     return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
@@ -240,8 +247,8 @@ def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int)
                                    "the features and labels")
 
 
-def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig, part: LocalPartition,
-                 num_batches: int, start: Start, saver: Saver | None, lead: bool,
+def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig,
+                 part: LocalPartition, num_batches: int, start: Start, saver: Saver | None, lead: bool,
                  on_epoch_end: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``saver`` saves after every epoch and,
     when due, after an iteration; ``on_epoch_end(history)`` runs after every epoch (the metrics file).
@@ -261,13 +268,13 @@ def train_epochs(model, optimizer, layout: Layout, comm: Comm, cfg: TrainConfig,
                                layout_state=layout.checkpoint_state(epoch * num_batches + steps_done))
 
         with timer.phase("epoch"):
-            sums = train_epoch(model, optimizer, layout, comm, cfg, epoch, num_batches, timer, lead,
+            sums = train_epoch(model, optimizer, layout, inputs, comm, cfg, epoch, num_batches, timer, lead,
                                first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
                                after_step=after_step)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
-            val_acc = evaluate(model, layout, comm, part.val_idx, cfg)
-            test_acc = evaluate(model, layout, comm, part.test_idx, cfg)
+            val_acc = evaluate(model, layout, inputs, comm, part.val_idx, cfg)
+            test_acc = evaluate(model, layout, inputs, comm, part.test_idx, cfg)
         history.append(epoch_metrics(epoch, sums, timer, val_acc, test_acc, comm))
         if lead:
             print_epoch(history[-1])

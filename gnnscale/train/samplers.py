@@ -9,8 +9,10 @@ from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.train.config import TrainConfig
 
 
-def build_samplers(graph: CSCGraph, model_cfg: ModelConfig, cfg: TrainConfig) -> tuple[BatchSampler, BatchSampler]:
-    """The training sampler ``cfg.sampler`` names, and the inference sampler.
+def build_samplers(graph: CSCGraph, model_cfg: ModelConfig | None,
+                   cfg: TrainConfig) -> tuple[BatchSampler, BatchSampler]:
+    """The training sampler ``cfg.sampler`` names, and the inference sampler. ``model_cfg``: the built-in
+    model's config, None for a model of one's own (LADIES then estimates GraphSAGE's operator).
 
     Inference uses neighbor sampling with the inference fanouts: the fused kernel, or the two-step
     reference when training with it. The matrix sampler draws the fused kernel's blocks, so it would
@@ -23,6 +25,11 @@ def build_samplers(graph: CSCGraph, model_cfg: ModelConfig, cfg: TrainConfig) ->
         return MatrixSampler(graph, cfg.fanouts, bulk=cfg.bulk, replace=cfg.replace), eval_sampler
     if cfg.sampler == "ladies":
         # The operator LADIES estimates is the layer's own: D~^-1 (A + I) for GCN, D^-1 A for SAGE's mean.
-        sizes = (cfg.ladies_layer_size,) * model_cfg.num_layers
-        return LadiesSampler(graph, sizes, bulk=cfg.bulk, self_loops=model_cfg.name == "gcn"), eval_sampler
+        sizes = (cfg.ladies_layer_size,) * cfg.num_layers
+        return LadiesSampler(graph, sizes, bulk=cfg.bulk, self_loops=is_gcn(model_cfg)), eval_sampler
     return NeighborSampler(graph, cfg.fanouts, replace=cfg.replace, method=cfg.sampler), eval_sampler
+
+
+def is_gcn(model_cfg: ModelConfig | None) -> bool:
+    """Whether LADIES estimates GCN's operator (with self loops) rather than GraphSAGE's mean."""
+    return model_cfg is not None and model_cfg.name == "gcn"

@@ -134,7 +134,9 @@ class LayoutContext:
 
     Args:
         part: this worker's partition, loaded in the spec's ``view``.
-        cfg, model: training and model settings.
+        cfg: training settings.
+        model: the built-in model's config; None for a model of one's own (which the layouts that need a
+            config, split and DGS, refuse when their options are checked).
         comm: the training step's Comm (split parallelism's shuffles, gradients).
         loader: the loading stage's Comm (sampling and fetching rounds).
         options: the validated distributed options.
@@ -143,7 +145,7 @@ class LayoutContext:
 
     part: LocalPartition
     cfg: TrainConfig
-    model: ModelConfig
+    model: ModelConfig | None
     comm: Comm
     loader: Comm
     options: LayoutOptions

@@ -17,7 +17,7 @@ from gnnscale.distributed.matrix.grid15d import build_15d, check_replication
 from gnnscale.train.config import BULK_SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
-from gnnscale.train.samplers import build_samplers
+from gnnscale.train.samplers import build_samplers, is_gcn
 
 
 def build_1d(ctx: LayoutContext) -> DataParallel:
@@ -34,7 +34,7 @@ def build_15d_layout(ctx: LayoutContext) -> DataParallel:
     sizes = (cfg.ladies_layer_size,) * cfg.num_layers
     grid = build_15d(ctx.partition_dir, ctx.part, ctx.loader, ctx.options.replication, sampler=cfg.sampler,
                      fanouts=cfg.fanouts, inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
-                     layer_sizes=sizes, self_loops=ctx.model.name == "gcn")
+                     layer_sizes=sizes, self_loops=is_gcn(ctx.model))
     grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
     return DataParallel(grid.sampler, grid.eval_sampler, grid.store, ctx.part, cfg, ctx.loader,
                         data_comm=grid.column, held_bytes=grid.block.nbytes)

@@ -34,16 +34,17 @@ def layouts_sampling_with(sampler: str) -> str:
     return " or ".join(name for name, spec in LAYOUTS.items() if sampler in spec.samplers)
 
 
-def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: str = "sage",
+def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: str | None = "sage",
                          world_size: int | None = None) -> LayoutSpec:
     """Reject an option combination that cannot run, before any worker starts; return the layout's spec.
-    ``world_size`` is the launch's, once known (the flags alone are checked without it)."""
+    ``model_name``: the built-in model's name, None for a model of one's own. ``world_size`` is the
+    launch's, once known (the flags alone are checked without it)."""
     spec = layout_spec(options.layout)
     name = spec.name
     if options.split_sampling is not None and not spec.split_sampling:
         raise ValueError(f"split_sampling: --split-sampling applies to --layout {layouts_with('split_sampling')}, "
                          f"got --layout {name}")
-    check_dgs(options, spec, cfg)
+    check_dgs(options, spec, cfg, model_name)
     check_sampler_fits_model(cfg.sampler, model_name)
     if cfg.sampler not in spec.samplers:
         raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout "
@@ -63,10 +64,13 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
     return spec
 
 
-def check_dgs(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:
+def check_dgs(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig, model_name: str | None) -> None:
     dgs = options.dgs
     if dgs is None:
         return
+    if model_name is None:
+        raise ValueError("dgs: --dgs explains the model on a copy that it rebuilds from the built-in model's config "
+                         "(sage, gcn, gat); a model of your own trains without --dgs")
     if not isinstance(dgs, DGSConfig):
         raise TypeError(f"dgs: expected a DGSConfig, got {type(dgs).__name__}")
     if not spec.dgs:

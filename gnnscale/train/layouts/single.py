@@ -50,7 +50,8 @@ def whole_partition(dataset: NodeDataset) -> LocalPartition:
                           num_classes=dataset.num_classes)
 
 
-def build_single_process(dataset: NodeDataset, model: ModelConfig, cfg: TrainConfig, loader: Comm) -> DataParallel:
+def build_single_process(dataset: NodeDataset, model: ModelConfig | None, cfg: TrainConfig,
+                         loader: Comm) -> DataParallel:
     """The single-process layout: ``cfg.sampler``'s sampler over the whole graph, every feature local."""
     part = whole_partition(dataset)
     train, evaluate = build_samplers(dataset.graph, model, cfg)

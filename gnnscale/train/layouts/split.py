@@ -215,8 +215,14 @@ def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelCon
                          input_ahead=exchanges_input_ahead(model))
 
 
-def check_split_model(model_name: str) -> None:
-    """Split parallelism needs cooperative layers: the models that have them."""
+def check_split_model(model_name: str | None) -> None:
+    """Split parallelism needs cooperative layers: the models that have them (``model_name`` None: a
+    model of one's own)."""
+    if model_name is None:
+        raise ValueError("model: --layout split computes every layer of a mini-batch cooperatively across the "
+                         "workers, through split-aware layers that exchange partial aggregates (gnnscale's built-in "
+                         f"{', '.join(SHUFFLE_FOR_MODEL)}); a model of your own has layers that would see only this "
+                         "worker's share of each layer; train it with layout hybrid, vanilla, 1d or 1.5d")
     if model_name not in SHUFFLE_FOR_MODEL:
         raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
 

@@ -1,0 +1,82 @@
+"""``fit``: train a model (gnnscale's or one of your own) on a dataset in this process, or over a
+partition directory with one worker per part (``torchrun my_script.py``).
+
+``gnnscale train`` builds its model and calls :func:`fit` too: one entry, one training loop
+(:mod:`gnnscale.train.loop`) for every model, layout and worker count.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from torch import nn
+
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.distributed import train_distributed
+from gnnscale.train.layouts import LayoutOptions
+from gnnscale.train.run import RunOutputs, TrainReport, train_in_process
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str, config: TrainConfig = TrainConfig(),
+        layout: str | LayoutOptions | None = None, outputs: RunOutputs = RunOutputs(), progress: bool = True,
+        timeout_s: float | None = None) -> TrainReport:
+    """Train ``model`` in place by mini-batch neighbor sampling and return the per-epoch report.
+
+    Args:
+        model: a ``torch.nn.Module`` on the CPU: gnnscale's GraphSAGE, GCN or GAT, or a model of your own.
+        data: a :class:`~gnnscale.graph.dataset.NodeDataset` (``load_dataset(...)``), trained in this process;
+            or a partition directory (``gnnscale partition``), one worker per part, each started by torchrun
+            (``torchrun --nproc-per-node P my_script.py``); every worker calls ``fit`` with the same arguments.
+        inputs: what the model's forward takes (required, never guessed): ``"blocks"``, gnnscale's layered
+            blocks, ``model(blocks, x)`` -> logits of the seeds (``blocks[-1]``'s destinations); or ``"pyg"``,
+            PyG's node-wise batch, ``model(x, edge_index)`` -> logits of every node of the batch, the seeds
+            first (the conventions of gnnscale's and PyG's ``NeighborLoader``).
+        config: fanouts, batch size (per worker), epochs, Adam's ``lr`` and ``weight_decay``, seed, threads,
+            sampler, prefetch (:class:`~gnnscale.train.config.TrainConfig`; default its defaults).
+        layout: a partition directory only: the layout's name (``"hybrid"``, ``"vanilla"``, ``"1d"``,
+            ``"1.5d"``, ``"split"``) or :class:`~gnnscale.train.layouts.LayoutOptions` (cache, replication,
+            DGS). Default ``"hybrid"``. ``"split"`` and DGS need a built-in model (split-aware layers).
+        outputs: metrics file, checkpoint and resume, and for a built-in model its model file and full
+            evaluation (:class:`~gnnscale.train.run.RunOutputs`; default: nothing written).
+        progress: per-epoch lines (rank 0) and a progress bar on a terminal.
+        timeout_s: a partition directory only: seconds a worker waits for its peers before it stops with
+            an error (default 120).
+
+    Returns:
+        the :class:`~gnnscale.train.run.TrainReport`, the same on every worker: per-epoch loss (and every
+        iteration's), accuracy, timings and communication, best validation epoch.
+
+    Every worker starts from rank 0's weights. Adam steps on gradients averaged over the workers (data
+    parallelism): one step of P workers with ``batch_size`` seeds each is one step on their P micro-batches.
+    A model of your own draws its dropout from torch's generator, which ``fit`` seeds before every step
+    from ``(seed, epoch, step, rank)`` and gives back afterwards in the caller's state.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config: expected a gnnscale.train.config.TrainConfig, got {type(config).__name__}")
+    if not isinstance(outputs, RunOutputs):
+        raise TypeError(f"outputs: expected a gnnscale.train.run.RunOutputs, got {type(outputs).__name__}")
+    if isinstance(data, NodeDataset):
+        for name, value in (("layout", layout), ("timeout_s", timeout_s)):
+            if value is not None:
+                raise ValueError(f"{name}: applies to a distributed run over a partition directory; a NodeDataset "
+                                 "trains in this process (drop it, or pass the directory gnnscale partition wrote)")
+        return train_in_process(model, data, inputs, config, outputs, progress=progress)
+    if not isinstance(data, (str, os.PathLike)):
+        raise TypeError(f"data: expected a gnnscale NodeDataset or a partition directory, got {type(data).__name__}")
+    options = layout_options(layout)
+    return train_distributed(model, Path(data), inputs, config, options, outputs, progress=progress,
+                             timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+
+
+def layout_options(layout: str | LayoutOptions | None) -> LayoutOptions:
+    if layout is None:
+        return LayoutOptions()
+    if isinstance(layout, str):
+        return LayoutOptions(layout=layout)
+    if not isinstance(layout, LayoutOptions):
+        raise TypeError(f"layout: expected a layout name or a LayoutOptions, got {type(layout).__name__}")
+    return layout

@@ -1,0 +1,114 @@
+"""The model side of a run: how the training loop calls a model on a prepared batch, and what identifies
+the model in a checkpoint.
+
+A model takes its batches in one of two forms, named by ``fit(..., inputs=...)`` (never guessed):
+
+- ``"blocks"``: ``model(blocks, x)``, gnnscale's layered blocks (input layer first) and the features of
+  ``blocks[0]``'s sources; it returns the logits of ``blocks[-1]``'s destinations, the seeds. The
+  built-in models (:mod:`gnnscale.nn.models`) also take the step's ``dropout_key``.
+- ``"pyg"``: ``model(x, edge_index)``, PyG's node-wise batch (:mod:`gnnscale.train.pyg_inputs`); the
+  first ``batch_size`` rows of its output are the seeds' logits.
+
+A model other than the built-in ones draws its random numbers (dropout) from torch's default generator:
+the loop seeds it before every training step from ``(seed, epoch, step, rank)``, as the built-in models
+key their masks, so a run is reproducible and a resumed run draws the same masks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from gnnscale.nn.models import ModelConfig, build_model, builtin_config
+from gnnscale.sampling import derive_key
+from gnnscale.sampling.keys import STREAM_INIT
+from gnnscale.train.layouts.base import DistBatch
+
+INPUTS = ("blocks", "pyg")
+
+
+class ModelInputs(Protocol):
+    """How the loop hands a prepared batch to the model.
+
+    ``convert`` runs in the loading stage (beside the training step) and returns what ``logits`` takes;
+    ``logits`` runs on the training thread and returns float [num_seeds, num_classes], the rows of
+    ``batch.y``'s seeds in order. ``dropout_key`` is the step's key in training, None in evaluation."""
+
+    name: str
+
+    def convert(self, batch: DistBatch): ...
+
+    def logits(self, model: nn.Module, converted, *, dropout_key: int | None) -> Tensor: ...
+
+
+class BuiltinBlockInputs:
+    """gnnscale's built-in models: ``model(blocks, x, dropout_key=key)``."""
+
+    name = "blocks"
+
+    def convert(self, batch: DistBatch) -> DistBatch:
+        return batch
+
+    def logits(self, model: nn.Module, batch: DistBatch, *, dropout_key: int | None) -> Tensor:
+        return model(batch.blocks, batch.x, dropout_key=dropout_key)
+
+
+class BlockInputs(BuiltinBlockInputs):
+    """A model of one's own over gnnscale blocks: ``model(blocks, x)``."""
+
+    def logits(self, model: nn.Module, batch: DistBatch, *, dropout_key: int | None) -> Tensor:
+        seed_torch_for_step(dropout_key)
+        return model(batch.blocks, batch.x)
+
+
+def seed_torch_for_step(dropout_key: int | None) -> None:
+    """Seed torch's default generator with the step's key (training steps only), so that a model's own
+    dropout draws the same masks in every run of the same seed and in a resumed run."""
+    if dropout_key is not None:
+        torch.manual_seed(dropout_key)
+
+
+def model_inputs(model: nn.Module, inputs: str) -> ModelInputs:
+    """The loop's calling convention for ``model`` given as ``inputs`` (``"blocks"`` or ``"pyg"``)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs: expected one of {INPUTS} (what the model's forward takes: gnnscale blocks "
+                         f"`model(blocks, x)` or PyG's `model(x, edge_index)`), got {inputs!r}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"model: {type(model).__name__} has no trainable parameters")
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {"cpu"}:
+        raise ValueError(f"model: its parameters are on {', '.join(sorted(devices))}; gnnscale trains on the CPU "
+                         "(move the model there with model.cpu())")
+    if builtin_config(model) is not None:
+        if inputs != "blocks":
+            raise ValueError(f"inputs: {type(model).__name__} is a gnnscale model, which takes blocks; pass "
+                             "inputs='blocks'")
+        return BuiltinBlockInputs()
+    if inputs == "blocks":
+        return BlockInputs()
+    # Imported here: only PyG models need torch_geometric (seconds to import) in the training processes.
+    from gnnscale.train.pyg_inputs import PygInputs
+
+    return PygInputs()
+
+
+def model_signature(model: nn.Module, inputs: ModelInputs) -> dict:
+    """What identifies the model in a run's checkpoint: a built-in model's config (its fields); for any
+    other module, its class, input form and parameter shapes."""
+    config = builtin_config(model)
+    if config is not None:
+        return asdict(config)
+    return {"module": f"{type(model).__module__}.{type(model).__qualname__}", "inputs": inputs.name,
+            "parameters": {name: list(p.shape) for name, p in model.named_parameters()}}
+
+
+def seeded_model(config: ModelConfig, seed: int) -> nn.Module:
+    """The built-in model ``config`` describes, initialised from the run's ``seed`` (the same weights in
+    every worker and every run of the seed)."""
+    torch.manual_seed(derive_key(seed, stream=STREAM_INIT))
+    return build_model(config)
