@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import mmap
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -37,8 +36,9 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
-from gnnscale.graph.feature_dtype import FEATURE_DTYPES, check_feature_dtype, encode, numpy_dtype
 from gnnscale.graph.external_csc import NpyWriter
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES, check_feature_dtype, encode, numpy_dtype
+from gnnscale.graph.pages import release_pages
 from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
 from gnnscale.partition.assign import assign_parts
@@ -148,7 +148,7 @@ def _write_files(root: Path, dataset: NodeDataset, ids: NewIds, splits: dict[str
         }
         for name, arr in arrays.items():
             files[f"part{p}/{name}.npy"] = _write_npy(folder / f"{name}.npy", arr)
-        _release_pages(labels)
+        release_pages(labels)
         files[f"part{p}/indices.npy"] = edges.pop(f"part{p}/indices.npy")
         _fsync_directory(folder)
     return files, edge_cut
@@ -170,7 +170,7 @@ def _write_edges(root: Path, graph: CSCGraph, ids: NewIds, chunk_edges: int) -> 
                 _HashingWriter(root / f"part{p}" / "indices.npy", dtype, (int(ids.indptr[hi] - ids.indptr[lo]),)))
             for a, b in _row_ranges(ids.indptr, lo, hi, chunk_edges):
                 rows = relabelled_rows(graph, ids, a, b)
-                _release_pages(graph.indices)
+                release_pages(graph.indices)
                 whole.write(rows)
                 own.write(rows)
                 cut += int(_count_outside(rows, lo, hi))
@@ -196,18 +196,6 @@ def _count_outside(ids, lo, hi):
         if ids[i] < lo or ids[i] >= hi:
             count += 1
     return count
-
-
-def _release_pages(array: np.ndarray) -> None:
-    """Drop the pages of a memory-mapped array from this process's resident set (no-op otherwise).
-
-    Pages read through a mapping count in the reader's resident size until the kernel reclaims them,
-    so a pass over a mapped file would look, in RSS, like holding the file: after each chunk they are
-    handed back (the page cache keeps them, a later read is not a disk read).
-    """
-    mapping = getattr(array, "_mmap", None)
-    if mapping is not None and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 class _HashingWriter(NpyWriter):
@@ -246,7 +234,7 @@ class _Gathered:
     def chunks(self, rows_per_chunk: int) -> Iterator[np.ndarray]:
         for start in range(0, self.rows.shape[0], rows_per_chunk):
             chunk = encode(self.source[self.rows[start:start + rows_per_chunk]], self.feature_dtype)
-            _release_pages(self.source)  # the gathered rows are a copy
+            release_pages(self.source)  # the gathered rows are a copy
             yield chunk
 
 
