@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnscale.cli import main
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.storage import load_dataset_dir, save_dataset
@@ -142,3 +144,32 @@ def test_memory_is_bounded_by_chunk_and_nodes_not_edges(tmp_path):
     assert peak <= BYTES_PER_NODE * n + BYTES_PER_CHUNK_EDGE * chunk + (1 << 20)
     assert peak < 4 * n * degree / 4  # far below the relabelled indices the in-memory path held
     assert (tmp_path / "parts" / "manifest.json").is_file()
+
+
+def out_of_range_id(directory: Path) -> None:
+    """One edge's source becomes num_nodes: a valid .npy file, a wrong graph."""
+    indices = np.load(directory / "indices.npy", mmap_mode="r+")
+    indices[5] = SMALL.num_nodes
+    indices.flush()
+
+
+def truncated_features(directory: Path) -> None:
+    path = directory / "features.npy"
+    os.truncate(path, path.stat().st_size - 100)
+
+
+@pytest.mark.parametrize(("damage", "culprit", "message"), [
+    (out_of_range_id, "indices.npy", f"node ids must lie in [0, {SMALL.num_nodes}), found {SMALL.num_nodes}"),
+    (truncated_features, "features.npy", "truncated"),
+])
+def test_cli_partition_of_a_damaged_directory_names_the_file_and_writes_nothing(ds, tmp_path, capsys, damage,
+                                                                              culprit, message):
+    source = save_dataset(ds, tmp_path / "ds")
+    damage(source)
+    out = tmp_path / "parts"
+    assert main(["partition", "--dataset", "dir", "--data-dir", str(source), "--parts", "2", "--method", "random",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gnnscale partition: error: {source / culprit}: ") and message in err
+    assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no target, no staging folder
