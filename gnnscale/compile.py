@@ -99,6 +99,9 @@ def warm_partition_and_distributed(work: Path) -> None:
     dataset = make_synthetic(TINY)
     write_partition_dir(dataset, 2, "random", work / "random")
     write_partition_dir(dataset, 1, "metis", work / "metis")
+    # From a dataset directory the relabelling reads read-only memory-mapped arrays: compiled apart.
+    write_partition_dir(load_dataset_dir(save_dataset(dataset, work / "dataset-to-partition")), 2, "random",
+                        work / "mapped")
     with socket.socket() as s:  # a free port for the one-worker process group
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.pages import release_pages
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +154,7 @@ def check_finite_features(features: np.ndarray, chunk_rows: int = 1 << 16) -> No
     count = 0
     for start in range(0, features.shape[0], chunk_rows):
         rows = np.flatnonzero(~np.isfinite(features[start:start + chunk_rows]).all(axis=1)) + start
+        release_pages(features)  # a scan, not a load: a mapped matrix must not stay resident
         count += rows.size
         bad.extend(rows[:max(0, 5 - len(bad))].tolist())
     if count:

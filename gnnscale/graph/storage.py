@@ -32,6 +32,7 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.pages import release_pages
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
@@ -100,11 +101,12 @@ def load_dataset_dir(directory: str | Path, mmap: bool = True) -> NodeDataset:
     arrays = _read_arrays(directory, meta, DATASET_ARRAYS, expected, mmap)
     try:
         graph = CSCGraph(indptr=arrays["indptr"], indices=arrays["indices"], num_nodes=n)
+        release_pages(graph.indices)  # the id check read every edge: a check, not a load
         return NodeDataset(name=str(meta["name"]), graph=graph, features=arrays["features"],
                            labels=arrays["labels"], train_idx=arrays["train_idx"], val_idx=arrays["val_idx"],
                            test_idx=arrays["test_idx"], num_classes=meta["num_classes"])
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{directory}: the arrays do not form a valid dataset: {exc}") from exc
+        raise ValueError(f"{_culprit(directory, str(exc))}: the arrays do not form a valid dataset: {exc}") from exc
 
 
 def load_graph(directory: str | Path, mmap: bool = True) -> CSCGraph:
@@ -116,7 +118,14 @@ def load_graph(directory: str | Path, mmap: bool = True) -> CSCGraph:
     try:
         return CSCGraph(indptr=arrays["indptr"], indices=arrays["indices"], num_nodes=n)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{directory}: the arrays do not form a valid CSC graph: {exc}") from exc
+        raise ValueError(f"{_culprit(directory, str(exc))}: the arrays do not form a valid CSC graph: {exc}") from exc
+
+
+def _culprit(directory: Path, message: str) -> Path:
+    """The file a validation message is about (it starts with the array's name, e.g. ``"indices: ..."``),
+    else the directory."""
+    stem = message.split(":", 1)[0]
+    return directory / f"{stem}.npy" if stem in DATASET_ARRAYS else directory
 
 
 # --- writing -------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Partitioning: METIS, KaMinPar or random part assignment, contiguous relabelling, the partition directory.
 
-``assign_parts`` -> ``relabel`` -> ``write_partition_dir`` (which runs both) on the partitioning
-machine; ``load_partition`` on every worker.
+``assign_parts`` -> ``new_ids`` -> ``write_partition_dir`` (which runs both, then writes the
+relabelled rows chunk by chunk with ``relabelled_rows``) on the partitioning machine;
+``load_partition`` on every worker. ``relabel`` builds the whole relabelled graph in memory.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from gnnscale.partition.directory import (
     read_manifest,
     write_partition_dir,
 )
-from gnnscale.partition.relabel import PartitionSummary, Relabeling, relabel, summarize
+from gnnscale.partition.relabel import (NewIds, PartitionSummary, Relabeling, new_ids, relabel, relabelled_rows,
+                                        summarize)
 
 __all__ = [
-    "FORMAT_VERSION", "METHODS", "VIEWS", "LocalPartition", "PartRows", "PartitionBook", "PartitionSummary",
-    "Relabeling", "assign_parts", "load_partition", "read_manifest", "relabel", "summarize",
-    "symmetric_adjacency", "write_partition_dir",
+    "FORMAT_VERSION", "METHODS", "VIEWS", "LocalPartition", "NewIds", "PartRows", "PartitionBook", "PartitionSummary",
+    "Relabeling", "assign_parts", "load_partition", "new_ids", "read_manifest", "relabel", "relabelled_rows",
+    "summarize", "symmetric_adjacency", "write_partition_dir",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 import pymetis
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.pages import release_pages
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import temporary_parhip
 from gnnscale.partition.rows import compact_rows, dedupe_rows
@@ -236,6 +237,7 @@ def _move_to_targets(part: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, mov
             return
         candidates = np.flatnonzero(movable & (part == a))
         gain = _move_gains(xadj, adjncy, part, candidates, a, b)
+        release_pages(adjncy)  # KaMinPar's ParHIP file, mapped: 8 bytes per edge otherwise resident
         chosen = candidates[np.lexsort((candidates, -gain))[:amount]]
         part[chosen] = b
         counts[a] -= amount

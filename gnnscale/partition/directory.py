@@ -27,19 +27,23 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 
-from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
+from gnnscale.graph.external_csc import NpyWriter
 from gnnscale.graph.feature_dtype import FEATURE_DTYPES, check_feature_dtype, encode, numpy_dtype
+from gnnscale.graph.pages import release_pages
 from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
 from gnnscale.partition.assign import assign_parts
 from gnnscale.partition.book import PartitionBook
-from gnnscale.partition.relabel import PartitionSummary, Relabeling, relabel, summarize
+from gnnscale.partition.relabel import NewIds, PartitionSummary, new_ids, relabelled_rows
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -49,6 +53,8 @@ SPLITS = ("train_idx", "val_idx", "test_idx")
 # Read and write in 8 MiB pieces: large enough for sha256 and the disk to run at full speed, small
 # enough that gathering one piece of a memory-mapped feature matrix stays cheap.
 CHUNK_BYTES = 8 << 20
+# Relabelled edges per step of the topology pass: 2**24, 64-128 MB of rows (int32 or int64 ids).
+CHUNK_EDGES = 1 << 24
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -56,12 +62,17 @@ CHUNK_BYTES = 8 << 20
 
 def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_dir: str | Path, seed: int = 0, *,
                         overwrite: bool = False, feature_dtype: str = "float32",
-                        threads: int = 1) -> PartitionSummary:
+                        threads: int = 1, chunk_edges: int = CHUNK_EDGES) -> PartitionSummary:
     """Partition ``dataset`` and write the partition directory atomically.
 
+    Everything after the part assignment streams: the relabelled topology is built and written a range
+    of rows at a time (its whole and per-part copies in one pass, the edge cut counted on the way),
+    features are gathered part by part in chunks, and every file is hashed as it is written. Memory,
+    besides the partitioner's own: a chunk plus a few arrays of one entry per node, whatever the edge
+    and feature counts; a dataset loaded memory-mapped (``load_dataset_dir``) is never read whole.
+
     Args:
-        dataset: the dataset; its features may be memory-mapped (they are gathered part by part, in
-            chunks, never copied whole).
+        dataset: the dataset; its arrays may be memory-mapped.
         num_parts: number of parts, in [1, num_nodes].
         method: ``"metis"``, ``"kaminpar"`` or ``"random"`` (:func:`assign_parts`).
         out_dir: target directory; its parent must exist.
@@ -71,11 +82,15 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
             (rounded to nearest even: half the bytes on disk, in memory and on the wire; workers compute
             in float32).
         threads: KaMinPar's threads (:func:`assign_parts`; default 1).
+        chunk_edges: int >= 1, edges relabelled per step (default 2**24; a node with more in-edges is
+            relabelled alone): memory, not output.
 
     Returns the cut and balance of the partition (also stored in the manifest).
     """
     if not isinstance(dataset, NodeDataset):
         raise TypeError(f"dataset: expected a NodeDataset, got {type(dataset).__name__}")
+    if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, (int, np.integer)) or chunk_edges < 1:
+        raise ValueError(f"chunk_edges: expected an int >= 1, got {chunk_edges!r}")
     out_dir = Path(out_dir)
     check_feature_dtype(feature_dtype)
     # Checked before partitioning: METIS on a large graph takes minutes.
@@ -86,51 +101,117 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     check_finite_features(dataset.features)  # before minutes of partitioning: NaN rows would train a NaN model
     part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed, threads=threads)
-    relabeling = relabel(dataset.graph, part, num_parts)
+    ids = new_ids(dataset.graph, part, num_parts)
     del part
-    splits = {name: relabeling.map_ids(getattr(dataset, name)) for name in SPLITS}
-    summary = summarize(relabeling, splits["train_idx"], method)
-    manifest = {
-        "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name, "num_parts": int(num_parts),
-        "method": method, "seed": int(seed), "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges,
-        "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype, "num_classes": dataset.num_classes,
-        "offsets": relabeling.book.offsets.tolist(), **summary.to_dict(),
-        "split_sizes": {name: np.diff(np.searchsorted(ids, relabeling.book.offsets)).tolist()
-                        for name, ids in splits.items()},
-    }
+    splits = {name: ids.map_ids(getattr(dataset, name)) for name in SPLITS}
+    offsets = ids.book.offsets
     with _staging_directory(out_dir) as tmp:
-        manifest["files"] = _write_files(tmp, dataset, relabeling, splits, feature_dtype)
+        files, edge_cut = _write_files(tmp, dataset, ids, splits, feature_dtype, int(chunk_edges))
+        summary = PartitionSummary(
+            method=method, num_edges=dataset.graph.num_edges, edge_cut=edge_cut,
+            nodes=tuple(int(x) for x in np.diff(offsets)), edges=tuple(int(x) for x in np.diff(ids.indptr[offsets])),
+            train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))))
+        manifest = {
+            "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name,
+            "num_parts": int(num_parts), "method": method, "seed": int(seed), "num_nodes": dataset.graph.num_nodes,
+            "num_edges": dataset.graph.num_edges, "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype,
+            "num_classes": dataset.num_classes, "offsets": offsets.tolist(), **summary.to_dict(),
+            "split_sizes": {name: np.diff(np.searchsorted(idx, offsets)).tolist() for name, idx in splits.items()},
+            "files": files,
+        }
         finish_directory(tmp, out_dir, MANIFEST, manifest)
     return summary
 
 
-def _write_files(root: Path, dataset: NodeDataset, relabeling: Relabeling,
-                 splits: dict[str, np.ndarray], feature_dtype: str) -> dict[str, str]:
-    """Write every array file under ``root``; returns {relative path: sha256 hex}."""
-    graph, new_to_old = relabeling.graph, relabeling.new_to_old
-    files = {
-        "new_to_old.npy": _write_npy(root / "new_to_old.npy", new_to_old),
-    }
+def _write_files(root: Path, dataset: NodeDataset, ids: NewIds, splits: dict[str, np.ndarray],
+                 feature_dtype: str, chunk_edges: int) -> tuple[dict[str, str], int]:
+    """Write every array file under ``root``; returns ({relative path: sha256 hex}, edge cut)."""
+    book = ids.book
+    files = {"new_to_old.npy": _write_npy(root / "new_to_old.npy", ids.new_to_old)}
     (root / "topology").mkdir()
-    for name in ("indptr", "indices"):
-        files[f"topology/{name}.npy"] = _write_npy(root / "topology" / f"{name}.npy", getattr(graph, name))
+    files["topology/indptr.npy"] = _write_npy(root / "topology" / "indptr.npy", ids.indptr)
+    for p in range(book.num_parts):
+        (root / f"part{p}").mkdir()
+    edges, edge_cut = _write_edges(root, dataset.graph, ids, chunk_edges)
+    files["topology/indices.npy"] = edges.pop("topology/indices.npy")
     _fsync_directory(root / "topology")
-    for p in range(relabeling.book.num_parts):
-        lo, hi = relabeling.book.node_range(p)
+    labels = dataset.labels  # memory-mapped or not; gathered part by part
+    for p in range(book.num_parts):
+        lo, hi = book.node_range(p)
         folder = root / f"part{p}"
-        folder.mkdir()
-        rows = new_to_old[lo:hi]
+        rows = ids.new_to_old[lo:hi]
         arrays = {
             "features": _Gathered(dataset.features, rows, feature_dtype),
-            "labels": np.asarray(dataset.labels)[rows],
-            **{name: ids[np.searchsorted(ids, lo):np.searchsorted(ids, hi)] for name, ids in splits.items()},
-            "indptr": graph.indptr[lo:hi + 1] - graph.indptr[lo],
-            "indices": graph.indices[graph.indptr[lo]:graph.indptr[hi]],
+            "labels": labels[rows],
+            **{name: idx[np.searchsorted(idx, lo):np.searchsorted(idx, hi)] for name, idx in splits.items()},
+            "indptr": ids.indptr[lo:hi + 1] - ids.indptr[lo],
         }
         for name, arr in arrays.items():
             files[f"part{p}/{name}.npy"] = _write_npy(folder / f"{name}.npy", arr)
+        release_pages(labels)
+        files[f"part{p}/indices.npy"] = edges.pop(f"part{p}/indices.npy")
         _fsync_directory(folder)
-    return files
+    return files, edge_cut
+
+
+def _write_edges(root: Path, graph: CSCGraph, ids: NewIds, chunk_edges: int) -> tuple[dict[str, str], int]:
+    """``topology/indices.npy`` and every ``part<p>/indices.npy`` (the same rows, split at the part
+    boundaries) in one pass over the relabelled rows, ``chunk_edges`` at a time; returns their sha256
+    and the edge cut (in-edges whose source lies in another part)."""
+    dtype = index_dtype(graph.num_nodes)
+    book, cut = ids.book, 0
+    writers = {}
+    with ExitStack() as stack:
+        whole = writers["topology/indices.npy"] = stack.enter_context(
+            _HashingWriter(root / "topology" / "indices.npy", dtype, (graph.num_edges,)))
+        for p in range(book.num_parts):
+            lo, hi = book.node_range(p)
+            own = writers[f"part{p}/indices.npy"] = stack.enter_context(
+                _HashingWriter(root / f"part{p}" / "indices.npy", dtype, (int(ids.indptr[hi] - ids.indptr[lo]),)))
+            for a, b in _row_ranges(ids.indptr, lo, hi, chunk_edges):
+                rows = relabelled_rows(graph, ids, a, b)
+                release_pages(graph.indices)
+                whole.write(rows)
+                own.write(rows)
+                cut += int(_count_outside(rows, lo, hi))
+    return {rel: writer.hexdigest() for rel, writer in writers.items()}, cut
+
+
+def _row_ranges(indptr: np.ndarray, lo: int, hi: int, chunk_edges: int) -> Iterator[tuple[int, int]]:
+    """Consecutive ``[a, b)`` covering nodes ``[lo, hi)``, each with at most ``chunk_edges`` edges or
+    one node."""
+    a = lo
+    while a < hi:
+        b = int(np.searchsorted(indptr, indptr[a] + chunk_edges, side="right")) - 1
+        b = min(max(b, a + 1), hi)
+        yield a, b
+        a = b
+
+
+@numba.njit(cache=True)
+def _count_outside(ids, lo, hi):
+    """How many of ``ids`` lie outside ``[lo, hi)`` (no boolean temporaries the size of ``ids``)."""
+    count = 0
+    for i in range(ids.shape[0]):
+        if ids[i] < lo or ids[i] >= hi:
+            count += 1
+    return count
+
+
+class _HashingWriter(NpyWriter):
+    """A :class:`NpyWriter` of known length that also computes the sha256 of the file it writes."""
+
+    def __init__(self, path: Path, dtype, shape: tuple[int, ...]) -> None:
+        super().__init__(path, dtype, shape)
+        self._digest = hashlib.sha256(self._header(self.shape[0]))
+
+    def write(self, piece: np.ndarray) -> None:
+        piece = np.ascontiguousarray(piece, dtype=self.dtype)
+        super().write(piece)
+        self._digest.update(memoryview(piece).cast("B"))
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +233,9 @@ class _Gathered:
 
     def chunks(self, rows_per_chunk: int) -> Iterator[np.ndarray]:
         for start in range(0, self.rows.shape[0], rows_per_chunk):
-            yield encode(self.source[self.rows[start:start + rows_per_chunk]], self.feature_dtype)
+            chunk = encode(self.source[self.rows[start:start + rows_per_chunk]], self.feature_dtype)
+            release_pages(self.source)  # the gathered rows are a copy
+            yield chunk
 
 
 def _write_npy(path: Path, array: np.ndarray | _Gathered) -> str:

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.pages import release_pages
 from gnnscale.partition.rows import compact_rows, dedupe_rows
 
 VERSION = 3
@@ -61,6 +62,7 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
         f.seek(edges_at)  # the offsets are known only once every row is deduplicated: written last
         for lo, hi in _node_ranges(raw, int(chunk_entries)):
             rows, degree = _symmetric_rows(graph.indptr, graph.indices, lo, hi, raw[lo:hi])
+            release_pages(graph.indices)  # each range scans every edge: keep them out of the RSS
             np.cumsum(degree, out=xadj[lo + 1:hi + 1])
             xadj[lo + 1:hi + 1] += xadj[lo]
             f.write(memoryview(np.ascontiguousarray(rows, dtype="<i8")))  # no copy on little-endian machines

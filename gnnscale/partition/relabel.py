@@ -16,6 +16,29 @@ from gnnscale.partition.book import PartitionBook
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NewIds:
+    """The new node ids of a partition, and the relabelled graph's ``indptr`` (its rows are written
+    chunk by chunk by :func:`relabelled_rows`, so the relabelled edges never need to be in memory).
+
+    Args:
+        new_to_old: int64 [num_nodes], old id of each new id.
+        old_to_new: int64 [num_nodes], the inverse permutation.
+        indptr: int64 [num_nodes + 1], the relabelled graph's indptr: new node ``v`` keeps the in-degree
+            of old node ``new_to_old[v]``.
+        book: part ``p`` owns new ids ``[book.offsets[p], book.offsets[p + 1])``.
+    """
+
+    new_to_old: np.ndarray
+    old_to_new: np.ndarray
+    indptr: np.ndarray
+    book: PartitionBook
+
+    def map_ids(self, old_ids: np.ndarray) -> np.ndarray:
+        """int64: new ids of ``old_ids``, sorted (split indices are sorted sets)."""
+        return np.sort(self.old_to_new[np.asarray(old_ids, dtype=np.int64)])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Relabeling:
     """A graph with its nodes renumbered part by part.
 
@@ -46,11 +69,23 @@ def relabel(graph: CSCGraph, part: np.ndarray, num_parts: int) -> Relabeling:
     layout built from it agree, and each row lists the sources of one part contiguously (local
     neighbors of a part are adjacent in memory).
 
+    Holds the whole relabelled graph in memory; :func:`new_ids` and :func:`relabelled_rows` give the
+    same graph a range of rows at a time.
+
     Args:
         graph: the topology.
         part: int [num_nodes], part of each node, in [0, num_parts).
         num_parts: number of parts (parts may be empty).
     """
+    ids = new_ids(graph, part, num_parts)
+    indices = relabelled_rows(graph, ids, 0, graph.num_nodes)
+    new_graph = CSCGraph(indptr=ids.indptr, indices=indices, num_nodes=graph.num_nodes)
+    return Relabeling(graph=new_graph, new_to_old=ids.new_to_old, old_to_new=ids.old_to_new, book=ids.book)
+
+
+def new_ids(graph: CSCGraph, part: np.ndarray, num_parts: int) -> NewIds:
+    """The ids of :func:`relabel` and the relabelled ``indptr``; memory: a few arrays of one entry per
+    node (``graph`` may be memory-mapped: only its ``indptr`` is read)."""
     n = graph.num_nodes
     part = np.asarray(part)
     if part.shape != (n,) or not np.issubdtype(part.dtype, np.integer):
@@ -65,11 +100,21 @@ def relabel(graph: CSCGraph, part: np.ndarray, num_parts: int) -> Relabeling:
     np.cumsum(np.bincount(part, minlength=num_parts), out=offsets[1:])
     new_indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.diff(graph.indptr)[new_to_old], out=new_indptr[1:])
-    new_indices = np.empty(graph.num_edges, dtype=index_dtype(n))
-    _relabel_rows(graph.indptr, graph.indices, new_to_old, old_to_new, new_indptr, new_indices)
-    new_graph = CSCGraph(indptr=new_indptr, indices=new_indices, num_nodes=n)
-    return Relabeling(graph=new_graph, new_to_old=new_to_old, old_to_new=old_to_new,
-                      book=PartitionBook(offsets=offsets))
+    return NewIds(new_to_old=new_to_old, old_to_new=old_to_new, indptr=new_indptr,
+                  book=PartitionBook(offsets=offsets))
+
+
+def relabelled_rows(graph: CSCGraph, ids: NewIds, lo: int, hi: int) -> np.ndarray:
+    """The in-edges of new nodes ``[lo, hi)`` of the relabelled graph, end to end: its ``indices[
+    ids.indptr[lo]:ids.indptr[hi]]``, each row sorted; dtype :func:`index_dtype` of the node count.
+
+    Reads the old rows of those nodes only (``graph`` may be memory-mapped).
+    """
+    base = int(ids.indptr[lo])
+    out = np.empty(int(ids.indptr[hi]) - base, dtype=index_dtype(graph.num_nodes))
+    _relabel_rows(graph.indptr, graph.indices, ids.new_to_old[lo:hi], ids.old_to_new, ids.indptr[lo:hi + 1] - base,
+                  out)
+    return out
 
 
 @numba.njit(parallel=True, cache=True)
