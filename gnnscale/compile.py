@@ -137,17 +137,24 @@ def warm_dgs_sampling(work: Path) -> None:
 
 
 def warm_loader(work: Path) -> None:
-    """``gnnscale.loader.NeighborLoader`` (node-wise sampling, the features gather) from a dataset on
-    both index widths, in memory and memory-mapped, and from a PyG Data, with and without replacement;
-    and the trainer's PyG batches (``fit(..., inputs="pyg")``), cut from blocks."""
+    """``gnnscale.loader.NeighborLoader`` (node-wise sampling, the attribute gathers) from a dataset on
+    both index widths, in memory and memory-mapped, and from a PyG Data grouped by target and in another
+    order (edge ids looked up), with and without replacement; attributes of every gather word size; and
+    the trainer's PyG batches (``fit(..., inputs="pyg")``), cut from blocks."""
     from gnnscale.loader import NeighborLoader, to_pyg_data
     from gnnscale.sampling.nodewise import nodewise_from_blocks
 
     dataset = make_synthetic(TINY)
     mapped = load_dataset_dir(save_dataset(dataset, work / "dataset"), mmap=True)
-    for data in (dataset, _with_int64_indices(dataset), mapped, to_pyg_data(dataset)):
+    data = to_pyg_data(dataset)
+    shuffled = data.clone()
+    order = torch.randperm(data.num_edges, generator=torch.Generator().manual_seed(0))
+    shuffled.edge_index = data.edge_index[:, order]
+    shuffled.edge_weight = torch.rand(data.num_edges)  # 4-byte rows
+    shuffled.degree = torch.zeros(data.num_nodes, dtype=torch.int16)  # 2-byte rows
+    for source in (dataset, _with_int64_indices(dataset), mapped, data, shuffled):
         for replace in (False, True):
-            for _ in NeighborLoader(data, [4, -1], batch_size=256, replace=replace, seed=0):
+            for _ in NeighborLoader(source, [4, -1], batch_size=256, replace=replace, seed=0):
                 pass
     nodewise_from_blocks(sample_blocks(dataset.graph, np.arange(0, 600, 9), [3, 3], key=derive_key(0)))
 

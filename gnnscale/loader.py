@@ -23,6 +23,7 @@ import copy
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,11 +33,11 @@ from torch_geometric.loader.utils import filter_data
 
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.features import gather_rows
+from gnnscale.graph.features import take_rows
 from gnnscale.sampling import derive_key
 from gnnscale.sampling.keys import STREAM_ORDER
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
-from gnnscale.sampling.pyg import describe_batch, to_data
+from gnnscale.sampling.pyg import describe_batch
 from gnnscale.train.prefetch import Prefetcher
 
 # torch DataLoader options about worker processes and memory pinning: accepted, with one note, and
@@ -121,9 +122,9 @@ class NeighborLoader:
             raise TypeError(f"transform: expected a callable or None, got {type(transform).__name__}")
 
         self.data = data
-        graph, self._edge_perm = _graph_of(data)
-        self._rest, self._gathered = _split_features(data) if isinstance(data, Data) else (None, {})
-        self.sampler = NodewiseSampler(graph, num_neighbors, replace=replace)
+        graph, edge_ids = _graph_of(data)
+        self.attributes = batch_attributes(data)
+        self.sampler = NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids)
         self._sampler_lock = threading.Lock()
         self.input_nodes, self._input_id = _input_nodes(input_nodes, graph.num_nodes)
         self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
@@ -160,32 +161,21 @@ class NeighborLoader:
         seeds = self.input_nodes[index]
         with self._sampler_lock:  # one mapping array: iterators that are open at once take turns
             out = self.sampler.sample(seeds, key)
-        e_id = out.edge_pos if self._edge_perm is None else self._edge_perm[out.edge_pos]
-        data = self._to_data(out, e_id)
-        data.e_id = e_id
+        data = self._to_data(out, out.edge_pos)
         data.input_id = index if self._input_id is None else self._input_id[index]
         return data if self.transform is None else self.transform(data)
 
     def _to_data(self, out: NodewiseSample, e_id: Tensor) -> Data:
-        ids = out.nodes.numpy()
-        if isinstance(self.data, Data):
-            # PyG's own slicing (every node attribute by n_id, every edge attribute by e_id), but the
-            # large feature matrices through gnnscale's gather kernel (3x torch.index_select on 2 cores).
-            data = filter_data(self._rest, out.nodes, out.row, out.col, e_id, None)
-            for key, features in self._gathered.items():
-                data[key] = torch.from_numpy(gather_rows(features, ids))
-            return describe_batch(data, out)
-        return to_data(out, torch.from_numpy(gather_rows(self.data.features, ids)),
-                       torch.from_numpy(np.ascontiguousarray(self.data.labels[ids])))
+        return to_batch_data(self.attributes, out, e_id)
 
     def __repr__(self) -> str:
         return (f"NeighborLoader(num_neighbors={list(self.num_neighbors)}, input_nodes={self.input_nodes.numel()}, "
                 f"batch_size={self.batch_size}, shuffle={self.shuffle}, seed={self.seed})")
 
 
-def _graph_of(data) -> tuple[CSCGraph, Tensor | None]:
-    """The CSC topology of ``data`` and, for a PyG Data, the permutation from CSC positions to
-    ``edge_index`` columns (None: CSC positions are the edge ids)."""
+def _graph_of(data) -> tuple[CSCGraph, np.ndarray | None]:
+    """The CSC topology of ``data`` and, for a PyG Data whose ``edge_index`` is not sorted by target,
+    the ``edge_index`` column of each CSC position (None: CSC positions are the edge ids)."""
     if isinstance(data, NodeDataset):
         return data.graph, None
     if not isinstance(data, Data):
@@ -203,27 +193,97 @@ def _graph_of(data) -> tuple[CSCGraph, Tensor | None]:
     src, dst = edge_index.cpu().to(torch.int64).numpy()
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
         raise ValueError(f"data.edge_index: node ids must lie in [0, num_nodes = {num_nodes})")
-    # Stable: a node's in-edges keep their edge_index order (what a fanout >= degree returns).
-    perm = np.argsort(dst, kind="stable")
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
-    graph = CSCGraph(indptr=indptr, indices=src[perm].astype(index_dtype(num_nodes)), num_nodes=num_nodes)
-    return graph, torch.from_numpy(perm)
+    if bool(np.all(dst[1:] >= dst[:-1])):  # already grouped by target (to_pyg_data's order): no permutation
+        return CSCGraph(indptr=indptr, indices=src.astype(index_dtype(num_nodes)), num_nodes=num_nodes), None
+    # Stable: a node's in-edges keep their edge_index order (what a fanout >= degree returns).
+    perm = np.argsort(dst, kind="stable")
+    return CSCGraph(indptr=indptr, indices=src[perm].astype(index_dtype(num_nodes)), num_nodes=num_nodes), perm
 
 
-def _split_features(data: Data) -> tuple[Data, dict[str, np.ndarray]]:
-    """``data`` without its gather-kernel node attributes (CPU, 2-D, contiguous float32/64 tensors,
-    e.g. ``x``), and those attributes as numpy views (no copies; ``data`` itself is not changed)."""
-    rest, gathered = copy.copy(data), {}  # a new store holding the same tensors
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchAttributes:
+    """What a batch of a loader holds besides its sampled topology, decided once per loader.
+
+    Args:
+        node: name -> array [num_nodes, ...]: the node attributes sliced by ``n_id`` with the gather
+            kernel (numpy views of the data's CPU tensors, or a NodeDataset's features and labels).
+        edge: name -> array [num_edges, ...]: the edge attributes sliced by ``e_id`` the same way.
+        shared: name -> value: graph-level attributes, shared by every batch as they are.
+        rest: the data's other attributes with its ``edge_index``, sliced by PyG's ``filter_data``
+            (tensors the kernel cannot take: on a GPU, not contiguous, requiring grad ...); None
+            when there are none.
+        order: every attribute name of the data, in its order (the batch keeps it).
+        num_nodes: whether batches store ``num_nodes`` (from a PyG Data: PyG infers the count from the
+            features otherwise, and a data without node features would give a wrong one).
+    """
+
+    node: dict[str, np.ndarray]
+    edge: dict[str, np.ndarray]
+    shared: dict[str, object]
+    rest: Data | None
+    order: tuple[str, ...]
+    num_nodes: bool
+
+
+def _kernel_view(data: Data, key: str, value) -> np.ndarray | None:
+    """``value`` as a numpy view the gather kernel can slice along its first dimension, or None."""
+    if not isinstance(value, Tensor) or value.device.type != "cpu" or value.dim() == 0 or not value.is_contiguous() \
+            or value.requires_grad or value.dtype in (torch.bfloat16,) or data.__cat_dim__(key, value) != 0:
+        return None
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy has no counterpart of: PyG's slicing takes it
+        return None
+
+
+def batch_attributes(data) -> BatchAttributes:
+    """How the batches of ``data`` (a PyG ``Data`` or a NodeDataset) get their attributes."""
+    if isinstance(data, NodeDataset):
+        return BatchAttributes(node={"x": data.features, "y": data.labels}, edge={}, shared={}, rest=None,
+                               order=("x", "y"), num_nodes=False)
+    node, edge, shared, rest = {}, {}, {}, copy.copy(data)  # rest: a new store holding the same tensors
+    leftover = False
     for key, value in data.items():
-        if isinstance(value, Tensor) and value.device.type == "cpu" and value.dim() == 2 and value.is_contiguous() \
-                and value.dtype in (torch.float32, torch.float64) and not value.requires_grad \
-                and data.is_node_attr(key):
-            gathered[key] = value.numpy()
+        if key in ("edge_index", "num_nodes"):
+            continue
+        kind = "node" if data.is_node_attr(key) else "edge" if data.is_edge_attr(key) else None
+        view = None if kind is None else _kernel_view(data, key, value)
+        if kind is None:
+            shared[key] = value
+        elif view is not None:
+            (node if kind == "node" else edge)[key] = view
             del rest[key]
-    if gathered:  # what PyG inferred from the features: filter_data then sets each batch's own count
-        rest.num_nodes = data.num_nodes
-    return rest, gathered
+        else:
+            leftover = True
+    rest.num_nodes = data.num_nodes  # as the batches store theirs (filter_data sets each batch's own count)
+    return BatchAttributes(node=node, edge=edge, shared=shared, rest=rest if leftover else None,
+                           order=tuple(data.keys()), num_nodes=True)
+
+
+def to_batch_data(attributes: BatchAttributes, out: NodewiseSample, e_id: Tensor) -> Data:
+    """A PyG ``Data`` batch of the sampled subgraph ``out``: every node attribute sliced by
+    ``out.nodes``, every edge attribute by ``e_id`` (int64 [num_edges], the edges' ids in the data),
+    ``edge_index`` (local ids), ``n_id``, ``e_id``, ``batch_size`` (the seeds: the first
+    ``out.num_sampled_nodes[0]`` nodes), ``num_sampled_nodes`` and ``num_sampled_edges``; graph-level
+    attributes are shared with the data. ``input_id`` is the caller's."""
+    ids, edges = out.nodes.numpy(), e_id.numpy()
+    sliced = {key: torch.from_numpy(take_rows(values, ids)) for key, values in attributes.node.items()}
+    sliced.update((key, torch.from_numpy(take_rows(values, edges))) for key, values in attributes.edge.items())
+    sliced.update(attributes.shared)
+    if attributes.rest is not None:
+        # PyG's own slicing for what the kernel does not take (its edge_index stack is replaced below).
+        sliced.update(filter_data(attributes.rest, out.nodes, out.row, out.col, e_id, None).items())
+    data = Data()
+    for key in attributes.order:
+        if key in sliced:
+            data[key] = sliced[key]
+    data.edge_index = out.edge_index
+    if attributes.num_nodes:
+        data.num_nodes = out.nodes.numel()
+    data.e_id = e_id
+    return describe_batch(data, out)
 
 
 def _input_nodes(input_nodes, num_nodes: int) -> tuple[Tensor, Tensor | None]:

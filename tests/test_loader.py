@@ -296,6 +296,35 @@ def test_bad_data_raises() -> None:
         NeighborLoader(bad, [2])
 
 
+def test_edge_index_order_changes_only_e_id() -> None:
+    # The same graph given grouped by target (no permutation kept) and in a shuffled order (edge ids
+    # looked up per sampled edge): the same batches, and e_id names each edge's column in either order.
+    data = random_data(seed=5)
+    order = torch.argsort(data.edge_index[1], stable=True)
+    grouped = Data(x=data.x, y=data.y, edge_index=data.edge_index[:, order], edge_attr=data.edge_attr[order],
+                   num_classes=7)
+    a = next(iter(NeighborLoader(grouped, [6, 4], batch_size=50, seed=4)))
+    b = next(iter(NeighborLoader(data, [6, 4], batch_size=50, seed=4)))
+    assert NeighborLoader(grouped, [2]).sampler.edge_ids is None, "grouped by target: CSC positions are the ids"
+    assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+    assert torch.equal(order[a.e_id], b.e_id)
+    check_batch(a, grouped, [6, 4])
+    check_batch(b, data, [6, 4])
+    assert a.num_classes == 7 and b.num_nodes == b.n_id.numel(), "graph-level attributes are kept"
+
+
+def test_nodewise_sampler_edge_ids() -> None:
+    from gnnscale.graph.csc import csc_from_coo
+    graph = csc_from_coo(TINY_SRC, TINY_DST, TINY_NUM_NODES)
+    ids = np.arange(100, 100 + graph.num_edges, dtype=np.int64)
+    plain = NodewiseSampler(graph, [-1, 2]).sample(np.array([1, 4]), 9)
+    named = NodewiseSampler(graph, [-1, 2], edge_ids=ids).sample(np.array([1, 4]), 9)
+    assert torch.equal(named.edge_pos, plain.edge_pos + 100) and torch.equal(named.edge_index, plain.edge_index)
+    assert torch.equal(plain.row, plain.edge_index[0]) and torch.equal(plain.col, plain.edge_index[1])
+    with pytest.raises(ValueError, match=r"edge_ids: expected an int64 array \[num_edges = 7\]"):
+        NodewiseSampler(graph, [2], edge_ids=ids[:3])
+
+
 def test_nodewise_sampler_tiny_example_of_its_docstring() -> None:
     from gnnscale.graph.csc import csc_from_coo
     out = NodewiseSampler(csc_from_coo(TINY_SRC, TINY_DST, TINY_NUM_NODES), [-1, -1]).sample(np.array([1]), 0)

@@ -58,3 +58,39 @@ def gather_rows(features: np.ndarray, ids: np.ndarray) -> np.ndarray:
     out = np.empty((ids.shape[0], features.shape[1]), dtype=features.dtype)
     _gather(features, ids, out)
     return out
+
+
+# Unsigned words a row can be copied as, widest first: one compiled kernel per word size serves
+# every fixed-size dtype (bool masks, int labels, float16/32/64 features ...).
+_WORDS = (np.uint64, np.uint32, np.uint16, np.uint8)
+
+
+def take_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``values[ids]`` (along axis 0) as a new C-contiguous array, for any C-contiguous array of a
+    numeric or bool dtype and any number of dimensions, through the gather kernel.
+
+    Each row is copied bit for bit as unsigned words of the widest size that divides it (a float32
+    row of 100 features as 50 uint64 words, a bool mask entry as one byte), so the result equals
+    numpy's fancy indexing exactly. Other arrays (non-contiguous, object dtypes) go through numpy.
+
+    Args:
+        values: [num_rows, ...] array (possibly memory-mapped or read-only).
+        ids: int64 [n] row ids in [0, num_rows) (checked).
+
+    Returns: [n, ...] array of ``values``' dtype.
+    """
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if ids.ndim != 1:
+        raise ValueError(f"ids: expected a 1-D array of row ids, got shape {ids.shape}")
+    if values.ndim == 0:
+        raise ValueError("values: expected an array with at least one dimension, got a scalar")
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= values.shape[0]):
+        raise ValueError(f"ids: row ids must lie in [0, {values.shape[0]})")
+    row_bytes = values.dtype.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
+    if values.dtype.kind not in "biufc" or not values.flags.c_contiguous or row_bytes == 0 or values.shape[0] == 0:
+        return np.ascontiguousarray(values[ids])
+    word = next(w for w in _WORDS if row_bytes % np.dtype(w).itemsize == 0)
+    words = values.reshape(values.shape[0], -1).view(word)  # [num_rows, words per row], no copy
+    out = np.empty((ids.shape[0], words.shape[1]), dtype=word)
+    _gather(words, ids, out)
+    return out.view(values.dtype).reshape((ids.shape[0],) + values.shape[1:])

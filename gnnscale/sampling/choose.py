@@ -82,6 +82,30 @@ def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, of
         out[offset + q] = indices[start + out[offset + q]]
 
 
+@numba.njit(inline="always")
+def choose_positions(indptr, row, v, fanout, replace, key, hop, out, offset):
+    """Write where the chosen in-neighbors of node ``v`` sit in its row, as offsets from
+    ``indptr[row]`` (in ``[0, degree)``), into ``out[offset:offset + num_chosen]``.
+
+    The same draws, in the same order, as :func:`choose_neighbors`: the neighbor it writes at slot
+    ``q`` is ``indices[indptr[row] + out[offset + q]]``. For samplers that need each chosen edge's
+    position (its edge id) as well as its source, without an identity array of one int per edge.
+    """
+    degree = indptr[row + 1] - indptr[row]
+    if degree == 0:
+        return
+    if replace:
+        state = node_stream(key, hop, v)
+        for q in range(fanout):
+            out[offset + q] = uniform_below(state, q, degree)
+        return
+    if degree <= fanout:
+        for q in range(degree):
+            out[offset + q] = q
+        return
+    floyd_subset(node_stream(key, hop, v), fanout, degree, out, offset)
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def count_and_offsets(indptr, nodes, first_id, fanout, replace):
     """int64 [len(nodes) + 1]: exclusive prefix sum of the per-node sample counts (a block's indptr).

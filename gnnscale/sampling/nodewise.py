@@ -7,10 +7,11 @@ PyG's ``NeighborLoader`` instead samples at hop ``h`` only the *frontier*: the n
 layout with the fused sampler's kernels and keys: the neighbors of node ``v`` at hop ``h`` depend only
 on ``(key, h, v)``, so hop 0 is exactly the block sampler's first hop for the same key.
 
-Neighbors are chosen as *positions* in the CSC ``indices`` array (the kernels run on an identity
-position array instead of ``indices``: the same random draws, since a draw depends only on the key,
-the node and its degree), so that every sampled edge knows where it sits in the graph; its source is
-then ``indices[position]``.
+Neighbors are chosen as *positions* in the CSC ``indices`` array (the same random draws as the fused
+kernel's: a draw depends only on the key, the node and its degree), so that every sampled edge knows
+where it sits in the graph (its edge id, or an id looked up from the position); its source is then
+``indices[position]``. One parallel pass per hop chooses, looks up sources and ids and writes the
+destinations; the relabel to local ids is the one serial pass.
 
 The tiny example, in-edges ``0: [2]  1: [0, 3, 4]  2: [1]  3: [0]  4: [2]`` and seed 1, all neighbors::
 
@@ -32,8 +33,8 @@ from torch import Tensor
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling import check_key, check_seeds
-from gnnscale.sampling.choose import choose_all, count_and_offsets
 from gnnscale.sampling.block import Block
+from gnnscale.sampling.choose import PIECE_NODES, choose_positions, count_and_offsets, prefetch_ahead
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 
 ALL_NEIGHBORS = -1  # a fanout of -1 keeps every in-edge of the node (PyG's convention)
@@ -53,13 +54,38 @@ def check_num_neighbors(num_neighbors: Sequence[int]) -> tuple[int, ...]:
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _sources(indices, positions):
-    """int64 [len(positions)]: ``indices[positions]`` (the sampled edges' sources, global ids), in
-    parallel and without the GIL (numpy's gather holds it and runs on one core)."""
-    out = np.empty(positions.shape[0], dtype=np.int64)
-    for i in numba.prange(positions.shape[0]):
-        out[i] = indices[positions[i]]
-    return out
+def _sample_frontier(indptr, indices, edge_ids, frontier, first_local, offsets, fanout, replace, key, hop):
+    """One hop: choose the in-edges of every ``frontier`` node into its slots ``offsets[i]:offsets[i + 1]``.
+
+    Returns int64 arrays [offsets[-1]]: the chosen edges' sources (global ids), their destinations
+    (local ids: ``first_local + i`` for ``frontier[i]``) and their edge ids (``edge_ids[position]``,
+    or the CSC position itself when ``edge_ids`` is None). One parallel pass: the positions are drawn
+    into the edge-id slots (:func:`choose_positions`, the fused kernel's draws), then each slot is
+    turned into its source and edge id while the node's neighborhood is still in cache.
+    """
+    num_edges = offsets[-1]
+    sources = np.empty(num_edges, dtype=np.int64)
+    targets = np.empty(num_edges, dtype=np.int64)
+    ids = np.empty(num_edges, dtype=np.int64)
+    n = frontier.shape[0]
+    for piece in numba.prange((n + PIECE_NODES - 1) // PIECE_NODES):
+        lo = piece * PIECE_NODES
+        hi = min(lo + PIECE_NODES, n)
+        for i in range(lo, hi):
+            prefetch_ahead(indptr, indices, frontier, i, hi)
+            v = frontier[i]
+            first, last = offsets[i], offsets[i + 1]
+            choose_positions(indptr, v, v, fanout, replace, key, hop, ids, first)
+            start = indptr[v]
+            for k in range(first, last):
+                position = start + ids[k]
+                sources[k] = indices[position]
+                targets[k] = first_local + i
+                if edge_ids is None:
+                    ids[k] = position
+                else:
+                    ids[k] = edge_ids[position]
+    return sources, targets, ids
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,14 +95,16 @@ class NodewiseSubgraph:
     Args:
         nodes: int64 [num_nodes]; global ids: the seeds first (same order), then the nodes each hop
             added, in order of first appearance (PyG's ``n_id``).
-        row: int64 [num_edges]; local id (into ``nodes``) of each edge's source, the sampled neighbor.
-        col: int64 [num_edges]; local id of each edge's destination, the node it was sampled for.
+        edge_index: int64 [2, num_edges]; row 0 the local id (into ``nodes``) of each edge's source,
+            the sampled neighbor; row 1 the local id of its destination, the node it was sampled for.
             Edges come hop after hop; within a hop, grouped by destination in frontier order.
+        row, col: int64 [num_edges]; ``edge_index[0]`` and ``edge_index[1]`` (views).
         num_sampled_nodes: ``len(fanouts) + 1`` ints; the seeds, then the nodes each hop added.
         num_sampled_edges: ``len(fanouts)`` ints; the edges of each hop.
     """
 
     nodes: Tensor
+    edge_index: Tensor
     row: Tensor
     col: Tensor
     num_sampled_nodes: list[int]
@@ -92,7 +120,8 @@ class NodewiseSample(NodewiseSubgraph):
     """A :class:`NodewiseSubgraph` drawn from the graph itself, which knows where its edges sit.
 
     Args:
-        edge_pos: int64 [num_edges]; position of each edge in the graph's CSC ``indices``.
+        edge_pos: int64 [num_edges]; each edge's position in the graph's CSC ``indices``, or, for a
+            sampler given ``edge_ids``, ``edge_ids[position]``.
     """
 
     edge_pos: Tensor
@@ -105,19 +134,27 @@ class NodewiseSampler:
         graph: the topology (in-edges per node).
         fanouts: neighbors per frontier node per hop, seeds outwards; -1 keeps every in-edge.
         replace: sample with replacement (hops with fanout -1 still take every in-edge once).
+        edge_ids: optional int64 array [num_edges]: the id to report for the edge at each CSC position
+            (e.g. its column in a PyG ``edge_index`` that is not sorted by target). Default None: the
+            position itself.
 
-    Holds an identity position array of one int64 per edge (built once). Not safe to share between
-    threads (the mapping array is reused by every call).
+    Not safe to share between threads (the mapping array is reused by every call).
     """
 
-    def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False) -> None:
+    def __init__(self, graph: CSCGraph, fanouts: Sequence[int], *, replace: bool = False,
+                 edge_ids: np.ndarray | None = None) -> None:
         if not isinstance(graph, CSCGraph):
             raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
+        if edge_ids is not None and (not isinstance(edge_ids, np.ndarray) or edge_ids.dtype != np.int64
+                                     or edge_ids.shape != (graph.num_edges,)):
+            raise ValueError(f"edge_ids: expected an int64 array [num_edges = {graph.num_edges}] or None, got "
+                             f"{getattr(edge_ids, 'dtype', type(edge_ids).__name__)} of shape "
+                             f"{getattr(edge_ids, 'shape', None)}")
         self.graph = graph
         self.fanouts = check_num_neighbors(fanouts)
         self.replace = bool(replace)
+        self.edge_ids = edge_ids
         self.workspace = SamplerWorkspace(graph.num_nodes)
-        self.positions = np.arange(graph.num_edges, dtype=np.int64)
         # -1 becomes a fanout no degree exceeds, without replacement: min(fanout, degree) = degree.
         max_degree = int(graph.in_degrees().max()) if graph.num_nodes else 0
         self._kernel_fanouts = tuple(max(max_degree, 1) if f == ALL_NEIGHBORS else f for f in self.fanouts)
@@ -128,32 +165,33 @@ class NodewiseSampler:
         key = check_key(key)
         indptr, indices = self.graph.indptr, self.graph.indices
         frontier_start = [0]  # where the current hop's frontier begins in the node list
-        positions = []
+        targets, ids = [], []
 
         def sample_hop(nodes, num_dst, num_known, fanout, hop):
             replace = self.replace and self.fanouts[hop] != ALL_NEIGHBORS
-            frontier = nodes[frontier_start[0]:num_dst]
+            first = frontier_start[0]
+            frontier = nodes[first:num_dst]
             offsets = count_and_offsets(indptr, frontier, 0, fanout, replace)
-            pos = choose_all(indptr, self.positions, frontier, offsets, fanout, replace, key, hop)
-            local = _sources(indices, pos)
-            nodes = grow_nodes(nodes, num_known, num_known + local.shape[0])
-            num_known = relabel_all(local, self.workspace.node_map, nodes, num_known)
+            sources, hop_targets, hop_ids = _sample_frontier(indptr, indices, self.edge_ids, frontier, first, offsets,
+                                                             fanout, replace, key, hop)
+            nodes = grow_nodes(nodes, num_known, num_known + sources.shape[0])
+            num_known = relabel_all(sources, self.workspace.node_map, nodes, num_known)  # in place: local ids
             frontier_start[0] = num_dst
-            positions.append(pos)
-            return offsets, local, nodes, num_known
+            targets.append(hop_targets)
+            ids.append(hop_ids)
+            return offsets, sources, nodes, num_known
 
         nodes, hops = expand_hops(seeds, self._kernel_fanouts, self.workspace, sample_hop)
-        rows, cols, lo = [], [], 0
-        for offsets, local, num_dst, _ in hops:
-            rows.append(local)
-            cols.append(np.repeat(np.arange(lo, num_dst, dtype=np.int64), np.diff(offsets)))
-            lo = num_dst
+        num_sampled_edges = [int(local.shape[0]) for _, local, _, _ in hops]
+        # One [2, num_edges] array, written in place: a PyG batch's edge_index without a stack's copy.
+        edge_index = np.empty((2, sum(num_sampled_edges)), dtype=np.int64)
+        np.concatenate([local for _, local, _, _ in hops], out=edge_index[0])
+        np.concatenate(targets, out=edge_index[1])
+        edge_index = torch.from_numpy(edge_index)
         num_sampled_nodes = [int(seeds.shape[0])] + [int(num_src - num_dst) for _, _, num_dst, num_src in hops]
-        return NodewiseSample(nodes=torch.from_numpy(nodes), row=torch.from_numpy(np.concatenate(rows)),
-                              col=torch.from_numpy(np.concatenate(cols)),
-                              edge_pos=torch.from_numpy(np.concatenate(positions)),
-                              num_sampled_nodes=num_sampled_nodes,
-                              num_sampled_edges=[int(local.shape[0]) for _, local, _, _ in hops])
+        return NodewiseSample(nodes=torch.from_numpy(nodes), edge_index=edge_index, row=edge_index[0],
+                              col=edge_index[1], edge_pos=torch.from_numpy(np.concatenate(ids)),
+                              num_sampled_nodes=num_sampled_nodes, num_sampled_edges=num_sampled_edges)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -206,7 +244,7 @@ def nodewise_from_blocks(blocks: Sequence[Block]) -> tuple[NodewiseSubgraph, Ten
         counts.append(hi - num_known)
         lo, num_known = num_known, hi
     positions = torch.from_numpy(order[:num_known])
-    row, col = np.concatenate(rows), np.concatenate(cols)
-    sub = NodewiseSubgraph(nodes=all_ids[positions], row=torch.from_numpy(row), col=torch.from_numpy(col),
+    edge_index = torch.from_numpy(np.stack([np.concatenate(rows), np.concatenate(cols)]))
+    sub = NodewiseSubgraph(nodes=all_ids[positions], edge_index=edge_index, row=edge_index[0], col=edge_index[1],
                            num_sampled_nodes=counts, num_sampled_edges=[int(r.shape[0]) for r in rows])
     return sub, positions

@@ -7,7 +7,6 @@ PyG import ``torch_geometric``.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -28,4 +27,4 @@ def to_data(sample: NodewiseSubgraph, x: Tensor, y: Tensor) -> Data:
     """The PyG batch of ``sample``: ``x`` [num_nodes, d] (rows in ``sample.nodes`` order), ``y`` (labels,
     sliced by the caller), ``edge_index`` int64 [2, num_edges] in local ids (source row 0, target row 1)
     and the attributes of :func:`describe_batch`."""
-    return describe_batch(Data(x=x, y=y, edge_index=torch.stack([sample.row, sample.col])), sample)
+    return describe_batch(Data(x=x, y=y, edge_index=sample.edge_index), sample)

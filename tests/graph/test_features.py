@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from gnnscale.graph.features import gather_rows
+from gnnscale.graph.features import gather_rows, take_rows
 from gnnscale.train.prefetch import stream_in_groups
 
 
@@ -31,6 +31,36 @@ def test_gather_rows_rejects_bad_ids():
         gather_rows(features, np.array([-1]))
     with pytest.raises(ValueError, match="ids: expected a 1-D array"):
         gather_rows(features, np.zeros((2, 2), dtype=np.int64))
+
+
+@pytest.mark.parametrize("values", [
+    np.arange(3000 * 13, dtype=np.float32).reshape(3000, 13) / 7,   # 52-byte rows: uint32 words
+    np.arange(3000, dtype=np.int64) * 3,                             # 1-D, 8-byte rows
+    np.arange(3000) % 3 == 0,                                        # bool mask, 1-byte rows
+    (np.arange(3000 * 6, dtype=np.float64) / 3).reshape(3000, 2, 3),  # 3-D
+    np.arange(3000 * 3, dtype=np.int16).reshape(3000, 3),            # 6-byte rows: uint16 words
+    np.linspace(0, 1, 3000 * 5).astype(np.float16).reshape(3000, 5),  # 10-byte rows
+], ids=["float32", "int64", "bool", "3d", "int16", "float16"])
+def test_take_rows_equals_fancy_indexing_for_any_dtype(values, tmp_path):
+    ids = np.random.default_rng(1).integers(0, 3000, 5000)  # repeats, any order, more rows than a piece
+    got = take_rows(values, ids)
+    assert got.dtype == values.dtype and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, values[ids])
+    np.save(tmp_path / "v.npy", values)
+    np.testing.assert_array_equal(take_rows(np.load(tmp_path / "v.npy", mmap_mode="r"), ids), values[ids])
+    assert take_rows(values, np.empty(0, dtype=np.int64)).shape == (0,) + values.shape[1:]
+
+
+def test_take_rows_falls_back_to_numpy_and_rejects_bad_ids():
+    strided = np.arange(40.0).reshape(10, 4)[:, ::2]  # not contiguous
+    objects = np.array([str(i) for i in range(10)], dtype=object)
+    ids = np.array([9, 0, 3, 3])
+    np.testing.assert_array_equal(take_rows(strided, ids), strided[ids])
+    assert take_rows(objects, ids).tolist() == ["9", "0", "3", "3"]
+    with pytest.raises(ValueError, match=r"ids: row ids must lie in \[0, 10\)"):
+        take_rows(strided, np.array([10]))
+    with pytest.raises(ValueError, match="values: expected an array with at least one dimension"):
+        take_rows(np.float32(1.0), ids)
 
 
 def test_background_stage_uses_the_callers_thread_count():
