@@ -10,7 +10,9 @@ Every (graph, mode, seed) is one ``torchrun -m gnnscale train --partitions DIR -
 ``--dgs-period``). Per run: rank 0's feature bytes over the whole run (sent + received, the fetch of
 remote rows: what a short run saves, plain iterations included) and, over the epochs in which every
 iteration sampled with masks (DGS's first ``W + D`` iterations are plain: see docs/dgs.md), medians of
-its feature bytes per epoch and its remote nodes fetched; means of its epoch
+its feature bytes per epoch, its remote nodes fetched, its ``sample`` seconds (the loading stage's
+sampling: the DGS kernel's time per epoch against the fused kernel's in the plain rows) and the training
+thread's wait for the loading stage; means of its epoch
 time and of the explainer thread's CPU seconds per epoch (a refresh lands in one epoch of every T / n,
 which a median would skip; on a CPU-only worker the thread competes with training for the cores, so
 its CPU time is the overhead it adds); and the final test accuracy. Rows: means over the seeds;
@@ -153,17 +155,17 @@ def mean_rows(runs: list[dict]) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'link':>5} {'graph':>6} {'features':>8} {'mode':>8} {'run MB':>8} {'x plain':>7} {'feat MB/ep':>10} {'x plain':>7} "
-          f"{'remote':>7} {'dims':>6} {'epoch s':>7} {'x plain':>7} {'expl cpu':>8} {'% epoch':>7} {'wait s':>6} "
-          f"{'test acc':>8} {'d pts':>6}")
+    print(f"{'link':>5} {'graph':>9} {'features':>8} {'mode':>8} {'run MB':>8} {'x plain':>7} {'feat MB/ep':>10} "
+          f"{'x plain':>7} {'remote':>7} {'dims':>6} {'epoch s':>7} {'x plain':>7} {'sample s':>8} {'x plain':>7} "
+          f"{'waited s':>8} {'expl cpu':>8} {'% epoch':>7} {'wait s':>6} {'test acc':>8} {'d pts':>6}")
     for r in rows:
         def fmt(v, spec):
             return "-" if v is None else format(v, spec)
-        print(f"{r['link']:>5} {r['graph']:>6} {r['dtype']:>8} {r['mode']:>8} {r['run_feature_mb']:8.2f} {r['run_bytes_ratio']:7.3f} "
-              f"{r['feature_mb']:10.3f} {r['bytes_ratio']:7.3f} "
+        print(f"{r['link']:>5} {r['graph']:>9} {r['dtype']:>8} {r['mode']:>8} {r['run_feature_mb']:8.2f} "
+              f"{r['run_bytes_ratio']:7.3f} {r['feature_mb']:10.3f} {r['bytes_ratio']:7.3f} "
               f"{fmt(r['remote_nodes'], '7.0f')} {fmt(r['dims'], '6.1f')} {r['epoch_s']:7.2f} {r['time_ratio']:7.2f} "
-              f"{r['explain_cpu_s']:8.3f} {r['overhead']:7.1%} {r['explain_wait_s']:6.3f} {r['test_acc']:8.4f} "
-              f"{r['acc_points']:+6.2f}")
+              f"{r['sample_s']:8.3f} {r['sample_ratio']:7.2f} {r['wait_s']:8.3f} {r['explain_cpu_s']:8.3f} "
+              f"{r['overhead']:7.1%} {r['explain_wait_s']:6.3f} {r['test_acc']:8.4f} {r['acc_points']:+6.2f}")
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -173,6 +175,7 @@ def add_ratios(rows: list[dict]) -> None:
         r["bytes_ratio"] = r["feature_mb"] / p["feature_mb"] if p else float("nan")
         r["run_bytes_ratio"] = r["run_feature_mb"] / p["run_feature_mb"] if p else float("nan")
         r["time_ratio"] = r["epoch_s"] / p["epoch_s"] if p else float("nan")
+        r["sample_ratio"] = r["sample_s"] / p["sample_s"] if p else float("nan")  # DGS's kernel against fused
         r["acc_points"] = 100 * (r["test_acc"] - p["test_acc"]) if p else float("nan")
         r["overhead"] = r["explain_cpu_s"] / r["epoch_s"]
 
@@ -265,15 +268,18 @@ def main() -> None:
             for dtype in a.feature_dtypes:
                 parts = cached_partition(graph, a.workers, Path(a.cache_dir), a.timeout, dtype)
                 for rate in a.link_gbit:
-                    for mode in a.modes:
-                        runs = []
-                        for seed in a.seeds:
-                            runs.append(summarize(run_one(parts, graph, mode, seed, rate, a, Path(tmp)),
-                                                  first_masked_iteration(a)))
+                    # Seed by seed, every mode in turn: a load that drifts during the run weighs on every mode alike.
+                    runs = {mode: [] for mode in a.modes}
+                    for seed in a.seeds:
+                        for mode in a.modes:
+                            runs[mode].append(summarize(run_one(parts, graph, mode, seed, rate, a, Path(tmp)),
+                                                        first_masked_iteration(a)))
+                            last = runs[mode][-1]
                             print(f"  ran {graph} {dtype} {mode} seed {seed} link {link_label(rate)}: "
-                                  f"{runs[-1]['wall_s']:.0f}s wall, test {runs[-1]['test_acc']:.4f}", flush=True)
-                        rows.append({"link": link_label(rate), "graph": graph, "dtype": dtype, "mode": mode,
-                                     **mean_rows(runs)})
+                                  f"{last['wall_s']:.0f}s wall, epoch {last['epoch_s']:.2f}s, sample "
+                                  f"{last['sample_s']:.3f}s, test {last['test_acc']:.4f}", flush=True)
+                    rows += [{"link": link_label(rate), "graph": graph, "dtype": dtype, "mode": mode,
+                              **mean_rows(runs[mode])} for mode in a.modes]
     add_ratios(rows)
     print(f"\n{a.workers} workers, --layout {a.layout}, METIS parts, seeds {a.seeds}; rank 0's feature bytes per epoch "
           "(sent + received): over the whole run, and medians over the epochs sampled with masks; explanation = the "

@@ -25,12 +25,27 @@ def mix64_py(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def node_stream_py(key: int, hop: int, node: int) -> int:
+    """:func:`node_stream` on Python ints (the reference samplers and tests)."""
+    z = mix64_py((key ^ (hop * GOLDEN)) & MASK64)
+    return mix64_py(z ^ ((node + 0x632BE59BD9B4E019) & MASK64))
+
+
 # Streams: independent uses of one (seed, epoch, step, rank), so that no two consumers share draws.
 STREAM_SAMPLE = 0  # neighbor sampling keys
 STREAM_ORDER = 1  # the permutation of training nodes in an epoch
 STREAM_DROPOUT = 2  # dropout masks of a training step
 STREAM_INIT = 3  # model initialisation
 STREAM_EXPLAIN = 4  # DGS: the initial masks of the explanation of one iteration
+
+
+# DGS node sampling (gnnscale.sampling.dgs) draws from the plain sampler's stream of each (key, hop,
+# destination) in disjoint ranges of draw indices: the local choice takes draws [0, k_local) as the
+# plain sampler does; the quota's stochastic rounding, the rejection tries and the exact inversion
+# draws start at these.
+DGS_QUOTA_DRAW = 1 << 40
+DGS_TRY_DRAW = 2 << 40
+DGS_EXACT_DRAW = 3 << 40
 
 
 def derive_key(seed: int, epoch: int = 0, step: int = 0, rank: int = 0, stream: int = STREAM_SAMPLE) -> int:

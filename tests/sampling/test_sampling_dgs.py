@@ -1,5 +1,6 @@
 """Explanation-guided node sampling (gnnscale/sampling/dgs.py): block shape, local share, the remote draw
-law, determinism and input checks."""
+law on each of the kernel's paths (rejection, inversion, the switch between them), the kernel against
+its plain Python reference bit for bit, determinism and input checks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from scipy import stats
 
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import derive_key, sample_blocks
-from gnnscale.sampling.dgs import DGSPolicy, sample_blocks_dgs, sample_rows
+from gnnscale.sampling.dgs import DGSPolicy, rows_sorted, sample_blocks_dgs, sample_rows
+from gnnscale.sampling.keys import node_stream_py
+from gnnscale.sampling.reference import dgs_reference_rows, remote_draws
 
 # A significance level for chi-square tests on fixed keys: deterministic, so never flaky; small enough
 # that a correct law passes with margin, large enough that a wrong law (weights ignored) fails by far.
@@ -43,7 +46,7 @@ def neighbors_of(graph: CSCGraph, v: int) -> np.ndarray:
 
 
 def hop_lists(graph: CSCGraph, nodes: np.ndarray, fanout: int, replace: bool, key: int, pol: DGSPolicy):
-    offsets, chosen = sample_rows(graph.indptr, graph.indices, 0, nodes, fanout, replace, key, 0, pol)
+    offsets, chosen = sample_rows(graph.indptr, graph.indices, 0, nodes, fanout, replace, key, 0, pol, True)
     return [chosen[offsets[i]:offsets[i + 1]] for i in range(nodes.shape[0])]
 
 
@@ -157,6 +160,127 @@ def test_remote_draws_without_replacement_are_successive_sampling():
     assert abs(counts[4] / 5000 - 3 / 5) > 0.15  # far from uniform inclusion (3/5 each)
 
 
+def successive_pairs(w: np.ndarray) -> np.ndarray:
+    """[R, R]: exact probability that successive sampling draws i first and j second."""
+    first = w / w.sum()
+    pairs = first[:, None] * w[None, :] / (w.sum() - w)[:, None]
+    np.fill_diagonal(pairs, 0.0)
+    return pairs
+
+
+# The kernel's paths for the remote draws without replacement (module docstring of sampling/dgs.py),
+# each on R local + R remote neighbors, fanout 6, epsilon 0: a quota of 3 local + 3 remote.
+#   rejection: R = 10, weights within 5x (about 1.7 tries per draw, within the R // 2 + 2 m budget);
+#   inversion: R = 5 < 2 m, every draw by inversion;
+#   switch:    R = 10, skewed weights (about 5 tries per draw): rejection draws some, inversion the rest.
+PATHS = {
+    "rejection": np.array([1.0, 2.0, 3.0, 4.0, 5.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+    "inversion": np.array([1.0, 2.0, 3.0, 5.0, 9.0]),
+    "switch": np.array([0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 1.0, 0.5, 0.2, 0.1]),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_each_path_draws_successive_sampling(path):
+    """20,000 destinations, 3 remote draws each: which remote neighbors come first and second (ordered
+    pairs, chi-square against the exact law) and how often each is included (exact by enumeration) are
+    successive sampling's, on every path of the kernel and across the switch between them."""
+    w = PATHS[path]
+    r, num_dst, key = w.shape[0], 20_000, derive_key(6)
+    graph, pol = fan_graph(num_dst, r, w)
+    chosen = np.stack(hop_lists(graph, np.arange(num_dst), 6, False, key, pol))
+    remote = chosen[:, 3:] - pol.local_hi
+    assert (remote >= 0).all() and (np.sort(remote, axis=1)[:, 1:] != np.sort(remote, axis=1)[:, :-1]).all()
+    # Which path each destination took, from the reference's count of draws made by rejection.
+    weights = [float(x) for x in w]
+    by_rejection = np.array([remote_draws(weights, 3, False, node_stream_py(key, 0, v), float(w.max()))[1]
+                             for v in range(num_dst)])
+    if path == "rejection":
+        assert (by_rejection == 3).mean() > 0.95
+    elif path == "inversion":
+        assert (by_rejection == 0).all()
+    else:
+        # Measured: 7.5% switch before the first draw, 34% after it, 38% after the second, 20% never.
+        share = np.bincount(by_rejection, minlength=4) / num_dst
+        assert share.min() > 0.05, share
+    pairs = successive_pairs(w)
+    observed = np.bincount(remote[:, 0] * r + remote[:, 1], minlength=r * r)
+    cells = ~np.eye(r, dtype=bool).ravel()
+    assert stats.chisquare(observed[cells], num_dst * pairs.ravel()[cells]).pvalue > ALPHA
+    p = successive_inclusion(w, 3)
+    z = (np.bincount(remote.ravel(), minlength=r) - num_dst * p) / np.sqrt(num_dst * p * (1 - p))
+    assert np.all(np.abs(z) < 4.5), z
+
+
+def test_draws_with_replacement_switching_to_inversion_follow_the_weights():
+    """With replacement and skewed weights most destinations run out of tries and draw the rest by
+    inversion: every remote draw is still w-proportional (chi-square over all draws)."""
+    w = PATHS["switch"]
+    graph, pol = fan_graph(4000, 10, w)
+    chosen = np.stack(hop_lists(graph, np.arange(4000), 6, True, derive_key(7), pol))
+    remote = chosen[chosen >= pol.local_hi] - pol.local_hi
+    counts = np.bincount(remote, minlength=w.shape[0])
+    assert counts.sum() > 10_000
+    assert stats.chisquare(counts, counts.sum() * w / w.sum()).pvalue > ALPHA
+
+
+def shuffled_rows(graph: CSCGraph, seed: int) -> CSCGraph:
+    """The same graph with every row's sources in a random order."""
+    rng = np.random.default_rng(seed)
+    indices = graph.indices.copy()
+    for v in range(graph.num_nodes):
+        lo, hi = graph.indptr[v], graph.indptr[v + 1]
+        indices[lo:hi] = rng.permutation(indices[lo:hi])
+    return CSCGraph(indptr=graph.indptr, indices=indices, num_nodes=graph.num_nodes)
+
+
+WEIGHTS = {"flat": [1.0], "ramp": np.linspace(0.1, 1.0, 8), "masks": [0.04, 0.96, 0.05, 0.93, 0.5, 0.07]}
+
+
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("weights", list(WEIGHTS))
+def test_kernel_equals_the_plain_reference(idx_dtype, replace, weights):
+    """The numba kernel and the Python reference (gnnscale/sampling/reference.py) choose the same
+    neighbors in the same order: every local range (none, all, a middle part), epsilon, fanouts from 1
+    to beyond the largest degree, whole-graph and part rows, sorted rows and rows in random order."""
+    graph = random_graph(idx_dtype)
+    assert rows_sorted(graph.indptr, graph.indices)
+    shuffled = shuffled_rows(graph, 1)
+    assert not rows_sorted(shuffled.indptr, shuffled.indices)
+    nodes = np.arange(0, 600, 2, dtype=np.int64)
+    for lo, hi, epsilon in [(0, 0, 0.1), (0, 600, 0.1), (150, 300, 0.0), (150, 300, 0.1), (420, 600, 1.0)]:
+        pol = policy(600, lo, hi, WEIGHTS[weights], epsilon=epsilon)
+        for fanout, key, hop in [(1, 5, 0), (3, 6, 1), (10, 7, 0), (25, 8, 2), (70, 9, 1)]:
+            for g in (graph, shuffled):
+                got = sample_rows(g.indptr, g.indices, 0, nodes, fanout, replace, key, hop, pol, g is graph)
+                want = dgs_reference_rows(g.indptr, g.indices, 0, nodes, fanout, replace, key, hop, pol)
+                assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (lo, hi, fanout)
+            # What the kernel makes of sorted rows does not depend on whether it is told they are sorted,
+            # nor on which rows it reads (a part's rows, as the vanilla layout's owners do).
+            unsure = sample_rows(graph.indptr, graph.indices, 0, nodes, fanout, replace, key, hop, pol, False)
+            part = sample_rows(graph.indptr[300:] - graph.indptr[300], graph.indices[graph.indptr[300]:], 300,
+                               nodes[150:], fanout, replace, key, hop, pol, True)
+            whole = sample_rows(graph.indptr, graph.indices, 0, nodes, fanout, replace, key, hop, pol, True)
+            assert np.array_equal(unsure[1], whole[1])
+            assert np.array_equal(part[1], whole[1][whole[0][150]:])
+
+
+def test_sorted_rows_are_detected_and_blocks_do_not_depend_on_the_flag():
+    graph = random_graph()
+    shuffled = shuffled_rows(graph, 2)
+    assert rows_sorted(graph.indptr, graph.indices) and not rows_sorted(shuffled.indptr, shuffled.indices)
+    pol = policy(600, 100, 350, WEIGHTS["masks"])
+    seeds = np.arange(100, 160)
+    checked = sample_blocks_dgs(graph, seeds, (6, 4), key=3, policy=pol)  # sorted_rows=None: checked here
+    for flag in (True, False):
+        told = sample_blocks_dgs(graph, seeds, (6, 4), key=3, policy=pol, sorted_rows=flag)
+        for a, b in zip(checked, told):
+            assert torch.equal(a.indices, b.indices) and torch.equal(a.src_ids, b.src_ids)
+    with pytest.raises(TypeError, match=r"sorted_rows: expected a bool or None, got int"):
+        sample_blocks_dgs(graph, seeds, (6, 4), key=3, policy=pol, sorted_rows=1)
+
+
 def star_graph(num_local: int, num_remote: int) -> tuple[CSCGraph, np.ndarray, np.ndarray]:
     """Node 0 with in-neighbors 1..num_local (local: part [0, num_local + 1)) and num_remote remote
     ones after them, all in cluster 0 of weight 1."""
@@ -206,8 +330,8 @@ def test_rows_of_a_part_give_the_whole_graphs_choice():
     indices = graph.indices[graph.indptr[lo]:graph.indptr[hi]]
     nodes = np.arange(lo, hi, 3, dtype=np.int64)
     for replace in (False, True):
-        whole = sample_rows(graph.indptr, graph.indices, 0, nodes, 7, replace, 21, 1, pol)
-        part = sample_rows(indptr, indices, lo, nodes, 7, replace, 21, 1, pol)
+        whole = sample_rows(graph.indptr, graph.indices, 0, nodes, 7, replace, 21, 1, pol, True)
+        part = sample_rows(indptr, indices, lo, nodes, 7, replace, 21, 1, pol, True)
         assert np.array_equal(whole[0], part[0]) and np.array_equal(whole[1], part[1])
 
 

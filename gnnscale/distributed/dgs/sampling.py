@@ -40,7 +40,7 @@ from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.feature_dtype import to_float32
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, check_seeds
-from gnnscale.sampling.dgs import DGSPolicy, sample_blocks_dgs, sample_rows
+from gnnscale.sampling.dgs import DGSPolicy, rows_sorted, sample_blocks_dgs, sample_rows
 
 MASK_CATEGORY = "sample"  # the per-refresh mask exchange of the vanilla layout is sampling traffic
 NO_MASKS = -1  # the mask version of a worker that samples plainly
@@ -86,6 +86,8 @@ class DGSHybridSampler:
         self.rank, self.fanouts, self.replace = rank, self._plain.sampler.fanouts, bool(replace)
         self.masks: Masks | None = None
         self._policy: DGSPolicy | None = None
+        graph = self._plain.sampler.graph
+        self._sorted_rows = rows_sorted(graph.indptr, graph.indices)  # once: the topology never changes
 
     def refresh(self, masks: Masks | None) -> None:
         """Sample with ``masks`` from now on (None: plain sampling). Local, no collective; raises
@@ -102,7 +104,7 @@ class DGSHybridSampler:
         _check_owned(check_seeds(seeds, book.num_nodes), lo, hi, self.rank)
         inner = self._plain.sampler
         return sample_blocks_dgs(inner.graph, seeds, self.fanouts, key=key, policy=self._policy,
-                                 replace=self.replace, workspace=inner.workspace)
+                                 replace=self.replace, workspace=inner.workspace, sorted_rows=self._sorted_rows)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +176,7 @@ class DGSVanillaSampler(VanillaSampler):
         self.masks: Masks | None = None
         self._policies: list[DGSPolicy | None] = [None] * comm.world_size
         self._versions = [NO_MASKS] * comm.world_size
+        self._sorted_rows = rows_sorted(self.indptr, self.indices)  # once: the rows never change
 
     def refresh(self, masks: Masks | None) -> None:
         """Sample with ``masks`` from now on (None: plain). Collective: one "sample" round (the masks
@@ -199,7 +202,8 @@ class DGSVanillaSampler(VanillaSampler):
                      hop: int) -> tuple[np.ndarray, np.ndarray]:
         if policy is None:
             return self._sample_owned(nodes, fanout, key, hop)
-        return sample_rows(self.indptr, self.indices, self._lo, nodes, fanout, self.replace, key, hop, policy)
+        return sample_rows(self.indptr, self.indices, self._lo, nodes, fanout, self.replace, key, hop, policy,
+                           self._sorted_rows)
 
 
 def pack_dims(keep: np.ndarray) -> Tensor:
