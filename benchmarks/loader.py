@@ -43,9 +43,10 @@ from gnnscale.train.prefetch import Prefetcher
 
 
 def time_in_turns(rows: list[dict], repeat: int) -> None:
-    """Adds ``seconds`` (median over ``repeat`` passes, the rows taking turns) to every row."""
+    """Adds ``seconds`` (median over ``repeat`` passes, the rows taking turns) and ``all_seconds`` to
+    every row. A row's ``warm_up`` (default: its ``run``) runs once first: numba compilation, page faults."""
     for r in rows:
-        r["run"]()  # warm-up: numba compilation, page faults
+        r.get("warm_up", r["run"])()
     times = [[] for _ in rows]
     for _ in range(repeat):
         for r, t in zip(rows, times):
@@ -54,6 +55,7 @@ def time_in_turns(rows: list[dict], repeat: int) -> None:
             t.append(time.perf_counter() - start)
     for r, t in zip(rows, times):
         r["seconds"] = statistics.median(t)
+        r["all_seconds"] = t
 
 
 def trainer_row(ds, fanouts, seeds, prefetch) -> dict:

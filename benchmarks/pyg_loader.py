@@ -38,6 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loader import time_in_turns  # noqa: E402  (benchmarks/loader.py; benchmarks/ is not a package)
+
 SETUP = "benchmarks/pyg_setup.sh"
 
 
@@ -52,21 +55,6 @@ def require_pyg_backend() -> None:
     if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
         sys.exit(f"pyg_loader.py: PyG's NeighborLoader needs a compiled sampling backend (pyg-lib or torch-sparse), "
                  f"and {sys.executable} has neither; {hint}")
-
-
-def time_in_turns(rows: list[dict], repeat: int) -> None:
-    """Adds ``seconds`` (median over ``repeat`` calls of ``run``, the rows taking turns) to every row."""
-    for r in rows:
-        r.get("warm_up", r["run"])()
-    times = [[] for _ in rows]
-    for _ in range(repeat):
-        for r, t in zip(rows, times):
-            start = time.perf_counter()
-            r["run"]()
-            t.append(time.perf_counter() - start)
-    for r, t in zip(rows, times):
-        r["seconds"] = statistics.median(t)
-        r["all_seconds"] = t
 
 
 def make_loader(kind: str, data, fanouts, input_nodes, batch_size: int, *, shuffle: bool = False,

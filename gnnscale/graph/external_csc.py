@@ -64,7 +64,9 @@ class NpyWriter:
         try:
             if self.shape[0] is None:
                 header = self._header(self.rows)
-                assert len(header) == self._header_bytes, "numpy no longer pads .npy headers for growth"
+                if len(header) != self._header_bytes:  # the header was sized for growth when the file opened
+                    raise RuntimeError(f"{self.path}: numpy no longer pads .npy headers for growth "
+                                       f"({len(header)} bytes, {self._header_bytes} reserved)")
                 self._file.seek(0)
                 self._file.write(header)
             elif self.rows != self.shape[0]:

@@ -122,7 +122,8 @@ def generate_dataset(cfg: SyntheticConfig, out_dir: str | Path, *, chunk_edges: 
             num_edges = buckets.write_csc(indptr, indices, progress=lambda done, total: report("csc", done, total))
         specs["indices"] = (index_dtype(n), (num_edges,))
         specs.update(_write_nodes(cfg, labels, tmp, report))
-        assert tuple(specs) == DATASET_ARRAYS
+        if tuple(specs) != DATASET_ARRAYS:  # the storage format's array list, in its order
+            raise RuntimeError(f"generate wrote arrays {tuple(specs)}, the storage format expects {DATASET_ARRAYS}")
         meta = with_array_specs(dataset_meta(name="synthetic", num_nodes=n, num_edges=num_edges,
                                              feature_dim=cfg.feature_dim, num_classes=cfg.num_classes), specs)
         file_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
