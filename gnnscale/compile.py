@@ -136,6 +136,22 @@ def warm_dgs_sampling(work: Path) -> None:
                 sample_blocks_dgs(g, np.arange(0, n, 9), (4, 3), key=derive_key(0), policy=policy, replace=replace)
 
 
+def warm_dgs_feature_fetch(work: Path) -> None:
+    """DGS's feature-sampled fetch: the asked columns of stored rows (float32 and 16-bit, writable and
+    memory-mapped), and the arriving rows filled with their cluster means."""
+    from gnnscale.distributed.dgs.sampling import _fill_remote_rows
+    from gnnscale.graph.features import take_columns
+
+    ids, cols = np.arange(0, 50, 3), np.array([0, 2, 3])
+    for dtype in (np.float32, np.float16, np.uint16):
+        values = np.zeros((50, 4), dtype=dtype)
+        take_columns(values, ids, cols)
+        take_columns(_read_only(values), ids, cols)
+    rows = np.zeros((ids.shape[0], 3), dtype=np.float32)
+    _fill_remote_rows(np.zeros((50, 4), dtype=np.float32), ids, ids, np.zeros(50, dtype=np.int32),
+                      np.zeros((2, 4), dtype=np.float32), rows, cols, np.array([1]))
+
+
 def warm_loader(work: Path) -> None:
     """``gnnscale.loader.NeighborLoader`` (node-wise sampling, the attribute gathers) from a dataset on
     both index widths, in memory and memory-mapped, and from a PyG Data grouped by target and in another
@@ -181,6 +197,7 @@ WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("layers in both orders", warm_layer_orders),
     ("partitioning and distributed training", warm_partition_and_distributed),
     ("DGS node sampling", warm_dgs_sampling),
+    ("DGS feature fetch", warm_dgs_feature_fetch),
     ("NeighborLoader (PyG batches)", warm_loader),
     ("gnnscale generate", warm_generate),
 ]

@@ -173,6 +173,16 @@ def check_feature_store(comm: Comm, clusters) -> None:
     assert plain_counts == only(comm.stats.snapshot_and_reset(), "feature")
     assert plain_counts["bytes_received"] > counts["bytes_received"] or not remote.any()
 
+    # Half-precision parts (a bfloat16 tensor, float16 numpy): the kept columns travel as stored and are
+    # widened on arrival; dropped ones still hold the float32 cluster mean.
+    for half in (torch.from_numpy(full[lo:hi]).to(torch.bfloat16), full[lo:hi].astype(np.float16)):
+        half_store = FeatureSampledStore(book, rank, half, comm, clusters)
+        rounded = torch.from_numpy(full).to(half.dtype if isinstance(half, torch.Tensor) else torch.float16).float()
+        expected_half = rounded.numpy()[ids_of[rank]].copy()
+        expected_half[np.ix_(remote, dropped)] = expected[np.ix_(remote, dropped)]
+        torch.testing.assert_close(half_store.gather(ids, dims), torch.from_numpy(expected_half), rtol=0, atol=0)
+    comm.stats.snapshot_and_reset()
+
     for bad, match in (([3, 1], r"dims: expected sorted unique dimension ids in \[0, 8\), got \[3, 1\]"),
                        ([0, 8], r"dims: expected sorted unique dimension ids in \[0, 8\)"),
                        ([], r"dims: expected a non-empty 1-D array")):

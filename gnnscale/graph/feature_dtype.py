@@ -54,6 +54,13 @@ def encode(rows: np.ndarray, name: str) -> np.ndarray:
     return narrow.numpy()
 
 
+def stored_array(rows: np.ndarray | Tensor) -> np.ndarray:
+    """Stored rows as numpy, without a copy: a tensor's memory seen as numpy (bfloat16 as uint16)."""
+    if isinstance(rows, np.ndarray):
+        return rows
+    return rows.view(torch.uint16).numpy() if rows.dtype == torch.bfloat16 else rows.numpy()
+
+
 def as_tensor(rows: np.ndarray) -> Tensor:
     """Stored numpy rows as a tensor of their torch dtype, without a copy (uint16 viewed as bfloat16)."""
     tensor = torch.from_numpy(rows)

@@ -94,3 +94,57 @@ def take_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
     out = np.empty((ids.shape[0], words.shape[1]), dtype=word)
     _gather(words, ids, out)
     return out.view(values.dtype).reshape((ids.shape[0],) + values.shape[1:])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _gather_columns(values, ids, run_start, run_out, run_length, out):
+    n = ids.shape[0]
+    flat = values.reshape(values.shape[0] * values.shape[1])
+    for piece in numba.prange((n + ROWS_PER_PIECE - 1) // ROWS_PER_PIECE):
+        hi = min((piece + 1) * ROWS_PER_PIECE, n)
+        for k in range(piece * ROWS_PER_PIECE, hi):
+            if k + ROWS_AHEAD < hi:
+                prefetch(flat, ids[k + ROWS_AHEAD] * values.shape[1])
+            src = values[ids[k]]
+            row = out[k]
+            for r in range(run_start.shape[0]):  # runs of consecutive columns: copied as slices
+                a, b = run_start[r], run_out[r]
+                for j in range(run_length[r]):
+                    row[b + j] = src[a + j]
+
+
+def _column_runs(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first column, first output position, length) of each run of consecutive ids in ``cols``."""
+    breaks = np.flatnonzero(np.diff(cols) != 1) + 1
+    out_start = np.concatenate([[0], breaks]).astype(np.int64)
+    lengths = np.diff(np.concatenate([out_start, [cols.shape[0]]])).astype(np.int64)
+    return cols[out_start], out_start, lengths
+
+
+def take_columns(values: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``values[ids][:, cols]`` in one pass, without the [len(ids), d] intermediate: the columns DGS's
+    feature sampling sends of the rows it was asked for.
+
+    Args:
+        values: [num_rows, d] C-contiguous array of a numeric dtype (possibly memory-mapped or
+            read-only); copied bit for bit, as unsigned words of its item size.
+        ids: int64 [n] row ids in [0, num_rows) (checked).
+        cols: int64 [k] column ids in [0, d) (checked), in the order wanted.
+
+    Returns: [n, k] array of ``values``' dtype.
+    """
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    cols = np.ascontiguousarray(cols, dtype=np.int64)
+    if values.ndim != 2 or values.dtype.kind not in "biuf" or not values.flags.c_contiguous:
+        raise ValueError(f"values: expected a C-contiguous 2-D numeric array, got {values.dtype} of shape "
+                         f"{values.shape}")
+    for name, arr, bound in (("ids", ids, values.shape[0]), ("cols", cols, values.shape[1])):
+        if arr.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= bound):
+            raise ValueError(f"{name}: expected ids in [0, {bound})")
+    word = np.dtype(f"u{values.dtype.itemsize}")
+    out = np.empty((ids.shape[0], cols.shape[0]), dtype=word)
+    if cols.size:
+        _gather_columns(values.view(word), ids, *_column_runs(cols), out)
+    return out.view(values.dtype)

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from gnnscale.graph.features import gather_rows, take_rows
+from gnnscale.graph.features import gather_rows, take_columns, take_rows
 from gnnscale.train.prefetch import stream_in_groups
 
 
@@ -61,6 +61,31 @@ def test_take_rows_falls_back_to_numpy_and_rejects_bad_ids():
         take_rows(strided, np.array([10]))
     with pytest.raises(ValueError, match="values: expected an array with at least one dimension"):
         take_rows(np.float32(1.0), ids)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint16])
+def test_take_columns_equals_fancy_indexing(dtype, tmp_path):
+    rng = np.random.default_rng(2)
+    values = (rng.standard_normal((3000, 13)) * 100).astype(dtype)
+    ids = rng.integers(0, 3000, 5000)  # repeats, any order, more rows than a piece
+    cols = np.array([12, 0, 5, 6])  # any order
+    got = take_columns(values, ids, cols)
+    assert got.dtype == values.dtype and got.shape == (5000, 4)
+    np.testing.assert_array_equal(got, values[ids][:, cols])
+    np.save(tmp_path / "v.npy", values)
+    np.testing.assert_array_equal(take_columns(np.load(tmp_path / "v.npy", mmap_mode="r"), ids, cols),
+                                  values[ids][:, cols])
+    assert take_columns(values, ids[:0], cols).shape == (0, 4)
+
+
+def test_take_columns_rejects_bad_input():
+    values = np.zeros((10, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"ids: expected ids in \[0, 10\)"):
+        take_columns(values, np.array([10]), np.array([0]))
+    with pytest.raises(ValueError, match=r"cols: expected ids in \[0, 4\)"):
+        take_columns(values, np.array([1]), np.array([-1]))
+    with pytest.raises(ValueError, match="values: expected a C-contiguous 2-D numeric array"):
+        take_columns(values[:, ::2], np.array([1]), np.array([0]))
 
 
 def test_background_stage_uses_the_callers_thread_count():

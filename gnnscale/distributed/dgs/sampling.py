@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -37,7 +38,8 @@ from gnnscale.distributed.features import CATEGORY as FEATURE_CATEGORY
 from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler, _check_owned
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.graph.feature_dtype import to_float32
+from gnnscale.graph.feature_dtype import as_tensor, stored_array, to_float32
+from gnnscale.graph.features import ROWS_PER_PIECE, take_columns
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, check_seeds
 from gnnscale.sampling.dgs import DGSPolicy, rows_sorted, sample_blocks_dgs, sample_rows
@@ -219,6 +221,21 @@ def unpack_dims(words: Tensor, d: int) -> np.ndarray:
     return np.unpackbits(words.numpy().view(np.uint8), bitorder="little")[:d].astype(bool)
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _fill_remote_rows(out, pos, ids, node_cluster, cluster_mean, rows, kept, dropped):
+    """``out[pos[i]]``: the kept columns from ``rows[i]``, the dropped ones from the mean of the cluster
+    of ``ids[i]``."""
+    n = pos.shape[0]
+    for piece in numba.prange((n + ROWS_PER_PIECE - 1) // ROWS_PER_PIECE):
+        for i in range(piece * ROWS_PER_PIECE, min((piece + 1) * ROWS_PER_PIECE, n)):
+            row = out[pos[i]]
+            mean = cluster_mean[node_cluster[ids[i]]]
+            for j in range(kept.shape[0]):
+                row[kept[j]] = rows[i, j]
+            for j in range(dropped.shape[0]):
+                row[dropped[j]] = mean[dropped[j]]
+
+
 class FeatureSampledStore(PartitionedFeatureStore):
     """A :class:`PartitionedFeatureStore` whose fetch can send remote rows on chosen dimensions only.
 
@@ -235,7 +252,7 @@ class FeatureSampledStore(PartitionedFeatureStore):
             raise ValueError(f"clusters: cluster means have {clusters.feature_dim} dimensions, the features "
                              f"{self.feature_dim}")
         self.clusters = clusters
-        self._fill = torch.from_numpy(clusters.cluster_mean)
+        self._stored = stored_array(local_features)
         self._words = (self.feature_dim + 63) // 64
 
     def gather(self, node_ids: Tensor, dims=None) -> Tensor:
@@ -265,23 +282,25 @@ class FeatureSampledStore(PartitionedFeatureStore):
         # Round 2: every owner sends the asked columns of the asked rows, flattened, in the order asked.
         received = self.receive_rows(self.comm.all_to_allv(self.send_rows(replies), FEATURE_CATEGORY))
         out = torch.empty((ids.shape[0], self.feature_dim), dtype=torch.float32)
-        kept = torch.from_numpy(np.flatnonzero(keep))
+        kept, dropped = np.flatnonzero(keep), np.flatnonzero(~keep)
         for j in range(world):
             if j == rank:
                 out[grouped_pos[j]] = to_float32(self._read_rows(grouped_ids[j]))
                 continue
-            cluster = torch.from_numpy(self.clusters.node_cluster[grouped_ids[j].numpy()].astype(np.int64))
-            rows = self._fill.index_select(0, cluster)
-            rows[:, kept] = to_float32(received[j].cpu().view(-1, kept.shape[0]))
-            out[grouped_pos[j]] = rows
+            # Widened in one vectorised call, then every row written once: its kept columns from the
+            # reply, its dropped ones from its cluster's mean.
+            rows = to_float32(received[j].cpu().view(-1, kept.shape[0])).numpy()
+            _fill_remote_rows(out.numpy(), grouped_pos[j].numpy(), grouped_ids[j].numpy(), self.clusters.node_cluster,
+                              self.clusters.cluster_mean, rows, kept, dropped)
         return out.to(self.comm.device)
 
     def _reply(self, msg: Tensor) -> Tensor:
         """[rows * kept], as stored: the asked columns of the asked rows (empty for an empty request)."""
         if msg.shape[0] == 0:
             return torch.empty(0, dtype=self.row_dtype)
-        keep = torch.from_numpy(np.flatnonzero(unpack_dims(msg[:self._words], self.feature_dim)))
-        return self._read_rows(msg[self._words:]).index_select(1, keep).reshape(-1)
+        keep = np.flatnonzero(unpack_dims(msg[:self._words], self.feature_dim))
+        local = (msg[self._words:] - self._offset).numpy()
+        return as_tensor(take_columns(self._stored, local, keep)).reshape(-1)
 
     def _check_dims(self, dims) -> np.ndarray:
         """bool [d] from sorted unique dimension ids."""
