@@ -86,8 +86,8 @@ STRATEGIES = (
              about="hybrid, features stored and fetched as float16"),
     Strategy(name="hybrid-bfloat16", args=("--layout", "hybrid"), feature_dtype="bfloat16",
              about="hybrid, features stored and fetched as bfloat16"),
-    Strategy(name="split-bfloat16", args=("--layout", "split"), feature_dtype="bfloat16",
-             about="split, layer-0 features stored and exchanged as bfloat16"),
+    Strategy(name="split-bfloat16", args=("--layout", "split", "--shuffle-dtype", "bfloat16"), feature_dtype="bfloat16",
+             about="split, features stored as bfloat16, every exchange in bfloat16 (summed in float32)"),
     Strategy(name="dgs-hybrid-bfloat16", args=("--layout", "hybrid", "--dgs", "--dgs-period", "{dgs_period}"),
              feature_dtype="bfloat16", about="explanation-guided sampling, hybrid, bfloat16 features"),
 )

@@ -30,6 +30,7 @@ from gnnscale.train.distributed import builtin_model_for
 from gnnscale.train.inputs import seeded_model
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGS_MODES, DGSConfig
+from gnnscale.distributed.split.shuffle import WIRE_DTYPES
 from gnnscale.train.layouts.split import SPLIT_SAMPLINGS
 from gnnscale.train.loop import TrainingDiverged
 from gnnscale.train.memory import keep_freed_memory
@@ -117,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distributed --layout split: owner (default: each worker samples the destinations it owns and "
                         "exchanges cross edges, one round per hop) or replicated (each worker samples the whole "
                         "mini-batch); the same training either way")
+    t.add_argument("--shuffle-dtype", default=None, choices=tuple(WIRE_DTYPES),
+                   help="distributed --layout split: the dtype its exchanges travel in: float32 (default: the same "
+                        "training as one process, bit for bit) or bfloat16 (half the bytes, summed in float32)")
     t.add_argument("--replication", type=int, default=1,
                    help="distributed --layout 1.5d: copies C of every block row of the adjacency and features (C "
                         "divides the worker count; 1: fully partitioned, all workers: fully replicated)")
@@ -244,7 +248,7 @@ def cmd_train(args) -> None:
         keep_freed_memory()  # the single-process trainer does this itself (run_training)
         options = LayoutOptions(layout=args.layout or DEFAULT_LAYOUT, cache_fraction=args.cache_fraction,
                                 replication=args.replication,
-                                split_sampling=args.split_sampling, dgs=dgs)
+                                split_sampling=args.split_sampling, shuffle_dtype=args.shuffle_dtype, dgs=dgs)
         outputs = RunOutputs(metrics_out=args.metrics_out, model_out=args.save_model, checkpoint=args.checkpoint,
                              resume=args.resume, checkpoint_every=args.checkpoint_every, overwrite=args.overwrite,
                              full_eval=args.metric if args.eval_mode == "full" else None)
@@ -254,8 +258,10 @@ def cmd_train(args) -> None:
     else:
         if args.replication != 1:
             raise ValueError("replication: --replication applies to distributed --layout 1.5d (--partitions)")
-        if args.split_sampling is not None:
-            raise ValueError("split_sampling: --split-sampling applies to distributed --layout split (--partitions)")
+        for option in ("split_sampling", "shuffle_dtype"):
+            if getattr(args, option) is not None:
+                raise ValueError(f"{option}: --{option.replace('_', '-')} applies to distributed --layout split "
+                                 "(--partitions)")
         if args.cache_fraction:
             raise ValueError("cache_fraction: --cache-fraction caches remote features, which only distributed runs "
                              "(--partitions) have")

@@ -7,6 +7,8 @@ computes itself (same blocks, same weights: every worker holds the same referenc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -62,6 +64,7 @@ def check_split_training(rank: int, world_size: int, port: int) -> dict:
             _check_input_exchange_ahead(comm, name)
         for name in ("sage", "gat"):
             _check_worker_without_seeds(comm, name)
+            _check_bfloat16_wire(comm, name)
         _check_errors(comm)
         total["num_cached"] = cache_workers.check_cache(comm)
         return total
@@ -203,6 +206,33 @@ def _check_worker_without_seeds(comm: Comm, name: str) -> None:
     for p, q in zip(split_model.parameters(), reference.parameters()):
         assert _rel(p.grad, q.grad) < 1e-4, name
     comm.stats.snapshot_and_reset()
+
+
+def _check_bfloat16_wire(comm: Comm, name: str) -> None:
+    """wire_dtype=bfloat16: every exchange (forward and backward) sends exactly half the bytes of the
+    float32 one, and the logits and gradients stay within bfloat16 rounding of the exact ones."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, y = _data(graph.num_nodes)
+    blocks = sample_blocks(graph, np.arange(0, graph.num_nodes, 3), FANOUTS[3], key=13)
+    coop = cooperative_blocks(blocks, book, comm, kind=SHUFFLE_FOR_MODEL[name])
+    x_in, labels = x[coop[0].split.src_ids], y[coop[-1].split.dst_ids]
+    comm.stats.snapshot_and_reset()
+    runs = {}
+    for wire in (None, torch.bfloat16):
+        layers = [replace(b, wire_dtype=wire) for b in coop]
+        layers[0] = exchange_input_ahead(layers[0], x_in, comm)
+        model = _model(name, 3)
+        logits = model(layers, x_in)
+        split_loss(logits, labels, blocks[-1].num_dst).backward()
+        runs[wire] = (logits.detach(), [p.grad for p in model.parameters()], comm.stats.snapshot_and_reset())
+    (exact, exact_grads, wide), (rounded, grads, narrow) = runs[None], runs[torch.bfloat16]
+    for category in ("feature", "shuffle"):
+        assert narrow[category]["rounds"] == wide[category]["rounds"] > 0
+        assert 2 * narrow[category]["bytes_sent"] == wide[category]["bytes_sent"], (name, category)
+    assert not torch.equal(rounded, exact) and _rel(rounded, exact) < 2e-2, (name, _rel(rounded, exact))
+    # The whole gradient: a few attention parameters' gradients are tiny sums of cancelling terms.
+    flat, exact_flat = torch.cat([g.view(-1) for g in grads]), torch.cat([h.view(-1) for h in exact_grads])
+    assert _rel(flat, exact_flat) < 2e-2, (name, _rel(flat, exact_flat))
 
 
 def _check_errors(comm: Comm) -> None:

@@ -173,6 +173,22 @@ def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Pat
         assert got["iterations"] == num_batches
 
 
+def test_a_bfloat16_wire_halves_the_exchanged_bytes_and_trains_alike(partitions, tmp_path):
+    """--shuffle-dtype bfloat16: every split exchange (layer 0's sums, the hidden shuffles both ways)
+    sends exactly half the bytes, and training follows the float32 run closely but not bit for bit
+    (the rows are rounded to 8 bits of mantissa on the wire, and summed in float32)."""
+    common = ["--layout", "split", "--batch-size", str(MINIBATCH // 2), "--epochs", "1", *model_args("sage")]
+    wide = launch_training(2, partitions[2], tmp_path / "f32.json", *common)
+    narrow = launch_training(2, partitions[2], tmp_path / "bf16.json", *common, "--shuffle-dtype", "bfloat16")
+    for w, n in zip(wide["history"], narrow["history"], strict=True):
+        for category in ("feature", "shuffle"):
+            assert n["bytes_per_iteration"][category] == w["bytes_per_iteration"][category] / 2 > 0, category
+        assert n["rounds_per_iteration"] == w["rounds_per_iteration"]
+        losses = list(zip(w["iteration_losses"], n["iteration_losses"], strict=True))
+        assert max(abs(a - b) / a for a, b in losses) < 0.01, losses
+        assert any(a != b for a, b in losses)
+
+
 def test_a_cache_changes_the_bytes_not_the_training(partitions, tmp_path):
     """Hybrid without a cache vs vanilla with one (the layouts train identically, tested elsewhere): the same
     losses and accuracies, exactly 2 feature rounds, fewer feature bytes; and the data-parallel edge metrics
@@ -215,6 +231,13 @@ def test_split_sampling_outside_the_split_layout_is_one_clear_line(partitions, c
         check_layout_options(LayoutOptions(layout="split", split_sampling="edges"), TrainConfig())
     assert cli_main(["train", "--split-sampling", "owner"]) == 2
     assert "split_sampling: --split-sampling applies to distributed --layout split" in capsys.readouterr().err
+    argv = ["train", "--partitions", str(partitions[2]), "--layout", "vanilla", "--shuffle-dtype", "bfloat16"]
+    assert cli_main(argv) == 2
+    assert "shuffle_dtype: --shuffle-dtype applies to --layout split, got --layout vanilla" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"shuffle_dtype: expected one of \('float32', 'bfloat16'\)"):
+        check_layout_options(LayoutOptions(layout="split", shuffle_dtype="float16"), TrainConfig())
+    assert cli_main(["train", "--shuffle-dtype", "bfloat16"]) == 2
+    assert "shuffle_dtype: --shuffle-dtype applies to distributed --layout split" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

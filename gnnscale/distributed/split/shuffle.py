@@ -20,6 +20,13 @@ category ``"feature"``: like a data-parallel fetch it moves input features): the
 input features (SAGE, GCN) or the remote sources' input rows, which GAT then transforms locally. The
 training step shuffles only hidden features, 2L - 2 times per iteration.
 
+Rows can travel narrower than they are computed (``wire_dtype=torch.bfloat16``, ``--shuffle-dtype``):
+every exchange, forward and backward, rounds its rows to bfloat16 for the wire (half the bytes) and
+widens them on arrival, so the sums that complete a destination still add in float32. bfloat16 keeps
+float32's exponent range (partial sums and small gradients neither overflow nor flush to zero) at 8
+bits of mantissa; float32 on the wire (the default) keeps split training bit for bit the
+single-process one, which the equivalence tests check.
+
 Training on splits (:func:`split_loss`): each worker sums the cross-entropy of the seeds it owns and
 divides by the global batch size; summing gradients over workers
 (:func:`gnnscale.distributed.gradients.all_reduce_gradients` with divisor 1) then gives exactly the
@@ -42,6 +49,24 @@ from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling.block import Block
 
 CATEGORY = "shuffle"
+WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def exchange(comm: Comm, rows: Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], category: str,
+             wire_dtype: torch.dtype | None) -> Tensor:
+    """:meth:`Comm.exchange_rows` of [n, d] ``rows``, sent as ``wire_dtype`` (None: as they are) and
+    returned in ``rows``' dtype. 16-bit rows travel as bytes: gloo has no collectives of 16-bit types."""
+    if wire_dtype is None or wire_dtype == rows.dtype:
+        return comm.exchange_rows(rows, send_counts, recv_counts, category)
+    width = rows.shape[1]
+    if rows.shape[0]:
+        narrow = rows.to(wire_dtype).contiguous().view(torch.uint8)  # [n, bytes per row]
+    else:  # an empty tensor has no bytes to view
+        narrow = rows.new_empty((0, width * torch.finfo(wire_dtype).bits // 8), dtype=torch.uint8)
+    received = comm.exchange_rows(narrow, send_counts, recv_counts, category)
+    if received.shape[0] == 0:
+        return rows.new_empty((0, width))
+    return received.view(wire_dtype).to(rows.dtype)
 
 
 class Shuffle(torch.autograd.Function):
@@ -50,15 +75,17 @@ class Shuffle(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, rows: Tensor, comm: Comm, send_counts: tuple[int, ...], recv_counts: tuple[int, ...]) -> Tensor:
-        ctx.comm, ctx.send_counts, ctx.recv_counts = comm, send_counts, recv_counts
+    def forward(ctx, rows: Tensor, comm: Comm, send_counts: tuple[int, ...], recv_counts: tuple[int, ...],
+                wire_dtype: torch.dtype | None = None) -> Tensor:
+        ctx.comm, ctx.send_counts, ctx.recv_counts, ctx.wire_dtype = comm, send_counts, recv_counts, wire_dtype
         # Collective: one all_to_allv, sizes known on both sides from the plan.
-        return comm.exchange_rows(rows, send_counts, recv_counts, CATEGORY)
+        return exchange(comm, rows, send_counts, recv_counts, CATEGORY, wire_dtype)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         # Collective: every received row's gradient back to its sender.
-        return ctx.comm.exchange_rows(grad, ctx.recv_counts, ctx.send_counts, CATEGORY), None, None, None
+        back = exchange(ctx.comm, grad, ctx.recv_counts, ctx.send_counts, CATEGORY, ctx.wire_dtype)
+        return back, None, None, None, None
 
 
 class PartialSums(torch.autograd.Function):
@@ -75,20 +102,20 @@ class PartialSums(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, partial: Tensor, comm: Comm, num_dst: int, recv_index: Tensor, send_counts: tuple[int, ...],
-                recv_counts: tuple[int, ...]) -> Tensor:
-        ctx.comm, ctx.send_counts, ctx.recv_counts = comm, send_counts, recv_counts
+                recv_counts: tuple[int, ...], wire_dtype: torch.dtype | None = None) -> Tensor:
+        ctx.comm, ctx.send_counts, ctx.recv_counts, ctx.wire_dtype = comm, send_counts, recv_counts, wire_dtype
         ctx.save_for_backward(recv_index)
         # Collective: the reference rows (contiguous, grouped by owner) to their owners.
-        received = comm.exchange_rows(partial[num_dst:], send_counts, recv_counts, CATEGORY)
+        received = exchange(comm, partial[num_dst:], send_counts, recv_counts, CATEGORY, wire_dtype)
         return partial[:num_dst].index_add(0, recv_index, received)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None, None, None]:
         (recv_index,) = ctx.saved_tensors
         # Collective: the gradient of every row received, back to its sender's reference row.
-        grad_reference = ctx.comm.exchange_rows(grad.index_select(0, recv_index), ctx.recv_counts, ctx.send_counts,
-                                                CATEGORY)
-        return torch.cat([grad, grad_reference]), None, None, None, None, None
+        grad_reference = exchange(ctx.comm, grad.index_select(0, recv_index), ctx.recv_counts, ctx.send_counts,
+                                  CATEGORY, ctx.wire_dtype)
+        return torch.cat([grad, grad_reference]), None, None, None, None, None, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +144,14 @@ class CooperativeBlock:
         comm: the collectives (every worker runs the same layers in the same order).
         input_ahead: layer 0's exchange of the input features, completed ahead (see
             :func:`exchange_input_ahead`); None: the layer shuffles.
+        wire_dtype: the dtype rows travel in (None: as computed; ``torch.bfloat16``: half the bytes,
+            widened on arrival, see the module's docstring).
     """
 
     split: SplitBlock
     comm: Comm
     input_ahead: InputAhead | None = None
+    wire_dtype: torch.dtype | None = None
     edge_weight: None = field(default=None, init=False)  # unweighted: see SplitAwareBlock
 
     def __post_init__(self) -> None:
@@ -175,7 +205,7 @@ class CooperativeBlock:
         partial = _csr_sum(split.indptr, split.indices, split.num_rows, x_src)  # owned rows, then reference rows
         if torch.is_grad_enabled() and partial.requires_grad:
             return PartialSums.apply(partial, self.comm, split.num_dst, plan.recv_index, plan.send_counts,
-                                     plan.recv_counts)
+                                     plan.recv_counts, self.wire_dtype)
         return self._complete(partial, CATEGORY)
 
     def _complete(self, partial: Tensor, category: str) -> Tensor:
@@ -183,7 +213,8 @@ class CooperativeBlock:
         destinations' complete sums: the received rows are added in place, no copy."""
         split, plan = self.split, self.split.plan
         # Collective: the reference rows (contiguous, grouped by owner) to their owners.
-        received = self.comm.exchange_rows(partial[split.num_dst:], plan.send_counts, plan.recv_counts, category)
+        received = exchange(self.comm, partial[split.num_dst:], plan.send_counts, plan.recv_counts, category,
+                            self.wire_dtype)
         return partial[: split.num_dst].index_add_(0, plan.recv_index, received)
 
     def exchanged_ahead(self, x_src: Tensor) -> bool:
@@ -200,7 +231,7 @@ class CooperativeBlock:
         if self.exchanged_ahead(x_src):
             return self.input_ahead.out  # received in the loading stage
         received = Shuffle.apply(x_src.index_select(0, plan.send_index), self.comm, plan.send_counts,
-                                 plan.recv_counts)
+                                 plan.recv_counts, self.wire_dtype)
         return torch.cat([x_src, received])
 
 
@@ -226,16 +257,17 @@ def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm) -> Coop
         raise ValueError(f"x: expected [num_src={split.num_src}, d] input features, got {shape}")
     if x.requires_grad:
         raise ValueError("x: an exchange done ahead carries no gradient to x; pass features that do not require one")
-    ahead = CooperativeBlock(split=split, comm=comm)  # checks that comm is this split's worker
+    # Checks that comm is this split's worker.
+    ahead = CooperativeBlock(split=split, comm=comm, wire_dtype=block.wire_dtype)
     with torch.no_grad():
         if split.kind == "partial_sums":
             out = ahead._complete(_csr_sum(split.indptr, split.indices, split.num_rows, x), "feature")
         else:
             # Collective: the owned rows that other workers' destinations read, to those workers.
-            received = comm.exchange_rows(x.index_select(0, plan.send_index), plan.send_counts, plan.recv_counts,
-                                          "feature")
+            received = exchange(comm, x.index_select(0, plan.send_index), plan.send_counts, plan.recv_counts,
+                                "feature", block.wire_dtype)
             out = torch.cat([x, received])
-    return CooperativeBlock(split=split, comm=block.comm, input_ahead=InputAhead(x, out))
+    return CooperativeBlock(split=split, comm=block.comm, input_ahead=InputAhead(x, out), wire_dtype=block.wire_dtype)
 
 
 def _csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:

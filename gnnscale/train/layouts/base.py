@@ -118,6 +118,8 @@ class LayoutOptions:
         cache_fraction: share of all nodes whose feature rows every worker caches (``--cache-fraction``).
         replication: copies of every block row (``--replication``; 1 where the layout has none).
         split_sampling: how split parallelism samples (``--split-sampling``; None: not given).
+        shuffle_dtype: the dtype split parallelism's exchanges travel in, ``"float32"`` or ``"bfloat16"``
+            (``--shuffle-dtype``; None: not given, float32).
         dgs: explanation-guided sampling on top of the layout (``--dgs``), or None.
     """
 
@@ -125,6 +127,7 @@ class LayoutOptions:
     cache_fraction: float = 0.0
     replication: int = 1
     split_sampling: str | None = None
+    shuffle_dtype: str | None = None
     dgs: DGSConfig | None = None
 
 
@@ -213,7 +216,7 @@ class LayoutSpec:
         per_worker_batches: ``--batch-size`` is each worker's micro-batch (data parallelism), not a
             worker's share of one mini-batch.
         cache: takes ``--cache-fraction``; dgs: takes ``--dgs``; replication: takes ``--replication``;
-            split_sampling: takes ``--split-sampling``.
+            split_sampling: takes ``--split-sampling`` and ``--shuffle-dtype``.
         repartitionable: a checkpoint may resume on another partition (worker count) at an epoch boundary.
         check: the layout's own option rules (beyond the fields above).
         build: this worker's layout (collective on the context's Comms).

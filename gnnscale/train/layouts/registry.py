@@ -41,9 +41,10 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
     launch's, once known (the flags alone are checked without it)."""
     spec = layout_spec(options.layout)
     name = spec.name
-    if options.split_sampling is not None and not spec.split_sampling:
-        raise ValueError(f"split_sampling: --split-sampling applies to --layout {layouts_with('split_sampling')}, "
-                         f"got --layout {name}")
+    for option, flag in (("split_sampling", "--split-sampling"), ("shuffle_dtype", "--shuffle-dtype")):
+        if getattr(options, option) is not None and not spec.split_sampling:
+            raise ValueError(f"{option}: {flag} applies to --layout {layouts_with('split_sampling')}, got --layout "
+                             f"{name}")
     check_dgs(options, spec, cfg, model_name)
     check_sampler_fits_model(cfg.sampler, model_name)
     if cfg.sampler not in spec.samplers:

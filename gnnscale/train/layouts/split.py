@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_blocks
-from gnnscale.distributed.split.shuffle import CooperativeBlock, exchange_input_ahead, split_loss
+from gnnscale.distributed.split.shuffle import WIRE_DTYPES, CooperativeBlock, exchange_input_ahead, split_loss
 from gnnscale.distributed.split.plan import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, split_edge_counts
 from gnnscale.graph.feature_dtype import decode
@@ -68,13 +68,18 @@ class SplitParallel:
             ``"replicated"`` (each worker samples the whole mini-batch), see :data:`SPLIT_SAMPLINGS`.
         input_ahead: complete layer 0's exchange of input features in the loading stage
             (:func:`exchanges_input_ahead`); False: the training step shuffles.
+        shuffle_dtype: the dtype every exchange travels in (:data:`WIRE_DTYPES`; ``"bfloat16"``: half the
+            bytes, summed in float32 on arrival).
     """
 
     def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
                  cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel, *,
-                 sampling: str = "owner", input_ahead: bool = False) -> None:
+                 sampling: str = "owner", input_ahead: bool = False, shuffle_dtype: str = "float32") -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
+        _check_shuffle_dtype(shuffle_dtype)
+        # float32 rows on a float32 wire are sent as they are (bit for bit the single-process training).
+        self.wire_dtype = None if shuffle_dtype == "float32" else WIRE_DTYPES[shuffle_dtype]
         self.input_ahead = input_ahead
         self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
@@ -119,7 +124,7 @@ class SplitParallel:
         for step, (splits, sampled, minibatch_edges) in zip(steps, self._split_many(steps, timer)):
             with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
                 x = decode(self.part.features[(splits[0].src_ids - lo).numpy()])
-            blocks = [CooperativeBlock(split=s, comm=self.comm) for s in splits]
+            blocks = [CooperativeBlock(split=s, comm=self.comm, wire_dtype=self.wire_dtype) for s in splits]
             if self.input_ahead:
                 with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic
                     blocks[0] = exchange_input_ahead(blocks[0], x, self.loader)
@@ -203,7 +208,7 @@ def exchanges_input_ahead(model: ModelConfig) -> bool:
 
 
 def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelConfig, comm: Comm,
-                         loader: Comm, *, sampling: str = "owner") -> SplitParallel:
+                         loader: Comm, *, sampling: str = "owner", shuffle_dtype: str = "float32") -> SplitParallel:
     """The ``split`` layout of this worker, from its partition in the ``"whole"`` view (the replicated
     topology), which its inference reads as data-parallel hybrid does."""
     check_split_model(model.name)
@@ -212,7 +217,7 @@ def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelCon
     inference = build_data_parallel(part, cfg, loader)
     train_idx = all_training_nodes(part, comm)
     return SplitParallel(sampler, kind, train_idx, part, cfg, comm, loader, inference, sampling=sampling,
-                         input_ahead=exchanges_input_ahead(model))
+                         input_ahead=exchanges_input_ahead(model), shuffle_dtype=shuffle_dtype)
 
 
 def check_split_model(model_name: str | None) -> None:
@@ -231,12 +236,20 @@ def check_split(options: LayoutOptions, cfg: TrainConfig, model_name: str, world
     if options.split_sampling is not None and options.split_sampling not in SPLIT_SAMPLINGS:
         raise ValueError(f"split_sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got "
                          f"{options.split_sampling!r}")
+    if options.shuffle_dtype is not None:
+        _check_shuffle_dtype(options.shuffle_dtype)
     check_split_model(model_name)
+
+
+def _check_shuffle_dtype(name: str) -> None:
+    if name not in WIRE_DTYPES:
+        raise ValueError(f"shuffle_dtype: expected one of {tuple(WIRE_DTYPES)} (--shuffle-dtype), got {name!r}")
 
 
 def _build(ctx: LayoutContext) -> SplitParallel:
     return build_split_parallel(ctx.part, ctx.cfg, ctx.model, ctx.comm, ctx.loader,
-                                sampling=ctx.options.split_sampling or "owner")
+                                sampling=ctx.options.split_sampling or "owner",
+                                shuffle_dtype=ctx.options.shuffle_dtype or "float32")
 
 
 SPLIT = LayoutSpec(
