@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnscale.cli import main
 from gnnscale.graph.convert import convert_dataset, memory_bound, npy_inputs, ogb_inputs, random_split
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.npy_stream import ZipNpy
 from gnnscale.graph.ogb import load_ogb
-from gnnscale.graph.storage import load_dataset_dir, save_dataset, save_graph
+from gnnscale.graph.storage import load_dataset_dir, load_graph, save_dataset, save_graph
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -316,3 +317,32 @@ def test_memory_is_bounded_by_chunk_and_nodes_not_edges(tmp_path):
         assert m["peak"] <= bound, (case, m, bound)
         assert bound < 8 * m["edges"] / 3, (case, m, bound)  # far below the edges' bytes
 
+
+def test_cli_converts_edge_files_and_names_the_bad_one(tmp_path, capsys):
+    edges = random_edges(100, 600, 0)
+    np.save(tmp_path / "a.npy", edges[:, :400])
+    np.save(tmp_path / "b.npy", np.ascontiguousarray(edges[:, 400:].T))
+    np.save(tmp_path / "feat.npy", np.ones((100, 4), np.float32))
+    np.save(tmp_path / "labels.npy", np.arange(100) % 3)
+    out = tmp_path / "ds"
+    assert main(["convert", "--edges", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--features",
+                 str(tmp_path / "feat.npy"), "--labels", str(tmp_path / "labels.npy"), "--symmetrize",
+                 "--chunk-edges", "64", "--split-fractions", "0.6,0.2,0.2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    ds = load_dataset_dir(out)
+    assert (ds.graph.num_nodes, ds.num_classes, ds.train_idx.size) == (100, 3, 60)
+    assert f"{ds.graph.num_edges:,} directed edges" in printed and "indices.npy" in printed
+    assert main(["convert", "--edges", str(tmp_path / "a.npy"), "--out", str(out)]) == 2
+    assert f"error: out: {out} already exists; pass --overwrite" in capsys.readouterr().err
+    np.save(tmp_path / "bad.npy", np.array([[0, 1], [2, 100]]))
+    assert main(["convert", "--edges", str(tmp_path / "bad.npy"), "--num-nodes", "100",
+                 "--out", str(tmp_path / "g")]) == 2
+    assert f"error: {tmp_path / 'bad.npy'}: edge 1: destination id 100 out of range [0, 100)" in capsys.readouterr().err
+    assert main(["convert", "--edges", str(tmp_path / "a.npy"), "--ogb-root", str(tmp_path),
+                 "--out", str(tmp_path / "g")]) == 2
+    assert "error: --ogb-root: reads its own edges, features, labels and splits" in capsys.readouterr().err
+    # A graph directory from the edges alone.
+    assert main(["convert", "--src", str(tmp_path / "labels.npy"), "--dst", str(tmp_path / "labels.npy"),
+                 "--keep-self-loops", "--out", str(tmp_path / "g")]) == 0
+    assert load_graph(tmp_path / "g").num_edges == 3
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["ds", "g"]
