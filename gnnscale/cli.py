@@ -373,7 +373,7 @@ FIELD_FLAGS: dict[str, dict[str, str]] = {
     "partition": {"name": "--dataset", "num_parts": "--parts", "out_dir": "--out"},
     "predict": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
     "generate": {"out_dir": "--out"},
-    "convert": {"out_dir": "--out", "root": "--ogb-root"},
+    "convert": {"out_dir": "--out", "root": "--ogb-root", "splits": "--train-idx"},
 }
 LEADING_FIELD = re.compile(r"([a-z][a-z0-9_]*): ")
 

@@ -61,7 +61,9 @@ def add_convert_parser(sub) -> None:
                         "raw/node-label.npz, split/time/); NaN labels become -1 (unlabeled)")
     p.add_argument("--symmetrize", action="store_true", help="add the reverse of every edge")
     p.add_argument("--keep-self-loops", action="store_true", help="keep edges v -> v (default: dropped)")
-    p.add_argument("--name", default=None, help="the dataset's name in meta.json (default: the --out folder's name; ogbn-papers100M with --ogb-root)")
+    p.add_argument("--name", default=None,
+                   help="the dataset's name in meta.json (default: the --out folder's name; ogbn-papers100M with "
+                        "--ogb-root)")
     p.add_argument("--chunk-edges", type=int, default=CHUNK_EDGES,
                    help="directed edges held in memory at a time: sets the memory, never the output")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -98,7 +100,7 @@ def _inputs(args, out: Path) -> ConvertInputs:
         return inputs if args.name is None else dataclasses.replace(inputs, name=args.name)
     split_files = (args.train_idx, args.val_idx, args.test_idx)
     if any(f is not None for f in split_files) and None in split_files:
-        raise ValueError("train_idx: give all three split files (--train-idx, --val-idx, --test-idx) or none")
+        raise ValueError("train_idx: give the three split files (train, val, test idx) together, or none")
     return npy_inputs(edges=args.edges, src=args.src, dst=args.dst, num_nodes=args.num_nodes, features=args.features,
                       labels=args.labels, splits=None if args.train_idx is None else split_files,
                       num_classes=args.num_classes, name=args.name or out.name)

@@ -155,7 +155,7 @@ def npy_inputs(*, edges: Sequence[str | Path] = (), src: Sequence[str | Path] = 
                          "graph directory)")
     if features is None:
         if splits is not None or num_classes is not None:
-            raise ValueError("splits: splits and num_classes need features and labels")
+            raise ValueError("splits: split files and num_classes need features and labels")
         return ConvertInputs(name=name, edges=tuple(sources), num_nodes=num_nodes, nodes=None)
     reader = feature_reader(MappedNpy(features), num_nodes)
     n = reader.shape[0]

@@ -341,6 +341,11 @@ def test_cli_converts_edge_files_and_names_the_bad_one(tmp_path, capsys):
     assert main(["convert", "--edges", str(tmp_path / "a.npy"), "--ogb-root", str(tmp_path),
                  "--out", str(tmp_path / "g")]) == 2
     assert "error: --ogb-root: reads its own edges, features, labels and splits" in capsys.readouterr().err
+    assert main(["convert", "--edges", str(tmp_path / "a.npy"), "--features", str(tmp_path / "feat.npy"), "--labels",
+                 str(tmp_path / "labels.npy"), "--train-idx", str(tmp_path / "labels.npy"), "--out", "x"]) == 2
+    assert "error: --train-idx: give the three split files (train, val, test idx) together" in capsys.readouterr().err
+    assert main(["convert", "--edges", str(tmp_path / "a.npy"), "--num-classes", "3", "--out", "x"]) == 2
+    assert "error: --train-idx: split files and num_classes need features and labels" in capsys.readouterr().err
     # A graph directory from the edges alone.
     assert main(["convert", "--src", str(tmp_path / "labels.npy"), "--dst", str(tmp_path / "labels.npy"),
                  "--keep-self-loops", "--out", str(tmp_path / "g")]) == 0
