@@ -335,32 +335,48 @@ def convert_dataset(inputs: ConvertInputs, out_dir: str | Path, *, symmetrize: b
     report = progress or (lambda phase, done, total: None)
     n, in_edges = _scan_edges(inputs, int(chunk_edges), symmetrize, report)
     largest = int(in_edges.max())
-    with _staging_directory(out_dir) as tmp:
-        buckets = EdgeBuckets(tmp / "buckets", bucket_bounds(in_edges, int(chunk_edges)), n)
-        del in_edges
-        _bucket_edges(inputs.edges, buckets, int(chunk_edges), symmetrize, keep_self_loops, report)
-        specs = {"indptr": (np.dtype(np.int64), (n + 1,))}
-        with NpyWriter(tmp / "indptr.npy", np.int64, (n + 1,)) as indptr, \
-                NpyWriter(tmp / "indices.npy", index_dtype(n), (None,)) as indices:
-            num_edges = buckets.write_csc(indptr, indices, progress=lambda done, total: report("csc", done, total))
-        specs["indices"] = (index_dtype(n), (num_edges,))
-        if inputs.nodes is None:
-            meta = with_array_specs(graph_meta(num_nodes=n, num_edges=num_edges), specs)
-            expected = GRAPH_ARRAYS
-        else:
-            specs.update(_write_nodes(inputs.nodes, tmp, int(chunk_edges), split_fractions, seed, report))
-            meta = with_array_specs(dataset_meta(name=inputs.name, num_nodes=n, num_edges=num_edges,
-                                                 feature_dim=inputs.nodes.features.shape[1],
-                                                 num_classes=inputs.nodes.num_classes), specs)
-            expected = DATASET_ARRAYS
-        if tuple(specs) != expected:  # the storage format's array list, in its order
-            raise RuntimeError(f"convert wrote arrays {tuple(specs)}, the storage format expects {expected}")
-        file_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-        finish_directory(tmp, out_dir, META_FILE, meta)
-    file_bytes[META_FILE] = (out_dir / META_FILE).stat().st_size
+    bounds = bucket_bounds(in_edges, int(chunk_edges))
+    del in_edges  # the buckets' temporary arrays come next
+    try:
+        with _staging_directory(out_dir) as tmp:
+            num_edges, file_bytes = _write_staged(inputs, tmp, out_dir, n, bounds, symmetrize=symmetrize,
+                                                  keep_self_loops=keep_self_loops, chunk=int(chunk_edges),
+                                                  split_fractions=split_fractions, seed=seed, report=report)
+    except OSError as err:
+        # A full disk or a file size limit: the staging folder is gone; say where the write went.
+        raise OSError(err.errno, f"{out_dir}: could not write the directory ({err.strerror or err}); nothing "
+                                 "was left under this name") from err
     return ConvertSummary(directory=out_dir, num_nodes=n, num_edges=num_edges,
                           edges_read=sum(e.num_edges for e in inputs.edges), largest_in_degree=largest,
                           file_bytes=file_bytes)
+
+
+def _write_staged(inputs: ConvertInputs, tmp: Path, out_dir: Path, n: int, bounds: np.ndarray, *, symmetrize: bool,
+                  keep_self_loops: bool, chunk: int, split_fractions: Sequence[float], seed: int,
+                  report: Progress) -> tuple[int, dict[str, int]]:
+    """Steps 3-5 in the staging folder ``tmp``, then its move to ``out_dir``; (edge count, file bytes)."""
+    buckets = EdgeBuckets(tmp / "buckets", bounds, n)
+    _bucket_edges(inputs.edges, buckets, chunk, symmetrize, keep_self_loops, report)
+    specs = {"indptr": (np.dtype(np.int64), (n + 1,))}
+    with NpyWriter(tmp / "indptr.npy", np.int64, (n + 1,)) as indptr, \
+            NpyWriter(tmp / "indices.npy", index_dtype(n), (None,)) as indices:
+        num_edges = buckets.write_csc(indptr, indices, progress=lambda done, total: report("csc", done, total))
+    specs["indices"] = (index_dtype(n), (num_edges,))
+    if inputs.nodes is None:
+        meta = with_array_specs(graph_meta(num_nodes=n, num_edges=num_edges), specs)
+        expected = GRAPH_ARRAYS
+    else:
+        specs.update(_write_nodes(inputs.nodes, tmp, chunk, split_fractions, seed, report))
+        meta = with_array_specs(dataset_meta(name=inputs.name, num_nodes=n, num_edges=num_edges,
+                                             feature_dim=inputs.nodes.features.shape[1],
+                                             num_classes=inputs.nodes.num_classes), specs)
+        expected = DATASET_ARRAYS
+    if tuple(specs) != expected:  # the storage format's array list, in its order
+        raise RuntimeError(f"convert wrote arrays {tuple(specs)}, the storage format expects {expected}")
+    file_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
+    finish_directory(tmp, out_dir, META_FILE, meta)
+    file_bytes[META_FILE] = (out_dir / META_FILE).stat().st_size
+    return num_edges, file_bytes
 
 
 def _scan_edges(inputs: ConvertInputs, chunk: int, symmetrize: bool, report: Progress) -> tuple[int, np.ndarray]:

@@ -268,6 +268,33 @@ def test_existing_target_and_bad_arguments_are_refused_before_any_work(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "e.npy", "f.npy", "l.npy", "taken"]
 
 
+# A file size limit (RLIMIT_FSIZE) makes a write fail as a full disk does, without a file system to fill.
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+from gnnscale.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_write_that_fails_midway_leaves_no_directory(tmp_path):
+    # The topology (about 12 kB of indices) fits under the limit, the features (77 kB) do not.
+    (tmp_path / "in").mkdir()
+    np.save(tmp_path / "in" / "e.npy", random_edges(300, 3000, 0))
+    np.save(tmp_path / "in" / "f.npy", np.zeros((300, 64), np.float32))
+    np.save(tmp_path / "in" / "l.npy", np.zeros(300, np.int64))
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-c", FULL_DISK, "convert", "--edges", str(tmp_path / "in" / "e.npy"),
+                          "--features", str(tmp_path / "in" / "f.npy"), "--labels", str(tmp_path / "in" / "l.npy"),
+                          "--chunk-edges", "500", "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+                         timeout=600)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("gnnscale convert: error: [Errno 27] ")  # EFBIG; a full disk is ENOSPC
+    assert f"{out}: could not write the directory (File too large); nothing was left" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
 # Runs in a fresh interpreter: warm up, then measure the peak of every Python and numpy allocation
 # (tracemalloc sees them; mapped input pages are released after each chunk) during each conversion.
 MEASURE = """
