@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -47,6 +48,7 @@ DEFAULT_SPLIT = (0.8, 0.1, 0.1)
 OGB_NAME = "ogbn-papers100M"
 
 Reader = MappedNpy | ZipNpy
+EdgeLayout = Literal["2xE", "Ex2", "pair"]
 Progress = Callable[[str, int, int], None]
 Splits = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -63,7 +65,7 @@ class EdgeInput:
     """
 
     where: str
-    layout: str
+    layout: EdgeLayout
     readers: tuple[Reader, ...]
     num_edges: int
 
@@ -222,7 +224,7 @@ def feature_reader(reader: Reader, num_nodes: int | None) -> Reader:
     return reader
 
 
-def read_labels(reader: Reader, num_nodes: int, chunk: int = 1 << 20) -> np.ndarray:
+def read_labels(reader: Reader, num_nodes: int, chunk: int = 1 << 16) -> np.ndarray:
     """int64 [num_nodes] from labels [n] or [n, 1] (int, or float with NaN for unlabeled: -1), read in pieces."""
     if reader.shape not in ((num_nodes,), (num_nodes, 1)):
         raise ValueError(f"{reader.where}: expected labels of shape [{num_nodes}] or [{num_nodes}, 1], got "
