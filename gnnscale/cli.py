@@ -1,4 +1,4 @@
-"""Command line: ``gnnscale train | predict | partition | generate | info`` (also ``python -m gnnscale``)."""
+"""Command line: ``gnnscale train | predict | partition | generate | convert | info`` (also ``python -m gnnscale``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from gnnscale import __version__
 from gnnscale.cli_common import (DEFAULT_LAYOUT, DEFAULT_TIMEOUT_S, HelpWithDefaults, add_dataset_args,
                                  load_cli_dataset)
+from gnnscale.cli_convert import add_convert_parser, cmd_convert
 from gnnscale.cli_generate import add_generate_parser, cmd_generate
 from gnnscale.cli_predict import add_predict_parser, cmd_predict
 from gnnscale.graph.dataset import describe_summary
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_partition_parser(sub)
     add_predict_parser(sub)
     add_generate_parser(sub)
+    add_convert_parser(sub)
     return parser
 
 
@@ -323,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition,
-         "predict": cmd_predict, "generate": cmd_generate}[args.command](args)
+         "predict": cmd_predict, "generate": cmd_generate, "convert": cmd_convert}[args.command](args)
     except KeyboardInterrupt:
         # torchrun, interrupted too, already waits for every worker: none need wait for the first one's
         # line (which may be stuck in a collective with a peer until that peer exits).
@@ -377,6 +379,7 @@ FIELD_FLAGS: dict[str, dict[str, str]] = {
     "partition": {"name": "--dataset", "num_parts": "--parts", "out_dir": "--out"},
     "predict": {"name": "--dataset", "hidden_dim": "--hidden", "num_layers": "--layers"},
     "generate": {"out_dir": "--out"},
+    "convert": {"out_dir": "--out", "root": "--ogb-root", "splits": "--train-idx"},
 }
 LEADING_FIELD = re.compile(r"([a-z][a-z0-9_]*): ")
 

@@ -59,14 +59,15 @@ def cmd_generate(args) -> None:
 
 class TenthsProgress:
     """A line on stderr each time a phase passes another tenth (long runs take tens of minutes; on a
-    terminal only, like training's progress bar)."""
+    terminal only, like training's progress bar), headed by ``command``."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = "generate") -> None:
+        self.command = command
         self.shown: dict[str, int] = {}
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         tenth = 10 * done // max(total, 1)
         if tenth > self.shown.get(phase, 0):
             self.shown[phase] = tenth
-            sys.stderr.write(f"generate: {phase} {10 * tenth}%\n")
+            sys.stderr.write(f"{self.command}: {phase} {10 * tenth}%\n")
             sys.stderr.flush()

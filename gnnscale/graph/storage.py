@@ -78,9 +78,13 @@ def save_graph(graph: CSCGraph, directory: str | Path, *, overwrite: bool = Fals
     """Write the topology alone (``indptr.npy``, ``indices.npy``, ``meta.json``) atomically."""
     if not isinstance(graph, CSCGraph):
         raise TypeError(f"graph: expected a CSCGraph, got {type(graph).__name__}")
-    meta = {"format_version": FORMAT_VERSION, "kind": "graph", "num_nodes": graph.num_nodes,
-            "num_edges": graph.num_edges}
+    meta = graph_meta(num_nodes=graph.num_nodes, num_edges=graph.num_edges)
     return _write_directory(Path(directory), {"indptr": graph.indptr, "indices": graph.indices}, meta, overwrite)
+
+
+def graph_meta(*, num_nodes: int, num_edges: int) -> dict:
+    """The counts of a graph directory's ``meta.json`` (:func:`with_array_specs` adds the arrays)."""
+    return {"format_version": FORMAT_VERSION, "kind": "graph", "num_nodes": num_nodes, "num_edges": num_edges}
 
 
 def load_dataset_dir(directory: str | Path, mmap: bool = True) -> NodeDataset:
