@@ -427,9 +427,13 @@ def coarsen(xadj: np.ndarray, adjncy: np.ndarray, workdir: str | Path, *, num_pa
             ) -> tuple[np.ndarray, Path, int, int, int]:
     """Coarsen the (unweighted) symmetric adjacency until KaMinPar's estimate fits ``kaminpar_budget`` bytes.
 
-    Each level picks its cluster weight bound from how far the estimate is over the budget (the node
-    count shrunk by twice the ratio, at least halved: edges shrink less than nodes), capped so that
-    every part is made of at least :data:`MIN_CLUSTERS_PER_PART` clusters.
+    Every level bounds clusters by the same weight, the most that keeps every part made of at least
+    :data:`MIN_CLUSTERS_PER_PART` clusters (KaMinPar's own coarsening bounds clusters by the part
+    weight too), and levels run until the estimate fits. Why not a smaller bound, sized to what the
+    budget needs: on the products-shaped graph (scale 0.05, 8 parts, 0.1 GB) small first-level
+    clusters (4 nodes) mixed communities: 93% of the fine edges ran between clusters after 5 levels
+    and the projected cut was 0.34 (0.197 after refinement), against 70%, 0.189 and 0.189 with this
+    bound (2 levels, 1,296 coarse nodes), where KaMinPar on the whole graph cut 0.189.
 
     Returns:
         (cluster int64 [n]: the coarse node of every fine node, path of the coarse weighted ParHIP file
@@ -446,9 +450,7 @@ def coarsen(xadj: np.ndarray, adjncy: np.ndarray, workdir: str | Path, *, num_pa
         estimate = kaminpar_bytes(cur_n, cur_m, weighted=level > 1)
         if level > 1 and estimate <= kaminpar_budget:
             break
-        shrink = max(2.0, 2.0 * estimate / kaminpar_budget)
-        max_weight = min(cap, max(2, math.ceil(shrink * total / cur_n)))
-        label = label_propagation(level_xadj, level_adj, max_weight, node_weight=vwgt, edge_weight=ewgt,
+        label = label_propagation(level_xadj, level_adj, cap, node_weight=vwgt, edge_weight=ewgt,
                                   passes=passes, seed=seed + level - 1, chunk_entries=chunk_entries)
         level_cluster, next_n = compact_clusters(label)
         del label
