@@ -29,6 +29,7 @@ from gnnscale.graph.pages import release_pages
 from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes, coarsen, coarsening_bytes, refine_parts,
                                        whole_graph_bytes)
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
+from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
 from gnnscale.partition.parhip import temporary_parhip
 from gnnscale.partition.rows import compact_rows, dedupe_rows
 
@@ -79,7 +80,10 @@ def assign_parts_reported(graph: CSCGraph, num_parts: int, method: str = "metis"
         return _random_parts(is_train, num_parts, seed), None
     if method == "kaminpar":
         require_kaminpar()
-        with temporary_parhip(graph) as (path, xadj, adjncy):
+        # The file's staging takes at most a quarter of the budget (8 bytes an entry); with the default
+        # budget (a machine's free memory) that is parhip's own default chunk.
+        parhip_chunk = int(min(PARHIP_CHUNK_ENTRIES, max(1 << 16, budget // 32)))
+        with temporary_parhip(graph, chunk_entries=parhip_chunk) as (path, xadj, adjncy):
             estimate = whole_graph_bytes(graph.num_nodes, int(xadj[-1]))
             if estimate <= budget:
                 part = kaminpar_parts(path, graph.num_nodes, int(xadj[-1]), num_parts, seed=seed, threads=threads)

@@ -177,7 +177,7 @@ def test_whole_graph_path_when_it_fits(products):
     assert np.array_equal(part, assign_parts(products.graph, 4, "kaminpar", train_idx=products.train_idx))
 
 
-# Measured (products preset, scale 0.01, 8 parts, 0.05 GB: 2 levels down to 225-314 nodes), seeds 0-2:
+# Measured (products preset, scale 0.01, 8 parts, 0.05 GB: 1 level, down to 225-314 nodes), seeds 0-2:
 # cut fraction 0.2039 / 0.2063 / 0.2043 coarsened, 0.2072 / 0.2037 / 0.2039 on the whole graph (ratio
 # 0.98-1.013; 1.02-1.03 without the refinement). Asserted: within 8% of the whole-graph cut.
 CUT_FACTOR = 1.08
