@@ -191,7 +191,8 @@ class PartitionSummary:
                  f"training nodes {self.train_balance:.4f}")
         if self.coarsening is not None:
             c = self.coarsening
-            lines += (f"\ncoarsened first ({c['levels']} levels) to {c['num_nodes']:,} nodes and {c['num_edges']:,} "
+            levels = f"{c['levels']} level{'s' if c['levels'] != 1 else ''}"
+            lines += (f"\ncoarsened first ({levels}) to {c['num_nodes']:,} nodes and {c['num_edges']:,} "
                       f"edges: KaMinPar on the whole graph was estimated at {c['estimate_bytes'] / 1e9:.2f} GB, over "
                       f"the {c['budget_bytes'] / 1e9:.2f} GB budget")
         return lines

@@ -199,6 +199,21 @@ def test_tiny_budget_coarsens_and_stays_balanced_and_close_to_kaminpar(products,
     assert cut_fraction(g, part) < 0.4 * random
 
 
+def test_coarsened_assignment_is_the_same_for_the_same_seed(products):
+    pytest.importorskip("kaminpar")
+    runs = [assign_parts(products.graph, 4, "kaminpar", seed=3, memory_gb=0.05) for _ in range(2)]
+    assert np.array_equal(runs[0], runs[1])
+
+
+def test_cli_partition_under_a_small_budget_says_it_coarsened(tmp_path, capsys):
+    pytest.importorskip("kaminpar")
+    code = main(["partition", "--dataset", "synthetic", "-o", "preset=products", "-o", "scale=0.01", "--parts", "4",
+                 "--method", "kaminpar", "--out", str(tmp_path / "p"), "--memory-gb", "0.05"])
+    out = capsys.readouterr().out
+    assert code == 0 and "coarsened first (1 level) to " in out
+    assert read_manifest(tmp_path / "p")["coarsening"]["budget_bytes"] == 5 * 10**7
+
+
 def test_manifest_records_the_coarsening_only_where_it_ran(products, tmp_path):
     pytest.importorskip("kaminpar")
     small = write_partition_dir(products, 4, "kaminpar", tmp_path / "small", memory_gb=0.05)
