@@ -26,8 +26,8 @@ import pymetis
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.pages import release_pages
-from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes, coarsen, coarsening_bytes, refine_parts,
-                                       whole_graph_bytes)
+from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes, coarsen,
+                                       coarsening_bytes, refine_parts, whole_graph_bytes)
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
 from gnnscale.partition.parhip import temporary_parhip

@@ -170,7 +170,8 @@ def label_propagation(xadj: np.ndarray, adjncy: np.ndarray, max_weight: int, *, 
     rating = np.zeros(n, dtype=np.int64)
     touched = np.empty(n, dtype=np.int64)
     num_blocks = -(-n // BLOCK_NODES)
-    block_edges = xadj[np.minimum(np.arange(1, num_blocks + 1) * BLOCK_NODES, n)] - xadj[np.arange(num_blocks) * BLOCK_NODES]
+    starts = np.arange(num_blocks) * BLOCK_NODES
+    block_edges = xadj[np.minimum(starts + BLOCK_NODES, n)] - xadj[starts]
     rng = np.random.default_rng(seed)
     for p in range(passes):
         order = rng.permutation(num_blocks)

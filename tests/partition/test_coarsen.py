@@ -287,7 +287,8 @@ def test_coarsening_memory_is_bounded_by_nodes_and_chunk_not_edges(tmp_path):
     del graph, src, dst
     edges, chunk = int(xadj[-1]), 1 << 14
     run = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path / "g.parhip"), str(tmp_path / "warm.parhip"),
-                          str(tmp_path / "c.parhip"), str(chunk)], capture_output=True, text=True, cwd=REPO, timeout=600)
+                          str(tmp_path / "c.parhip"), str(chunk)],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout.strip().splitlines()[-1])
     block_pages = 8 * int(np.max(np.diff(xadj[::4096])))
@@ -304,7 +305,8 @@ def test_kaminpar_estimate_is_above_its_measured_peak(tmp_path, products):
             "base = int(open('/proc/self/statm').read().split()[1]) * 4096\n"
             "g = kaminpar.load_graph(sys.argv[1], kaminpar.GraphFileFormat.PARHIP)\n"
             "kaminpar.KaMinPar(1, kaminpar.default_context()).compute_partition(g, 8, 0.03)\n"
-            "print(next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM:')) - base)\n")
+            "hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+            "print(hwm[0] - base)\n")
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "g.parhip")], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr
