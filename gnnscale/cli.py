@@ -23,6 +23,7 @@ from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.distributed.comm import AgreementFailure, PeerFailure
 from gnnscale.distributed.context import announce_report, wait_for_report
 from gnnscale.partition import METHODS, write_partition_dir
+from gnnscale.partition.coarsen import budget_bytes
 from gnnscale.partition.kaminpar_parts import MissingDependency
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import DEFAULT_LAYER_SIZE, SAMPLERS, TrainConfig
@@ -172,6 +173,9 @@ def add_partition_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of METIS / KaMinPar / the random assignment")
     p.add_argument("--threads", type=int, default=1,
                    help="KaMinPar's threads (more: faster, but the partition then varies from run to run)")
+    p.add_argument("--memory-gb", type=float, default=None,
+                   help="memory KaMinPar may use, in GB (default: MemAvailable of /proc/meminfo); a graph whose "
+                        "estimated KaMinPar footprint exceeds it is coarsened by streaming first")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.add_argument("--feature-dtype", default="float32", choices=FEATURE_DTYPES,
                    help="how the part features are stored and sent: float16 or bfloat16 halve the bytes on disk, "
@@ -313,9 +317,11 @@ def cmd_partition(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:  # checked before loading and partitioning (minutes)
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
+    if args.memory_gb is not None:
+        budget_bytes(args.memory_gb)  # a bad value fails before loading and partitioning (minutes)
     dataset = load_cli_dataset(args)
     summary = write_partition_dir(dataset, args.parts, args.method, out, args.seed, overwrite=args.overwrite,
-                                  feature_dtype=args.feature_dtype, threads=args.threads)
+                                  feature_dtype=args.feature_dtype, threads=args.threads, memory_gb=args.memory_gb)
     print(summary.describe())
     print(f"wrote {out}")
 

@@ -26,7 +26,10 @@ import pymetis
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.pages import release_pages
+from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes, coarsen,
+                                       coarsening_bytes, refine_parts, whole_graph_bytes)
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
+from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
 from gnnscale.partition.parhip import temporary_parhip
 from gnnscale.partition.rows import compact_rows, dedupe_rows
 
@@ -38,7 +41,8 @@ RECURSIVE_MAX_PARTS = 8
 
 
 def assign_parts(graph: CSCGraph, num_parts: int, method: str = "metis", *,
-                 train_idx: np.ndarray | None = None, seed: int = 0, threads: int = 1) -> np.ndarray:
+                 train_idx: np.ndarray | None = None, seed: int = 0, threads: int = 1,
+                 memory_gb: float | None = None) -> np.ndarray:
     """Part of every node.
 
     Args:
@@ -52,25 +56,69 @@ def assign_parts(graph: CSCGraph, num_parts: int, method: str = "metis", *,
         seed: int >= 0; seeds METIS', KaMinPar's and the permutation's random choices. Same inputs,
             same output (for kaminpar only with ``threads == 1``).
         threads: int >= 1, KaMinPar's threads (default 1); the other methods ignore it.
+        memory_gb: GB (10**9 bytes) > 0 that kaminpar may use (default None: MemAvailable of
+            /proc/meminfo); the other methods ignore it. Where KaMinPar's estimated footprint on the whole
+            graph exceeds it, the graph is first coarsened by streaming (:mod:`gnnscale.partition.coarsen`).
 
     Returns:
         int64 [num_nodes], values in [0, num_parts). Every part holds ``num_train // num_parts`` or one
         more training nodes, and ``num_nodes // num_parts`` or one more nodes.
     """
+    return assign_parts_reported(graph, num_parts, method, train_idx=train_idx, seed=seed, threads=threads,
+                                 memory_gb=memory_gb)[0]
+
+
+def assign_parts_reported(graph: CSCGraph, num_parts: int, method: str = "metis", *,
+                          train_idx: np.ndarray | None = None, seed: int = 0, threads: int = 1,
+                          memory_gb: float | None = None) -> tuple[np.ndarray, CoarseningReport | None]:
+    """:func:`assign_parts`, and what the coarsening did (None where it did not run)."""
     _check_arguments(graph, num_parts, method, seed, threads)
+    # Checked for every method (a bad value is a mistake whatever the method); read from /proc only for kaminpar.
+    budget = budget_bytes(memory_gb) if method == "kaminpar" or memory_gb is not None else 0
     is_train = _train_mask(train_idx, graph.num_nodes)
     if method == "random":
-        return _random_parts(is_train, num_parts, seed)
+        return _random_parts(is_train, num_parts, seed), None
     if method == "kaminpar":
         require_kaminpar()
-        with temporary_parhip(graph) as (path, xadj, adjncy):
-            part = kaminpar_parts(path, graph.num_nodes, int(xadj[-1]), num_parts, seed=seed, threads=threads)
+        # The file's staging takes at most a quarter of the budget (8 bytes an entry); with the default
+        # budget (a machine's free memory) that is parhip's own default chunk.
+        parhip_chunk = int(min(PARHIP_CHUNK_ENTRIES, max(1 << 16, budget // 32)))
+        with temporary_parhip(graph, chunk_entries=parhip_chunk) as (path, xadj, adjncy):
+            estimate = whole_graph_bytes(graph.num_nodes, int(xadj[-1]))
+            if estimate <= budget:
+                part = kaminpar_parts(path, graph.num_nodes, int(xadj[-1]), num_parts, seed=seed, threads=threads)
+                report = None
+            else:
+                part, report = _coarse_kaminpar_parts(path.parent, xadj, adjncy, num_parts, budget, estimate, seed,
+                                                      threads)
             balance_counts(part, xadj, adjncy, is_train, num_parts)
-        return part
+        return part, report
     xadj, adjncy = symmetric_adjacency(graph)
     part = _metis_parts(xadj, adjncy, num_parts, seed)
     balance_counts(part, xadj, adjncy, is_train, num_parts)
-    return part
+    return part, None
+
+
+def _coarse_kaminpar_parts(workdir, xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, budget: int,
+                           estimate: int, seed: int, threads: int) -> tuple[np.ndarray, CoarseningReport]:
+    """KaMinPar on the streamed coarse graph, projected back and refined (see :mod:`~.coarsen`)."""
+    n = xadj.shape[0] - 1
+    # Staging of at most a quarter of the budget: small budgets (tests) get small chunks.
+    chunk_entries = int(min(CHUNK_ENTRIES, max(1 << 12, budget // 64)))
+    own = coarsening_bytes(n, chunk_entries)
+    if own > budget:
+        raise ValueError(f"memory_gb: too small: coarsening {n:,} nodes needs about {own / 1e9:.2f} GB of its own "
+                         f"(one entry per node in a few arrays), over the {budget / 1e9:.2f} GB budget")
+    kaminpar_budget = budget - HELD_NODE_BYTES * n  # what this process holds while KaMinPar runs
+    cluster, coarse_path, coarse_n, coarse_m, levels = coarsen(xadj, adjncy, workdir, num_parts=num_parts,
+                                                               kaminpar_budget=kaminpar_budget, seed=seed,
+                                                               chunk_entries=chunk_entries)
+    coarse_part = kaminpar_parts(coarse_path, coarse_n, coarse_m, num_parts, seed=seed, threads=threads)
+    part = coarse_part[cluster]
+    del cluster, coarse_part
+    refine_parts(part, xadj, adjncy, num_parts, chunk_entries=chunk_entries)
+    return part, CoarseningReport(levels=levels, num_nodes=coarse_n, num_edges=coarse_m, estimate_bytes=estimate,
+                                  budget_bytes=budget)
 
 
 def _check_arguments(graph: CSCGraph, num_parts: int, method: str, seed: int, threads: int) -> None:

@@ -41,7 +41,7 @@ from gnnscale.graph.feature_dtype import FEATURE_DTYPES, check_feature_dtype, en
 from gnnscale.graph.pages import release_pages
 from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
-from gnnscale.partition.assign import assign_parts
+from gnnscale.partition.assign import assign_parts_reported
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.relabel import NewIds, PartitionSummary, new_ids, relabelled_rows
 
@@ -62,7 +62,8 @@ CHUNK_EDGES = 1 << 24
 
 def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_dir: str | Path, seed: int = 0, *,
                         overwrite: bool = False, feature_dtype: str = "float32",
-                        threads: int = 1, chunk_edges: int = CHUNK_EDGES) -> PartitionSummary:
+                        threads: int = 1, chunk_edges: int = CHUNK_EDGES,
+                        memory_gb: float | None = None) -> PartitionSummary:
     """Partition ``dataset`` and write the partition directory atomically.
 
     Everything after the part assignment streams: the relabelled topology is built and written a range
@@ -84,6 +85,8 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
         threads: KaMinPar's threads (:func:`assign_parts`; default 1).
         chunk_edges: int >= 1, edges relabelled per step (default 2**24; a node with more in-edges is
             relabelled alone): memory, not output.
+        memory_gb: KaMinPar's memory budget in GB (:func:`assign_parts`; default: MemAvailable). Where
+            the graph is coarsened first, the manifest and the summary say so (``coarsening``).
 
     Returns the cut and balance of the partition (also stored in the manifest).
     """
@@ -100,7 +103,8 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
         raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     check_finite_features(dataset.features)  # before minutes of partitioning: NaN rows would train a NaN model
-    part = assign_parts(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed, threads=threads)
+    part, coarsening = assign_parts_reported(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed,
+                                             threads=threads, memory_gb=memory_gb)
     ids = new_ids(dataset.graph, part, num_parts)
     del part
     splits = {name: ids.map_ids(getattr(dataset, name)) for name in SPLITS}
@@ -110,7 +114,8 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
         summary = PartitionSummary(
             method=method, num_edges=dataset.graph.num_edges, edge_cut=edge_cut,
             nodes=tuple(int(x) for x in np.diff(offsets)), edges=tuple(int(x) for x in np.diff(ids.indptr[offsets])),
-            train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))))
+            train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))),
+            coarsening=None if coarsening is None else coarsening.to_dict())
         manifest = {
             "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name,
             "num_parts": int(num_parts), "method": method, "seed": int(seed), "num_nodes": dataset.graph.num_nodes,

@@ -139,3 +139,31 @@ def temporary_parhip(graph: CSCGraph, *, chunk_entries: int = CHUNK_ENTRIES):
             yield path, xadj, adjncy
         finally:
             del adjncy  # unmap before the file goes
+
+
+# --- weighted files (the coarse graphs of gnnscale.partition.coarsen) -----------------------------
+
+# ParHIP's version field is a bit field, least significant first: no edge weights, no vertex weights,
+# 32-bit offsets, 32-bit ids, 32-bit vertex weights, 32-bit edge weights (KaGen's and KaMinPar's
+# readers; ParHIP itself reads only version 3). 0: 64-bit everything, both weights, laid out as
+# header, offsets [n + 1], edges [m], vertex weights [n], edge weights [m]. KaMinPar 3.7.3's
+# ``load_graph(..., PARHIP)`` reads it (tests/partition/test_coarsen.py).
+WEIGHTED_VERSION = 0
+
+
+def open_weighted_parhip(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(xadj int64 [n + 1], adjncy int64 [m] memory-mapped, vertex weights int64 [n] in memory, edge
+    weights int64 [m] memory-mapped) of a version-0 file (:data:`WEIGHTED_VERSION`)."""
+    header = np.fromfile(path, dtype="<u8", count=3)
+    if header.shape[0] != 3 or int(header[0]) != WEIGHTED_VERSION:
+        raise ValueError(f"path: {path} is not a weighted ParHIP version-{WEIGHTED_VERSION} file "
+                         f"(header {header.tolist()})")
+    n, m = int(header[1]), int(header[2])
+    edges_at = HEADER_BYTES + 8 * (n + 1)
+    xadj = (np.fromfile(path, dtype="<u8", count=n + 1, offset=HEADER_BYTES).astype(np.int64) - edges_at) // 8
+    vwgt = np.fromfile(path, dtype="<i8", count=n, offset=edges_at + 8 * m).astype(np.int64, copy=False)
+    if m == 0:
+        return xadj, np.empty(0, np.int64), vwgt, np.empty(0, np.int64)
+    adjncy = np.memmap(path, dtype="<i8", mode="r", offset=edges_at, shape=(m,))
+    ewgt = np.memmap(path, dtype="<i8", mode="r", offset=edges_at + 8 * (m + n), shape=(m,))
+    return xadj, adjncy, vwgt, ewgt

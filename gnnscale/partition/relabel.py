@@ -139,6 +139,9 @@ class PartitionSummary:
         nodes: per part, the nodes it owns.
         edges: per part, the in-edges of its nodes (what it stores in the vanilla layout).
         train_nodes: per part, its training nodes.
+        coarsening: what the streaming coarsening in front of KaMinPar did
+            (:meth:`gnnscale.partition.coarsen.CoarseningReport.to_dict`), None where it did not run
+            (default); stored in the manifest only where it ran, so other manifests are unchanged.
     """
 
     method: str
@@ -147,6 +150,7 @@ class PartitionSummary:
     nodes: tuple[int, ...]
     edges: tuple[int, ...]
     train_nodes: tuple[int, ...]
+    coarsening: dict | None = None
 
     @property
     def num_parts(self) -> int:
@@ -175,14 +179,23 @@ class PartitionSummary:
             "edge_cut": self.edge_cut, "edge_cut_fraction": self.edge_cut_fraction,
             "nodes": list(self.nodes), "edges": list(self.edges), "train_nodes": list(self.train_nodes),
             "balance": {"nodes": self.node_balance, "edges": self.edge_balance, "train_nodes": self.train_balance},
+            **({} if self.coarsening is None else {"coarsening": self.coarsening}),
         }
 
     def describe(self) -> str:
-        """Two human-readable lines: cut, then balance (max/mean; 1.0 is perfect)."""
-        return (f"{self.method}, {self.num_parts} parts: edge cut {self.edge_cut:,} of {self.num_edges:,} edges "
-                f"({self.edge_cut_fraction:.2%})\n"
-                f"balance (max/mean): nodes {self.node_balance:.4f}, in-edges {self.edge_balance:.4f}, "
-                f"training nodes {self.train_balance:.4f}")
+        """Two human-readable lines: cut, then balance (max/mean; 1.0 is perfect); a third where the graph
+        was coarsened first."""
+        lines = (f"{self.method}, {self.num_parts} parts: edge cut {self.edge_cut:,} of {self.num_edges:,} edges "
+                 f"({self.edge_cut_fraction:.2%})\n"
+                 f"balance (max/mean): nodes {self.node_balance:.4f}, in-edges {self.edge_balance:.4f}, "
+                 f"training nodes {self.train_balance:.4f}")
+        if self.coarsening is not None:
+            c = self.coarsening
+            levels = f"{c['levels']} level{'s' if c['levels'] != 1 else ''}"
+            lines += (f"\ncoarsened first ({levels}) to {c['num_nodes']:,} nodes and {c['num_edges']:,} "
+                      f"edges: KaMinPar on the whole graph was estimated at {c['estimate_bytes'] / 1e9:.2f} GB, over "
+                      f"the {c['budget_bytes'] / 1e9:.2f} GB budget")
+        return lines
 
 
 def _balance(counts: tuple[int, ...]) -> float:
