@@ -15,7 +15,9 @@ and ``meta.json``.
 
 Writes are atomic: everything goes into a temporary sibling directory, is fsynced, and the directory
 is renamed into place, so a killed run leaves no half-written directory under the target name (at
-most a ``.<name>.tmp-*`` sibling, which loaders never read).
+most a ``.<name>.tmp-<host>-<pid>-*`` sibling, which loaders never read). The next write to the same
+target removes such siblings whose process has ended on this machine: a killed 17 GB generation
+does not keep its disk until someone notices.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -159,8 +163,11 @@ def check_target(directory: Path, overwrite: bool, name: str = "directory") -> N
 
 @contextmanager
 def _staging_directory(directory: Path) -> Iterator[Path]:
-    """A fresh hidden sibling of ``directory``; removed if the block raises or leaves it behind."""
-    tmp = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex[:12]}"
+    """A fresh hidden sibling of ``directory``, named after this machine and process; removed if the
+    block raises or leaves it behind. Siblings that a run on this machine that has ended left behind
+    (killed: no ``finally`` ran) are removed first."""
+    remove_stale_staging(directory)
+    tmp = directory.parent / f".{directory.name}.tmp-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
     try:
         yield tmp
@@ -169,11 +176,46 @@ def _staging_directory(directory: Path) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
+def remove_stale_staging(directory: Path) -> list[Path]:
+    """Remove the staging (``.tmp-``) and set-aside (``.old-``) siblings of ``directory`` left by
+    processes of this machine that no longer run; returns them. Siblings of other machines (a shared
+    file system) or of a live process are kept."""
+    removed = []
+    for kind in ("tmp", "old"):
+        for path in directory.parent.glob(f".{glob_escape(directory.name)}.{kind}-*"):
+            host, _, rest = path.name[len(directory.name) + len(kind) + 3:].rpartition("-")[0].rpartition("-")
+            if host != _host() or not rest.isdigit() or _alive(int(rest)):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            print(f"removed {path}: a staging folder left by process {rest}, which has ended", file=sys.stderr)
+            removed.append(path)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _host() -> str:
+    """This machine's name as it can appear in a file name (no '-' or '/': the name is split on '-')."""
+    return "".join(c if c.isalnum() else "_" for c in socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _move_into_place(tmp: Path, directory: Path) -> None:
     # rename(2) cannot replace a non-empty directory: move the old one aside first, then drop it.
     old = None
     if directory.exists():
-        old = directory.parent / f".{directory.name}.old-{uuid.uuid4().hex[:12]}"
+        old = directory.parent / f".{directory.name}.old-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         os.replace(directory, old)
     os.replace(tmp, directory)
     _fsync_directory(directory.parent)

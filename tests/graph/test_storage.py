@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnscale.graph import storage
 from gnnscale.graph.storage import DATASET_ARRAYS, load_dataset_dir, load_graph, save_dataset, save_graph
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 
@@ -102,6 +104,14 @@ storage.save_dataset(ds, {str(tmp_path / 'ds')!r})
     assert len(leftovers) == 1 and leftovers[0].startswith(".ds.tmp-")
     with pytest.raises(ValueError, match="directory"):
         load_dataset_dir(tmp_path / "ds")
+    # The next write to the same target removes what the dead process left; another machine's staging
+    # folder (a shared file system) and a live process's are kept.
+    foreign = tmp_path / ".ds.tmp-otherhost-1-0123456789ab"
+    live = tmp_path / f".ds.tmp-{storage._host()}-{os.getpid()}-0123456789ab"
+    foreign.mkdir(), live.mkdir()
+    save_dataset(make_synthetic(SyntheticConfig(num_nodes=300, avg_degree=4.0)), tmp_path / "ds")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ds", foreign.name, live.name])
+    load_dataset_dir(tmp_path / "ds")
 
 
 @pytest.mark.parametrize("stem", DATASET_ARRAYS)
