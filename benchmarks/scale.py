@@ -4,7 +4,8 @@ on disk per stage, scale by scale (issue 19, item 4).
     python benchmarks/scale.py [--scales 0.01,0.05] [--feature-dim D] [--methods kaminpar[,metis,random]]
                                [--parts 8] [--workers 4] [--iterations 20] [--threads 2] [--chunk-edges N]
                                [--work-dir DIR] [--keep] [--files] [--timeout 7200] [--json FILE]
-                               [--plot FILE.png]
+                               [--plot FILE.png] [--products-compare [--products-scale 1.0]
+                               [--products-batch-size 1000] [--cache-dir DIR]]
 
 For each scale the script runs, each as its own child process under ``/usr/bin/time -v``:
 
@@ -25,6 +26,12 @@ partition, sampled edges of all workers over the timed epoch for train. Large ru
 with ``--feature-dim 16``) are asked for explicitly; the files go under ``--work-dir`` (default
 benchmarks/.cache/scale, git-ignored), the free disk is checked first against an estimate, and each
 scale's files are removed after its rows unless ``--keep``. Children inherit this process's niceness.
+
+``--products-compare`` adds METIS against KaMinPar on the products-shaped graph (the dataset
+benchmarks/distributed.py and partitioners.py cache under ``--cache-dir``): for each method,
+``gnnscale partition --parts W`` timed whole (time, peak RSS, edge cut), then W hybrid workers train
+two epochs of ``--products-batch-size`` seeds per worker on its parts (epoch time and bytes per
+iteration of the second), each figure also as a ratio against METIS. ``--scales ""`` runs it alone.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from distributed import exit_on_sigterm, partition_info, run_checked, torchrun_command  # noqa: E402
+from distributed import (  # noqa: E402  (benchmarks/ is not a package)
+    add_cache_dir_argument, cached_dataset, exit_on_sigterm, partition_info, run_checked, torchrun_command)
 from partitioners import TIME_V, peak_rss_bytes  # noqa: E402
 
 PAPERS_NODES = 111_059_956  # the papers100M preset's nodes at scale 1
@@ -146,10 +154,11 @@ def batch_size_for(train_nodes: int, workers: int, iterations: int) -> int:
     return max(1, math.ceil(train_nodes / (workers * iterations)))
 
 
-def train(scale: float, partition_dir: Path, meta: dict, scratch: Path, a: argparse.Namespace) -> StageRow:
-    """Two hybrid epochs on ``a.workers`` workers; the row times the second (the first is warm-up)."""
-    metrics = scratch / "train_metrics.json"
-    batch = batch_size_for(meta["shapes"]["train_idx"][0], a.workers, a.iterations)
+def train(scale: float, partition_dir: Path, meta: dict, scratch: Path, batch: int, a: argparse.Namespace,
+          label: str = "train") -> tuple[StageRow, dict]:
+    """Two hybrid epochs on ``a.workers`` workers, ``batch`` seeds per worker per iteration; the row
+    times the second (the first is warm-up). Returns the row and that epoch's metrics (rank 0's)."""
+    metrics = scratch / f"metrics_{label.replace(' ', '_')}.json"  # one per run: train refuses to overwrite
     cmd = [*torchrun_command(a.workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
            "--layout", "hybrid", "--epochs", "2", "--batch-size", str(batch), "--fanouts", a.fanouts,
            "--seed", str(a.seed), "--threads", "1", "--no-eval", "--quiet", "--metrics-out", str(metrics)]
@@ -160,9 +169,10 @@ def train(scale: float, partition_dir: Path, meta: dict, scratch: Path, a: argpa
     worker_peak = last.get("memory", {}).get("peak_rss_bytes_max")
     note = (f"epoch {last['epoch_s']:.2f} s, {iterations} it of {batch}/worker, "
             f"{last['epoch_s'] / iterations * 1e3:.0f} ms/it, {per_iteration / 1e6:.2f} MB/it")
-    return StageRow(scale=scale, stage="train", num_nodes=meta["num_nodes"], num_edges=meta["num_edges"],
-                    wall_s=wall, peak_rss_bytes=peak, worker_peak_rss_bytes=worker_peak, disk_bytes=0,
-                    edges_per_s=last["edge_metrics"]["edges_computed"] / last["epoch_s"], note=note)
+    row = StageRow(scale=scale, stage=label, num_nodes=meta["num_nodes"], num_edges=meta["num_edges"],
+                   wall_s=wall, peak_rss_bytes=peak, worker_peak_rss_bytes=worker_peak, disk_bytes=0,
+                   edges_per_s=last["edge_metrics"]["edges_computed"] / last["epoch_s"], note=note)
+    return row, last
 
 
 def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
@@ -187,13 +197,62 @@ def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
                               f"partition {a.methods[0]} ({a.workers})", a))
         print_row(rows[-1])
         written.append(train_parts)
-    rows.append(train(scale, train_parts, meta, here, a))
+    batch = batch_size_for(meta["shapes"]["train_idx"][0], a.workers, a.iterations)
+    rows.append(train(scale, train_parts, meta, here, batch, a)[0])
     print_row(rows[-1])
     if a.files:
         print_files(written)
     if not a.keep:
         shutil.rmtree(here)
     return rows
+
+
+# --- METIS vs KaMinPar on the products-shaped graph -----------------------------------------------
+
+
+def products_compare(a: argparse.Namespace) -> list[dict]:
+    """METIS and KaMinPar on the products-shaped graph (the dataset benchmarks/distributed.py and
+    partitioners.py cache, generated in this process on first use): each writes a --workers-part
+    directory (``gnnscale partition``, timed whole) and --workers hybrid workers train two epochs of
+    --products-batch-size seeds per worker on it (the second timed). Rows: one per method."""
+    dataset = cached_dataset(a.products_scale, a.seed, Path(a.cache_dir))
+    meta = json.loads((dataset / "meta.json").read_text(encoding="utf-8"))
+    here = Path(a.work_dir) / f"products_scale{a.products_scale:g}_compare"
+    if here.exists():  # a leftover of an interrupted run of this script: its own directory
+        shutil.rmtree(here)
+    here.mkdir(parents=True)
+    rows = []
+    for method in ("metis", "kaminpar"):
+        out = here / f"partition_{method}_{a.workers}"
+        cut = partition(a.products_scale, dataset, out, method, a.workers, meta, f"partition {method}", a)
+        print_row(cut)
+        run, epoch = train(a.products_scale, out, meta, here, a.products_batch_size, a, f"train on {method}")
+        print_row(run)
+        rows.append({"method": method, "partition_s": cut.wall_s, "partition_peak_rss_bytes": cut.peak_rss_bytes,
+                     "edge_cut_fraction": partition_info(out)["edge_cut_fraction"], "epoch_s": epoch["epoch_s"],
+                     "iterations": epoch["num_batches"], "bytes_per_iteration": sum(epoch["bytes_per_iteration"].values()),
+                     "train_peak_rss_bytes": run.peak_rss_bytes})
+        if not a.keep:
+            shutil.rmtree(out)
+    return rows
+
+
+def print_compare(rows: list[dict], scale: float) -> None:
+    """The comparison table, each figure also as a ratio against METIS measured in the same run."""
+    ref = rows[0]
+
+    def cell(r: dict, key: str, fmt: str) -> str:
+        return f"{format(r[key], fmt)} ({r[key] / ref[key]:.2f})"
+
+    print(f"\nproducts-shaped, scale {scale:g}, {rows[0]['iterations']} iterations per epoch (x METIS in brackets)\n")
+    print("| method | partition s | partition peak RSS GB | edge cut | epoch s | MB/iteration | train peak RSS GB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['method']} | {cell(r, 'partition_s', '.1f')} | {r['partition_peak_rss_bytes'] / GB:.2f} "
+              f"({r['partition_peak_rss_bytes'] / ref['partition_peak_rss_bytes']:.2f}) | "
+              f"{cell(r, 'edge_cut_fraction', '.4f')} | {cell(r, 'epoch_s', '.2f')} | "
+              f"{r['bytes_per_iteration'] / 1e6:.2f} ({r['bytes_per_iteration'] / ref['bytes_per_iteration']:.2f}) | "
+              f"{r['train_peak_rss_bytes'] / GB:.2f} |")
 
 
 # --- report ---------------------------------------------------------------------------------------
@@ -259,11 +318,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=7200, help="seconds one stage may run (default 7200)")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     p.add_argument("--plot", default=None, help="peak memory against edges, per stage, as a PNG here")
+    p.add_argument("--products-compare", action="store_true",
+                   help="also METIS vs KaMinPar on the products-shaped graph: partitioning and a --workers epoch")
+    p.add_argument("--products-scale", type=float, default=1.0, help="--products-compare: its scale (default 1.0)")
+    p.add_argument("--products-batch-size", type=int, default=1000,
+                   help="--products-compare: seeds per worker per iteration (default 1000)")
+    add_cache_dir_argument(p)
     a = p.parse_args()
     a.scales = [float(s) for s in a.scales.split(",") if s]
     a.methods = [m for m in a.methods.split(",") if m]
-    if not a.scales or not a.methods:
-        p.error(f"--scales and --methods: expected at least one value, got {a.scales!r} and {a.methods!r}")
+    if not (a.scales or a.products_compare) or not a.methods:
+        p.error(f"--scales and --methods: expected at least one value (--scales may be empty with "
+                f"--products-compare), got {a.scales!r} and {a.methods!r}")
     if min(a.parts, a.workers, a.iterations) < 1:
         p.error(f"--parts, --workers, --iterations: expected >= 1, got {a.parts}, {a.workers}, {a.iterations}")
     return a
@@ -275,19 +341,23 @@ def main() -> None:
     work_dir = Path(a.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     partitions = len(a.methods) + (a.workers != a.parts)
-    need = [estimate_bytes(s, a.feature_dim or 128, partitions) for s in a.scales]
+    need = [estimate_bytes(s, a.feature_dim or 128, partitions) for s in a.scales] or [0]
     check_free_disk(work_dir, sum(need) if a.keep else max(need))
     print(f"papers100M-shaped, scales {a.scales}; {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = [row for scale in a.scales for row in run_scale(scale, a)]
+    compare = products_compare(a) if a.products_compare else []
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print(HEADER)
-    for r in rows:
-        print(format_row(r))
+    if rows:
+        print(HEADER)
+        for r in rows:
+            print(format_row(r))
+    if compare:
+        print_compare(compare, a.products_scale)
     if a.json:
-        Path(a.json).write_text(json.dumps({"args": {k: v for k, v in vars(a).items()},
-                                            "rows": [asdict(r) for r in rows]}, indent=2))
-    if a.plot:
+        Path(a.json).write_text(json.dumps({"args": vars(a), "rows": [asdict(r) for r in rows],
+                                            "products_compare": compare}, indent=2))
+    if a.plot and rows:
         plot(rows, a.plot)
 
 
