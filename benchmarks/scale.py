@@ -3,7 +3,7 @@ on disk per stage, scale by scale (issue 19, item 4).
 
     python benchmarks/scale.py [--scales 0.01,0.05] [--feature-dim D] [--methods kaminpar[,metis,random]]
                                [--parts 8] [--workers 4] [--iterations 20] [--threads 2] [--chunk-edges N]
-                               [--work-dir DIR] [--keep] [--files] [--timeout 7200] [--json FILE]
+                               [--work-dir DIR] [--keep] [--files] [--no-train] [--timeout 7200] [--json FILE]
                                [--plot FILE.png] [--products-compare [--products-scale 1.0]
                                [--products-batch-size 1000] [--cache-dir DIR]]
 
@@ -24,8 +24,11 @@ layout reports it); bytes on disk of the directory the stage wrote (the sum of i
 ``--files`` lists them); edges per second: the graph's directed edges over the wall time for generate and
 partition, sampled edges of all workers over the timed epoch for train. Large runs (scale 0.25, or 1.0
 with ``--feature-dim 16``) are asked for explicitly; the files go under ``--work-dir`` (default
-benchmarks/.cache/scale, git-ignored), the free disk is checked first against an estimate, and each
-scale's files are removed after its rows unless ``--keep``. Children inherit this process's niceness.
+benchmarks/.cache/scale, git-ignored) and the free disk is checked first against an estimate. Unless
+``--keep``, each partition directory is removed once its row (and the training on it) is done and the
+dataset after the scale's last row, so the disk holds the dataset and one partition directory at a time;
+``--no-train`` leaves training (and its --workers-part partition) out, for the full-size topology.
+Children inherit this process's niceness.
 
 ``--products-compare`` adds METIS against KaMinPar on the products-shaped graph (the dataset
 benchmarks/distributed.py and partitioners.py cache under ``--cache-dir``): for each method,
@@ -53,9 +56,9 @@ from distributed import (  # noqa: E402  (benchmarks/ is not a package)
 from partitioners import TIME_V, peak_rss_bytes  # noqa: E402
 
 PAPERS_NODES = 111_059_956  # the papers100M preset's nodes at scale 1
-# Directed edges per node after symmetrising, for the disk estimate only (measured: 27.3 at scale
-# 0.0005; the issue's ~3.2B / 111M = 28.8), rounded up.
-EDGES_PER_NODE = 30
+# Directed edges per node after symmetrising, for the disk estimate only (measured: 28.8 at scale 0.01;
+# the issue's ~3.2B / 111M = 28.8), rounded up.
+EDGES_PER_NODE = 29
 GB = 1e9
 
 
@@ -89,13 +92,24 @@ def disk_bytes(directory: Path) -> int:
 
 
 def estimate_bytes(scale: float, feature_dim: int, partitions: int) -> int:
-    """Disk one scale needs at its fullest: the dataset and every partition directory (each holds the
-    topology again, in-edges per part, the features split, and a node map), plus 10% for temporaries."""
+    """Disk one scale needs at its fullest, plus 10%: the dataset and ``partitions`` partition directories
+    at once (each holds the topology again, in-edges per part, the features split, and a node map). The
+    one being written is preceded by KaMinPar's temporary ParHIP file (int64 offsets and adjacency, in
+    the system's temporary directory, assumed on the same disk), removed before the directory is written."""
     nodes = PAPERS_NODES * scale
     edges = nodes * EDGES_PER_NODE
     dataset = nodes * (8 + 8 + 4 * feature_dim) + 4 * edges  # indptr, labels, features, int32 indices
-    partition = dataset + 4 * edges + 8 * nodes
-    return int(1.1 * (dataset + partitions * partition))
+    partition = dataset + 4 * edges + 16 * nodes
+    parhip = 8 * edges + 8 * nodes
+    return int(1.1 * (dataset + (partitions - 1) * partition + max(partition, parhip)))
+
+
+def partitions_on_disk(a: argparse.Namespace) -> int:
+    """The most partition directories one scale holds at once (see :func:`run_scale`)."""
+    if a.keep:
+        return len(a.methods) + (not a.no_train and a.workers != a.parts)
+    # The --workers-part directory stays until training is done while the other methods write theirs.
+    return 2 if not a.no_train and a.workers == a.parts and len(a.methods) > 1 else 1
 
 
 def check_free_disk(work_dir: Path, need: int) -> None:
@@ -176,7 +190,9 @@ def train(scale: float, partition_dir: Path, meta: dict, scratch: Path, batch: i
 
 
 def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
-    """Every stage at one scale, each printed as it finishes; the scale's files removed unless --keep."""
+    """Every stage at one scale, each printed as it finishes. Without --keep each partition directory
+    is removed as soon as its row (and training, for the one trained on) is done, and the dataset at the
+    end: at full scale the disk holds the dataset and one partition directory, not all of them."""
     here = Path(a.work_dir) / f"papers100M_scale{scale:g}"
     if here.exists():  # a leftover of an interrupted run of this script: its own directory
         shutil.rmtree(here)
@@ -185,26 +201,34 @@ def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
     row, meta = generate(scale, dataset, a)
     rows = [row]
     print_row(row)
-    written = [dataset]
+    train_parts = here / f"partition_{a.methods[0]}_{a.workers}"
     for method in a.methods:
         out = here / f"partition_{method}_{a.parts}"
         rows.append(partition(scale, dataset, out, method, a.parts, meta, f"partition {method}", a))
         print_row(rows[-1])
-        written.append(out)
-    train_parts = here / f"partition_{a.methods[0]}_{a.workers}"
-    if a.workers != a.parts:
-        rows.append(partition(scale, dataset, train_parts, a.methods[0], a.workers, meta,
-                              f"partition {a.methods[0]} ({a.workers})", a))
+        if out != train_parts or a.no_train:
+            release(out, a)
+    if not a.no_train:
+        if not train_parts.exists():  # --workers != --parts: training needs one part per worker
+            rows.append(partition(scale, dataset, train_parts, a.methods[0], a.workers, meta,
+                                  f"partition {a.methods[0]} ({a.workers})", a))
+            print_row(rows[-1])
+        batch = batch_size_for(meta["shapes"]["train_idx"][0], a.workers, a.iterations)
+        rows.append(train(scale, train_parts, meta, here, batch, a)[0])
         print_row(rows[-1])
-        written.append(train_parts)
-    batch = batch_size_for(meta["shapes"]["train_idx"][0], a.workers, a.iterations)
-    rows.append(train(scale, train_parts, meta, here, batch, a)[0])
-    print_row(rows[-1])
-    if a.files:
-        print_files(written)
+        release(train_parts, a)
+    release(dataset, a)
     if not a.keep:
         shutil.rmtree(here)
     return rows
+
+
+def release(directory: Path, a: argparse.Namespace) -> None:
+    """List ``directory``'s files (--files), then remove it unless --keep."""
+    if a.files:
+        print_files([directory])
+    if not a.keep:
+        shutil.rmtree(directory)
 
 
 # --- METIS vs KaMinPar on the products-shaped graph -----------------------------------------------
@@ -314,6 +338,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the generator and the partitioners")
     p.add_argument("--work-dir", default=str(HERE / ".cache" / "scale"), help="where the datasets and partitions go")
     p.add_argument("--keep", action="store_true", help="keep each scale's files (default: removed after its rows)")
+    p.add_argument("--no-train", action="store_true",
+                   help="generate and partition only (the full-size topology: no --workers-part partition)")
     p.add_argument("--files", action="store_true", help="list every file the stages wrote, with its size")
     p.add_argument("--timeout", type=float, default=7200, help="seconds one stage may run (default 7200)")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this file")
@@ -340,8 +366,7 @@ def main() -> None:
     exit_on_sigterm()
     work_dir = Path(a.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    partitions = len(a.methods) + (a.workers != a.parts)
-    need = [estimate_bytes(s, a.feature_dim or 128, partitions) for s in a.scales] or [0]
+    need = [estimate_bytes(s, a.feature_dim or 128, partitions_on_disk(a)) for s in a.scales] or [0]
     check_free_disk(work_dir, sum(need) if a.keep else max(need))
     print(f"papers100M-shaped, scales {a.scales}; {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)

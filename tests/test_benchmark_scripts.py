@@ -60,3 +60,11 @@ def test_scale_benchmark_reports_every_stage_with_sane_numbers(tmp_path: Path) -
         on_disk = sum(p.stat().st_size for p in (here / directory).rglob("*") if p.is_file())
         assert rows[stage]["disk_bytes"] == on_disk > 0, stage
     assert "3 parts" in rows["partition kaminpar"]["note"] and "MB/it" in rows["train"]["note"]
+
+
+def test_scale_benchmark_refuses_a_run_that_does_not_fit_on_disk(tmp_path: Path) -> None:
+    # Scale 100: ~11 billion nodes, terabytes of files; refused before anything is written.
+    cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "100", "--work-dir", str(tmp_path / "work")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "GB are free" in done.stderr, done.stderr[-2000:]
+    assert list((tmp_path / "work").iterdir()) == []
