@@ -43,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -156,11 +157,16 @@ def partition(scale: float, dataset: Path, out: Path, method: str, parts: int, m
     cmd = gnnscale("partition", "--dataset", "dir", "--data-dir", str(dataset), "--parts", str(parts),
                    "--method", method, "--threads", str(a.threads), "--seed", str(a.seed), "--out", str(out))
     cmd += ["--memory-gb", str(a.memory_gb)] if a.memory_gb else []
-    wall, peak, _ = timed(cmd, a.timeout, f"partition {method} ({parts} parts), scale {scale:g}")
+    wall, peak, output = timed(cmd, a.timeout, f"partition {method} ({parts} parts), scale {scale:g}")
     info = partition_info(out)
+    # Whether KaMinPar ran on a streamed coarse graph (the budget, --memory-gb, defaults to MemAvailable at
+    # the start, so on a shared machine the same graph may take either path): it sets the peak and time.
+    coarsened = re.search(r"coarsened first \((\d+) levels?\) to ([\d,]+) nodes", output)
+    path = "" if coarsened is None else f", coarsened ({coarsened.group(1)}) to {coarsened.group(2)} nodes"
     return StageRow(scale=scale, stage=label, num_nodes=meta["num_nodes"], num_edges=meta["num_edges"], wall_s=wall,
                     peak_rss_bytes=peak, worker_peak_rss_bytes=None, disk_bytes=disk_bytes(out),
-                    edges_per_s=meta["num_edges"] / wall, note=f"{parts} parts, cut {info['edge_cut_fraction']:.1%}")
+                    edges_per_s=meta["num_edges"] / wall,
+                    note=f"{parts} parts, cut {info['edge_cut_fraction']:.1%}{path}")
 
 
 def batch_size_for(train_nodes: int, workers: int, iterations: int) -> int:
