@@ -1,5 +1,5 @@
 """Every stage of the out-of-core pipeline on papers100M-shaped graphs: wall time, peak memory and bytes
-on disk per stage, scale by scale (issue 19, item 4).
+on disk per stage, scale by scale.
 
     python benchmarks/scale.py [--scales 0.01,0.05] [--feature-dim D] [--methods kaminpar[,metis,random]]
                                [--parts 8] [--workers 4] [--iterations 20] [--threads 2] [--chunk-edges N]
