@@ -260,10 +260,13 @@ def products_compare(a: argparse.Namespace) -> list[dict]:
         print_row(run)
         rows.append({"method": method, "partition_s": cut.wall_s, "partition_peak_rss_bytes": cut.peak_rss_bytes,
                      "edge_cut_fraction": partition_info(out)["edge_cut_fraction"], "epoch_s": epoch["epoch_s"],
-                     "iterations": epoch["num_batches"], "bytes_per_iteration": sum(epoch["bytes_per_iteration"].values()),
+                     "iterations": epoch["num_batches"],
+                     "bytes_per_iteration": sum(epoch["bytes_per_iteration"].values()),
                      "train_peak_rss_bytes": run.peak_rss_bytes})
         if not a.keep:
             shutil.rmtree(out)
+    if not a.keep:
+        shutil.rmtree(here)
     return rows
 
 
