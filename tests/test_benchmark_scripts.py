@@ -68,3 +68,21 @@ def test_scale_benchmark_refuses_a_run_that_does_not_fit_on_disk(tmp_path: Path)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "GB are free" in done.stderr, done.stderr[-2000:]
     assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_scale_benchmark_compares_metis_and_kaminpar_on_products(tmp_path: Path) -> None:
+    """--products-compare alone (--scales ""), tiny: a row per method with the cut, the epoch and the
+    bytes per iteration, METIS first (the ratios are against it), and no files left without --keep."""
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "", "--products-compare", "--products-scale",
+           "0.002", "--products-batch-size", "50", "--workers", "2", "--work-dir", str(tmp_path / "work"),
+           "--cache-dir", str(tmp_path / "cache"), "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["products_compare"]
+    assert [r["method"] for r in rows] == ["metis", "kaminpar"]
+    for r in rows:
+        assert 0 < r["edge_cut_fraction"] < 1 and r["epoch_s"] > 0 and r["bytes_per_iteration"] > 0, r
+        assert r["partition_peak_rss_bytes"] > 0 and r["train_peak_rss_bytes"] > 0, r
+    assert "| metis | " in done.stdout and "(1.00)" in done.stdout
+    assert list((tmp_path / "work").iterdir()) == []
