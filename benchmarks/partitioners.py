@@ -40,6 +40,17 @@ sys.path.insert(0, str(HERE))
 from distributed import add_cache_dir_argument, cached_dataset  # noqa: E402
 
 MB = 1 << 20
+# A command under this reports its peak resident set size on stderr: the largest of the process and
+# every descendant it waited for (torchrun's workers included), which RUSAGE_SELF in a parent cannot see.
+TIME_V = ["/usr/bin/time", "-v"]
+
+
+def peak_rss_bytes(time_v_output: str) -> int:
+    """The "Maximum resident set size" that ``/usr/bin/time -v`` printed into ``time_v_output``, in bytes."""
+    found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_v_output)
+    if found is None:
+        raise ValueError(f"time_v_output: expected /usr/bin/time -v's report, got ...{time_v_output[-500:]!r}")
+    return int(found.group(1)) * 1024
 
 
 def child(args: argparse.Namespace) -> None:
@@ -70,13 +81,12 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(dataset_dir: Path, method: str, parts: int, threads: int, seed: int, save: Path) -> dict:
-    cmd = ["/usr/bin/time", "-v", sys.executable, __file__, "--child", method, "--dataset-dir", str(dataset_dir),
+    cmd = [*TIME_V, sys.executable, __file__, "--child", method, "--dataset-dir", str(dataset_dir),
            "--parts", str(parts), "--threads", str(threads), "--seed", str(seed), "--save", str(save)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{method} ({parts} parts) failed:\n{done.stderr[-3000:]}")
-    peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "peak_mb": peak_kb * 1024 / MB}
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "peak_mb": peak_rss_bytes(done.stderr) / MB}
 
 
 def cut_and_balance(dataset_dir: Path, part: np.ndarray, parts: int) -> tuple[float, float]:

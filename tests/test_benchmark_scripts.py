@@ -4,6 +4,7 @@ fails here, not in a user's run."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,52 @@ def test_every_benchmark_script_prints_its_help() -> None:
     done = subprocess.run([sys.executable, "-c", code, *map(str, scripts)], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"benchmark scripts that do not print --help:\n{done.stdout}\n{done.stderr[-3000:]}"
+
+
+def test_scale_benchmark_reports_every_stage_with_sane_numbers(tmp_path: Path) -> None:
+    """benchmarks/scale.py end to end on a tiny papers100M-shaped graph: every stage has a row, every
+    peak RSS is positive, and the bytes on disk are the sizes of the files the stage left (--keep)."""
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "0.0005", "--feature-dim", "8",
+           "--parts", "3", "--workers", "2", "--iterations", "2", "--work-dir", str(tmp_path / "work"),
+           "--keep", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {r["stage"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == ["generate", "partition kaminpar", "partition kaminpar (2)", "train"]
+    for row in rows.values():
+        assert row["peak_rss_bytes"] > 0 and row["wall_s"] > 0 and row["edges_per_s"] > 0, row
+        assert row["num_edges"] > row["num_nodes"] > 0, row
+        assert f"| {row['stage']} |" in done.stdout  # the printed table has the row
+    here = tmp_path / "work" / "papers100M_scale0.0005"
+    for stage, directory in (("generate", "dataset"), ("partition kaminpar", "partition_kaminpar_3"),
+                             ("partition kaminpar (2)", "partition_kaminpar_2")):
+        on_disk = sum(p.stat().st_size for p in (here / directory).rglob("*") if p.is_file())
+        assert rows[stage]["disk_bytes"] == on_disk > 0, stage
+    assert "3 parts" in rows["partition kaminpar"]["note"] and "MB/it" in rows["train"]["note"]
+
+
+def test_scale_benchmark_refuses_a_run_that_does_not_fit_on_disk(tmp_path: Path) -> None:
+    # Scale 100: ~11 billion nodes, terabytes of files; refused before anything is written.
+    cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "100", "--work-dir", str(tmp_path / "work")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "GB are free" in done.stderr, done.stderr[-2000:]
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_scale_benchmark_compares_metis_and_kaminpar_on_products(tmp_path: Path) -> None:
+    """--products-compare alone (--scales ""), tiny: a row per method with the cut, the epoch and the
+    bytes per iteration, METIS first (the ratios are against it), and no files left without --keep."""
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "", "--products-compare", "--products-scale",
+           "0.002", "--products-batch-size", "50", "--workers", "2", "--work-dir", str(tmp_path / "work"),
+           "--cache-dir", str(tmp_path / "cache"), "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["products_compare"]
+    assert [r["method"] for r in rows] == ["metis", "kaminpar"]
+    for r in rows:
+        assert 0 < r["edge_cut_fraction"] < 1 and r["epoch_s"] > 0 and r["bytes_per_iteration"] > 0, r
+        assert r["partition_peak_rss_bytes"] > 0 and r["train_peak_rss_bytes"] > 0, r
+    assert "| metis | " in done.stdout and "(1.00)" in done.stdout
+    assert list((tmp_path / "work").iterdir()) == []
