@@ -41,8 +41,11 @@ def test_half_precision_strategies_name_a_stored_feature_type_and_a_float32_twin
     names = {s.name: s for s in strategies.STRATEGIES}
     half = [s for s in strategies.STRATEGIES if s.feature_dtype != "float32"]
     assert half and all(s.feature_dtype in FEATURE_DTYPES for s in half)
-    for s in half:  # the same training arguments as the float32 strategy it is compared with
-        assert s.name.endswith("-" + s.feature_dtype) and names[s.name[:-len(s.feature_dtype) - 1]].args == s.args
+    for s in half:  # the float32 strategy's training arguments, plus at most the half-precision wire
+        twin = names[s.name[:-len(s.feature_dtype) - 1]]
+        extra = ("--shuffle-dtype", s.feature_dtype) if s.args[:len(twin.args)] == twin.args != s.args else ()
+        assert s.name.endswith("-" + s.feature_dtype) and s.args == twin.args + extra, s.name
+    assert names["split-bfloat16"].args == ("--layout", "split", "--shuffle-dtype", "bfloat16")
 
 
 def test_the_installed_cli_offers_the_data_and_split_parallel_layouts() -> None:

@@ -34,6 +34,7 @@ from gnnscale.sampling.keys import STREAM_DROPOUT
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts.base import Layout, Step, add_counts
+from gnnscale.train.layouts.data_parallel import worker_memory
 from gnnscale.train.metrics import PhaseTimer
 from gnnscale.train.prefetch import stream_in_groups
 
@@ -142,6 +143,8 @@ def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Com
         if after_step is not None:
             after_step(step + 1, sums)
     extra = layout.finish_epoch(comm)
+    if "memory" not in extra:  # every layout reports its largest worker's peak memory; matrix ones add bytes held
+        extra["memory"] = worker_memory(None, comm)
     return {"loss_sums": sums.loss_sums, "correct": sums.correct, "counts": sums.counts, "edges": sums.edges,
             "comm": sums.comm, "layout": extra, "bulk": layout.bulk}
 

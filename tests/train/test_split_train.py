@@ -184,6 +184,7 @@ def test_a_bfloat16_wire_halves_the_exchanged_bytes_and_trains_alike(partitions,
         for category in ("feature", "shuffle"):
             assert n["bytes_per_iteration"][category] == w["bytes_per_iteration"][category] / 2 > 0, category
         assert n["rounds_per_iteration"] == w["rounds_per_iteration"]
+        assert set(n["memory"]) == {"peak_rss_bytes_max"} and 50 * 2**20 < n["memory"]["peak_rss_bytes_max"] < 2**33
         losses = list(zip(w["iteration_losses"], n["iteration_losses"], strict=True))
         assert max(abs(a - b) / a for a, b in losses) < 0.01, losses
         assert any(a != b for a, b in losses)
@@ -204,6 +205,9 @@ def test_a_cache_changes_the_bytes_not_the_training(partitions, tmp_path):
         assert c["bytes_per_iteration"]["feature"] < 0.8 * p["bytes_per_iteration"]["feature"]
         assert "cache" not in p and 0.2 < c["cache"]["hit_rate"] <= 1 and c["cache"]["rows_per_worker"] == 240
         assert p["edge_metrics"] == c["edge_metrics"]
+        # Every layout reports its largest worker's peak resident memory (no "held" bytes: matrix layouts only).
+        assert set(p["memory"]) == set(c["memory"]) == {"peak_rss_bytes_max"}
+        assert 50 * 2**20 < p["memory"]["peak_rss_bytes_max"] < 2**33
     check_data_parallel_edge_metrics(plain, partitions[2], 2, 40)
 
 

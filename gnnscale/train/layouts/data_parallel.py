@@ -190,14 +190,14 @@ class DataParallel:
         return self.world_size
 
 
-def worker_memory(held_bytes: int, comm: Comm) -> dict:
-    """The largest topology+feature bytes held and peak resident memory (RSS) over all workers: one
-    all-reduce (category ``"eval"``)."""
+def worker_memory(held_bytes: int | None, comm: Comm) -> dict:
+    """The largest peak resident memory (RSS) over all workers and, when ``held_bytes`` is given (the
+    matrix layouts' topology+feature bytes), the largest held: one all-reduce (category ``"eval"``)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
-    t = torch.tensor([held_bytes, peak], dtype=torch.int64)
+    t = torch.tensor([held_bytes or 0, peak], dtype=torch.int64)
     comm.all_reduce_(t, torch.distributed.ReduceOp.MAX, "eval")  # collective: the largest worker's figures
     held, rss = t.tolist()
-    return {"held_bytes_max": held, "peak_rss_bytes_max": rss}
+    return {"peak_rss_bytes_max": rss} if held_bytes is None else {"held_bytes_max": held, "peak_rss_bytes_max": rss}
 
 
 def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
