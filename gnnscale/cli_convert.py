@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from gnnscale.cli_common import HelpWithDefaults
-from gnnscale.cli_generate import TenthsProgress
+from gnnscale.cli_generate import TenthsProgress, print_written
 from gnnscale.graph.convert import DEFAULT_SPLIT, ConvertInputs, convert_dataset, npy_inputs, ogb_inputs
 from gnnscale.graph.generate import CHUNK_EDGES
 
@@ -83,12 +83,7 @@ def cmd_convert(args) -> None:
                               chunk_edges=args.chunk_edges, split_fractions=args.split_fractions, seed=args.seed,
                               overwrite=args.overwrite, progress=TenthsProgress("convert") if sys.stderr.isatty()
                               else None)
-    seconds = time.perf_counter() - start
-    total = sum(summary.file_bytes.values())
-    print(f"wrote {out}: {summary.num_nodes:,} nodes, {summary.num_edges:,} directed edges (from "
-          f"{summary.edges_read:,} read), {total / 1e9:.2f} GB in {seconds:.1f} s")
-    for name, size in summary.file_bytes.items():
-        print(f"  {name:<14} {size:>16,} bytes")
+    print_written(out, summary, f"from {summary.edges_read:,} read", time.perf_counter() - start)
 
 
 def _inputs(args, out: Path) -> ConvertInputs:

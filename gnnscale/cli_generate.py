@@ -49,10 +49,15 @@ def cmd_generate(args) -> None:
     start = time.perf_counter()
     summary = generate_dataset(cfg, out, chunk_edges=args.chunk_edges, overwrite=args.overwrite,
                                progress=TenthsProgress() if sys.stderr.isatty() else None)
-    seconds = time.perf_counter() - start
+    print_written(out, summary, f"{summary.edges_drawn - summary.num_edges:,} repeats removed",
+                  time.perf_counter() - start)
+
+
+def print_written(out: Path, summary, detail: str, seconds: float) -> None:
+    """The summary line of a dataset directory written chunk by chunk, then each file's size."""
     total = sum(summary.file_bytes.values())
-    print(f"wrote {out}: {summary.num_nodes:,} nodes, {summary.num_edges:,} directed edges "
-          f"({summary.edges_drawn - summary.num_edges:,} repeats removed), {total / 1e9:.2f} GB in {seconds:.1f} s")
+    print(f"wrote {out}: {summary.num_nodes:,} nodes, {summary.num_edges:,} directed edges ({detail}), "
+          f"{total / 1e9:.2f} GB in {seconds:.1f} s")
     for name, size in summary.file_bytes.items():
         print(f"  {name:<14} {size:>16,} bytes")
 
