@@ -183,7 +183,7 @@ HEADER = (f"{'Gbit/s':>6} {'strategy':>19} {'it':>3} {'epoch s':>7} {'sample':>6
 def format_row(r: dict) -> str:
     ratio = f"{r['x_hybrid']:.2f}" if r.get("x_hybrid") is not None else "-"
     redundancy = f"{r['redundancy']:.0%}" if r["redundancy"] is not None else "-"
-    rounds = "/".join(f"{r['rounds'][c]:g}" for c in CATEGORIES)
+    rounds = "/".join(f"{r['rounds'][c]:.3g}" for c in CATEGORIES)  # DGS: one round per mask refresh, a fraction per iteration
     mb = r["mb"]
     return (f"{r['link_gbit']:>6} {r['strategy']:>19} {r['num_batches']:3d} {r['epoch_s']:7.2f} {r['sample_s']:6.2f} "
             f"{r['split_s']:6.2f} {r['fetch_s']:6.2f} {r['forward_backward_s']:7.2f} {r['shuffle_s']:6.2f} "
