@@ -26,8 +26,8 @@ import pymetis
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.pages import release_pages
-from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes, coarsen,
-                                       coarsening_bytes, refine_parts, whole_graph_bytes)
+from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, READ_ENTRIES, CoarseningReport, budget_bytes,
+                                       coarsen, coarsening_bytes, refine_parts, whole_graph_bytes)
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
 from gnnscale.partition.parhip import temporary_parhip
@@ -284,8 +284,7 @@ def _move_to_targets(part: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, mov
         if amount <= 0:
             return
         candidates = np.flatnonzero(movable & (part == a))
-        gain = _move_gains(xadj, adjncy, part, candidates, a, b)
-        release_pages(adjncy)  # KaMinPar's ParHIP file, mapped: 8 bytes per edge otherwise resident
+        gain = _gains_in_steps(xadj, adjncy, part, candidates, a, b)
         chosen = candidates[np.lexsort((candidates, -gain))[:amount]]
         part[chosen] = b
         counts[a] -= amount
@@ -293,6 +292,22 @@ def _move_to_targets(part: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, mov
     if not np.array_equal(counts, target):  # an internal invariant, kept under python -O
         raise RuntimeError("partition balancing did not converge (internal error): part sizes "
                            f"{counts.tolist()} != target {target.tolist()}")
+
+
+def _gains_in_steps(xadj: np.ndarray, adjncy: np.ndarray, part: np.ndarray, candidates: np.ndarray, a: int,
+                    b: int) -> np.ndarray:
+    """:func:`_move_gains` over steps of at most ``READ_ENTRIES`` edges, the mapped pages handed back
+    after each (KaMinPar's ParHIP file: the candidates' rows lie all over it, 8 bytes per edge)."""
+    gain = np.empty(candidates.shape[0], dtype=np.int64)
+    degree_sum = np.cumsum(xadj[candidates + 1] - xadj[candidates])
+    lo = 0
+    while lo < candidates.shape[0]:
+        reached = degree_sum[lo - 1] if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(degree_sum, reached + READ_ENTRIES, side="right")))
+        gain[lo:hi] = _move_gains(xadj, adjncy, part, candidates[lo:hi], a, b)
+        release_pages(adjncy)
+        lo = hi
+    return gain
 
 
 @numba.njit(parallel=True, cache=True)

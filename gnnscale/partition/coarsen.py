@@ -59,6 +59,10 @@ HELD_NODE_BYTES = 24
 # The coarsening's own arrays per fine node (see the module docstring), rounded up.
 COARSEN_NODE_BYTES = 80
 BLOCK_NODES = 1 << 12
+# Fine edges a contraction or balancing step reads before the pages it touched are handed back: rows
+# are read in cluster (or part) order, one page or two each, so this bounds the mapped pages resident
+# (2**21 edges of ~30 per row: ~70k rows, under 0.6 GB of pages), not only the staging.
+READ_ENTRIES = 1 << 21
 PASSES = 4
 REFINE_PASSES = 2
 MAX_LEVELS = 8
@@ -343,7 +347,7 @@ def contract(xadj: np.ndarray, adjncy: np.ndarray, cluster: np.ndarray, num_clus
             lo = 0
             while lo < c:
                 hi, used = _contract_range(xadj, adjncy, ewgt, cluster, order, cstart, lo, acc, touched, out_adj, out_w,
-                                           cxadj)
+                                           cxadj, min(size, READ_ENTRIES))
                 if used < 0:  # one cluster has more coarse neighbors than the staging holds: grow it
                     size = -used
                     out_adj, out_w = np.empty(size, np.int64), np.empty(size, np.int64)
@@ -374,18 +378,19 @@ def _append(f, source: Path) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _contract_range(xadj, adjncy, ewgt, cluster, order, cstart, lo, acc, touched, out_adj, out_w, cxadj):
+def _contract_range(xadj, adjncy, ewgt, cluster, order, cstart, lo, acc, touched, out_adj, out_w, cxadj, read_limit):
     """Rows of clusters lo, lo + 1, ... into out_adj / out_w while they fit; sets cxadj[c + 1] of each.
 
-    Stops too once the clusters staged have read ``out_adj.shape[0]`` fine edges: a cluster's nodes
-    may lie anywhere in the file, and the caller hands the pages read back after every call.
+    Stops too once the clusters staged have read ``read_limit`` fine edges: a cluster's nodes may lie
+    anywhere in the file, so a call touches up to a page per row read, and the caller hands the pages
+    back after every call.
 
     Returns (first cluster not staged, entries staged), or (lo, -degree) when cluster lo alone does
     not fit.
     """
     unit_e = ewgt.shape[0] == 0
     num_clusters = cstart.shape[0] - 1
-    limit = out_adj.shape[0]
+    limit = read_limit
     pos = 0
     read = 0
     c = lo
