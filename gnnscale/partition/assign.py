@@ -25,8 +25,8 @@ import numpy as np
 import pymetis
 
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.graph.pages import release_pages
-from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, READ_ENTRIES, CoarseningReport, budget_bytes,
+from gnnscale.graph.pages import read_entries, unmapped_reads
+from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes,
                                        coarsen, coarsening_bytes, refine_parts, whole_graph_bytes)
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
@@ -284,7 +284,7 @@ def _move_to_targets(part: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, mov
         if amount <= 0:
             return
         candidates = np.flatnonzero(movable & (part == a))
-        gain = _gains_in_steps(xadj, adjncy, part, candidates, a, b)
+        gain = _gains(xadj, adjncy, part, candidates, a, b)
         chosen = candidates[np.lexsort((candidates, -gain))[:amount]]
         part[chosen] = b
         counts[a] -= amount
@@ -294,34 +294,43 @@ def _move_to_targets(part: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, mov
                            f"{counts.tolist()} != target {target.tolist()}")
 
 
-def _gains_in_steps(xadj: np.ndarray, adjncy: np.ndarray, part: np.ndarray, candidates: np.ndarray, a: int,
-                    b: int) -> np.ndarray:
-    """:func:`_move_gains` over steps of at most ``READ_ENTRIES`` edges, the mapped pages handed back
-    after each (KaMinPar's ParHIP file: the candidates' rows lie all over it, 8 bytes per edge)."""
-    gain = np.empty(candidates.shape[0], dtype=np.int64)
-    degree_sum = np.cumsum(xadj[candidates + 1] - xadj[candidates])
-    lo = 0
-    while lo < candidates.shape[0]:
-        reached = degree_sum[lo - 1] if lo else 0
-        hi = max(lo + 1, int(np.searchsorted(degree_sum, reached + READ_ENTRIES, side="right")))
-        gain[lo:hi] = _move_gains(xadj, adjncy, part, candidates[lo:hi], a, b)
-        release_pages(adjncy)
-        lo = hi
+def _gains(xadj: np.ndarray, adjncy: np.ndarray, part: np.ndarray, candidates: np.ndarray, a: int,
+           b: int) -> np.ndarray:
+    """int64 [len(candidates)]: neighbors in part b minus neighbors in part a (edges saved by a -> b).
+
+    The candidates' rows lie all over ``adjncy`` (KaMinPar's ParHIP file, memory-mapped): they are read
+    with ``pread`` (:func:`~gnnscale.graph.pages.read_entries`), so that no mapped page is held."""
+    if candidates.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    longest = int(np.max(xadj[candidates + 1] - xadj[candidates]))
+    with unmapped_reads(adjncy) as (fd, at):
+        gain, unread = _move_gains(xadj, fd, at, adjncy, part, candidates, a, b, max(longest, 1))
+    if unread >= 0:
+        raise OSError(f"{getattr(adjncy, 'filename', 'adjncy')}: could not read the row of node {unread}: "
+                      "the file is shorter than its offsets say, or unreadable")
     return gain
+
+
+GAIN_PIECE = 4096  # candidates per parallel piece, each with its own row buffer
 
 
 @numba.njit(parallel=True, cache=True)
-def _move_gains(xadj, adjncy, part, candidates, a, b):
-    """int64 [len(candidates)]: neighbors in part b minus neighbors in part a (edges saved by a -> b)."""
+def _move_gains(xadj, fd, at, adjncy, part, candidates, a, b, longest):
     gain = np.empty(candidates.shape[0], dtype=np.int64)
-    for i in numba.prange(candidates.shape[0]):
-        v = candidates[i]
-        g = 0
-        for e in range(xadj[v], xadj[v + 1]):
-            q = part[adjncy[e]]
-            if q == b:
-                g += 1
-            elif q == a:
-                g -= 1
-        gain[i] = g
-    return gain
+    unread = np.full((candidates.shape[0] + GAIN_PIECE - 1) // GAIN_PIECE, -1, dtype=np.int64)
+    for piece in numba.prange(unread.shape[0]):
+        row = np.empty(longest, dtype=adjncy.dtype)
+        for i in range(piece * GAIN_PIECE, min((piece + 1) * GAIN_PIECE, candidates.shape[0])):
+            v = candidates[i]
+            if not read_entries(fd, at, adjncy, xadj[v], xadj[v + 1], row):
+                unread[piece] = v
+                break
+            g = 0
+            for j in range(xadj[v + 1] - xadj[v]):
+                q = part[row[j]]
+                if q == b:
+                    g += 1
+                elif q == a:
+                    g -= 1
+            gain[i] = g
+    return gain, (np.max(unread) if unread.shape[0] else -1)

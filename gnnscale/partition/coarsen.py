@@ -25,7 +25,8 @@ entry per node.
 
 Memory: ``8 * chunk_entries * 2`` bytes of output staging plus about :data:`COARSEN_NODE_BYTES` per
 fine node (xadj, labels, cluster weights, the rating accumulator and its touched list, the argsort),
-never a multiple of the edge count; the file's pages are handed back after every chunk.
+never a multiple of the edge count; the file's pages are handed back after every chunk read in order,
+and rows read out of order (contraction) are read with ``pread``, not through the mapping.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from gnnscale.graph.pages import release_pages
+from gnnscale.graph.pages import read_entries, release_pages, unmapped_reads
 from gnnscale.partition.kaminpar_parts import COMPRESS_ABOVE_EDGES
 from gnnscale.partition.parhip import HEADER_BYTES, WEIGHTED_VERSION, open_weighted_parhip
 
@@ -59,10 +60,6 @@ HELD_NODE_BYTES = 24
 # The coarsening's own arrays per fine node (see the module docstring), rounded up.
 COARSEN_NODE_BYTES = 80
 BLOCK_NODES = 1 << 12
-# Fine edges a contraction or balancing step reads before the pages it touched are handed back: rows
-# are read in cluster (or part) order, one page or two each, so this bounds the mapped pages resident
-# (2**21 edges of ~30 per row: ~70k rows, under 0.6 GB of pages), not only the staging.
-READ_ENTRIES = 1 << 21
 PASSES = 4
 REFINE_PASSES = 2
 MAX_LEVELS = 8
@@ -73,6 +70,8 @@ MIN_CLUSTERS_PER_PART = 16
 MIN_SHRINK = 0.9
 # Output staging entries per contraction chunk: 2**22 neighbors and as many weights, 64 MiB.
 CHUNK_ENTRIES = 1 << 22
+# _contract_range's "entries staged" when a row could not be read from the file.
+UNREADABLE = -(1 << 62)
 # Node-count imbalance the refinement may create (balance_counts removes it afterwards).
 REFINE_EPSILON = 0.03
 
@@ -315,9 +314,12 @@ def contract(xadj: np.ndarray, adjncy: np.ndarray, cluster: np.ndarray, num_clus
     """Write the cluster graph of ``cluster`` to ``path`` as a weighted ParHIP file.
 
     Args:
-        xadj, adjncy: the symmetric adjacency (``adjncy`` may be memory-mapped).
+        xadj, adjncy: the symmetric adjacency (``adjncy`` may be memory-mapped: a cluster's rows lie
+            all over it, so they are read with ``pread``, :func:`~gnnscale.graph.pages.read_entries`,
+            and none of its pages is mapped).
         cluster: int64 [n], values in [0, num_clusters) (:func:`compact_clusters`).
-        node_weight, edge_weight: the fine graph's weights (default: 1 each).
+        node_weight, edge_weight: the fine graph's weights (default: 1 each; ``edge_weight`` may be
+            memory-mapped too).
         chunk_entries: int >= 1, coarse edges staged per write (a cluster with more is staged alone).
 
     Returns:
@@ -339,21 +341,25 @@ def contract(xadj: np.ndarray, adjncy: np.ndarray, cluster: np.ndarray, num_clus
     touched = np.empty(c, dtype=np.int64)
     size = int(chunk_entries)
     out_adj, out_w = np.empty(size, np.int64), np.empty(size, np.int64)
+    longest = _longest_row(xadj)
+    row_adj, row_w = np.empty(longest, adjncy.dtype), np.empty(longest if ewgt.shape[0] else 0, ewgt.dtype)
     edges_at = HEADER_BYTES + 8 * (c + 1)
     weights_path = Path(str(path) + ".weights")
     try:
-        with open(path, "wb") as f, open(weights_path, "wb") as fw:
+        with (open(path, "wb") as f, open(weights_path, "wb") as fw, unmapped_reads(adjncy) as (fd, at),
+              unmapped_reads(ewgt) as (wfd, wat)):
             f.seek(edges_at)
             lo = 0
             while lo < c:
-                hi, used = _contract_range(xadj, adjncy, ewgt, cluster, order, cstart, lo, acc, touched, out_adj, out_w,
-                                           cxadj, min(size, READ_ENTRIES))
+                hi, used = _contract_range(xadj, (fd, at, adjncy, row_adj), (wfd, wat, ewgt, row_w), cluster, order,
+                                           cstart, lo, acc, touched, out_adj, out_w, cxadj)
+                if used == UNREADABLE:
+                    raise OSError(f"{getattr(adjncy, 'filename', 'adjncy')}: could not read the rows of cluster {hi}: "
+                                  "the file is shorter than its offsets say, or unreadable")
                 if used < 0:  # one cluster has more coarse neighbors than the staging holds: grow it
                     size = -used
                     out_adj, out_w = np.empty(size, np.int64), np.empty(size, np.int64)
                     continue
-                release_pages(adjncy)
-                release_pages(ewgt)
                 f.write(memoryview(out_adj[:used]))
                 fw.write(memoryview(out_w[:used]))
                 lo = hi
@@ -370,6 +376,12 @@ def contract(xadj: np.ndarray, adjncy: np.ndarray, cluster: np.ndarray, num_clus
     return c, m
 
 
+def _longest_row(xadj: np.ndarray) -> int:
+    """The largest ``xadj[v + 1] - xadj[v]``, in pieces (no second array of ``n`` entries)."""
+    step = 1 << 20
+    return max((int(np.max(np.diff(xadj[lo:lo + step + 1]))) for lo in range(0, xadj.shape[0] - 1, step)), default=0)
+
+
 def _append(f, source: Path) -> None:
     """Copy ``source`` onto the end of the open file ``f`` in 1 MiB pieces."""
     with open(source, "rb") as src:
@@ -378,44 +390,46 @@ def _append(f, source: Path) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _contract_range(xadj, adjncy, ewgt, cluster, order, cstart, lo, acc, touched, out_adj, out_w, cxadj, read_limit):
+def _contract_range(xadj, rows, weights, cluster, order, cstart, lo, acc, touched, out_adj, out_w, cxadj):
     """Rows of clusters lo, lo + 1, ... into out_adj / out_w while they fit; sets cxadj[c + 1] of each.
 
-    Stops too once the clusters staged have read ``read_limit`` fine edges: a cluster's nodes may lie
-    anywhere in the file, so a call touches up to a page per row read, and the caller hands the pages
-    back after every call.
-
-    Returns (first cluster not staged, entries staged), or (lo, -degree) when cluster lo alone does
-    not fit.
+    ``rows`` and ``weights`` are (fd, offset, array, row buffer) for :func:`read_entries` (``weights``'
+    array empty: weight 1 each). Returns (first cluster not staged, entries staged), (lo, -degree) when
+    cluster lo alone does not fit, or (the cluster, :data:`UNREADABLE`) when a row cannot be read.
     """
+    fd, at, adjncy, row = rows
+    wfd, wat, ewgt, row_w = weights
     unit_e = ewgt.shape[0] == 0
     num_clusters = cstart.shape[0] - 1
-    limit = read_limit
+    limit = out_adj.shape[0]
     pos = 0
-    read = 0
     c = lo
-    while c < num_clusters and read < limit:
+    while c < num_clusters:
         nt = 0
         for i in range(cstart[c], cstart[c + 1]):
             v = order[i]
-            read += xadj[v + 1] - xadj[v]
-            for e in range(xadj[v], xadj[v + 1]):
-                d = cluster[adjncy[e]]
+            degree = xadj[v + 1] - xadj[v]
+            if not read_entries(fd, at, adjncy, xadj[v], xadj[v + 1], row):
+                return c, UNREADABLE
+            if not unit_e and not read_entries(wfd, wat, ewgt, xadj[v], xadj[v + 1], row_w):
+                return c, UNREADABLE
+            for j in range(degree):
+                d = cluster[row[j]]
                 if d == c:
                     continue  # no self loops
                 if acc[d] == 0:
                     touched[nt] = d
                     nt += 1
-                acc[d] += 1 if unit_e else ewgt[e]
+                acc[d] += 1 if unit_e else row_w[j]
         if pos + nt > limit:
             for i in range(nt):
                 acc[touched[i]] = 0
             if c == lo:
                 return lo, -nt
             break
-        row = np.sort(touched[:nt])
+        out = np.sort(touched[:nt])
         for i in range(nt):
-            d = row[i]
+            d = out[i]
             out_adj[pos + i] = d
             out_w[pos + i] = acc[d]
             acc[d] = 0
