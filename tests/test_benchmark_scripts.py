@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -39,6 +41,7 @@ def test_every_benchmark_script_prints_its_help() -> None:
     assert done.returncode == 0, f"benchmark scripts that do not print --help:\n{done.stdout}\n{done.stderr[-3000:]}"
 
 
+@pytest.mark.slow  # runs every stage in child processes: ~25 s
 def test_scale_benchmark_reports_every_stage_with_sane_numbers(tmp_path: Path) -> None:
     """benchmarks/scale.py end to end on a tiny papers100M-shaped graph: every stage has a row, every
     peak RSS is positive, and the bytes on disk are the sizes of the files the stage left (--keep)."""
@@ -70,6 +73,7 @@ def test_scale_benchmark_refuses_a_run_that_does_not_fit_on_disk(tmp_path: Path)
     assert list((tmp_path / "work").iterdir()) == []
 
 
+@pytest.mark.slow  # runs every stage in child processes: ~25 s
 def test_scale_benchmark_compares_metis_and_kaminpar_on_products(tmp_path: Path) -> None:
     """--products-compare alone (--scales ""), tiny: a row per method with the cut, the epoch and the
     bytes per iteration, METIS first (the ratios are against it), and no files left without --keep."""

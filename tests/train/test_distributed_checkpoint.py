@@ -254,7 +254,9 @@ def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
 
 
 # DGS: period 3, so that the kill lands between refreshes and the masks must come back from the checkpoint.
-CRASH_CASES = [pytest.param("hybrid", ()), pytest.param("hybrid", ("--dgs", "--dgs-period", "3"), id="hybrid-dgs"),
+# hybrid-dgs takes ~80 s (its explainer replays the steps since the last refresh): the slow tier.
+CRASH_CASES = [pytest.param("hybrid", ()),
+               pytest.param("hybrid", ("--dgs", "--dgs-period", "3"), id="hybrid-dgs", marks=pytest.mark.slow),
                pytest.param("vanilla", (), marks=pytest.mark.slow),
                pytest.param("vanilla", ("--dgs", "--dgs-period", "3"), id="vanilla-dgs", marks=pytest.mark.slow),
                pytest.param("split", (), marks=pytest.mark.slow),
