@@ -5,9 +5,9 @@ them, which it does only under memory pressure: one pass over a mapped 14 GB fea
 in RSS, like holding it. Streaming passes call :func:`release_pages` after each chunk; the page
 cache keeps the pages, so a later read is not a disk read.
 
-Rows read out of order are another matter: each read fault maps the page cache's whole folio around
-the entry read (fault-around, and on file systems with large folios, e.g. ext4 on Linux 6.x, up to
-megabytes), so reading the 64 scattered rows of one cluster (~10k entries) mapped ~29 MB. Passes that
+Rows read out of order are another matter: each read fault maps more of the file than the entry read
+(fault-around, and the page cache's large folios where the file system has them, e.g. ext4 on Linux
+6.18), so reading the 64 scattered rows of one cluster (~10k entries) mapped ~29 MB. Passes that
 read rows out of order (contraction, balancing) read them with ``pread`` instead
 (:func:`unmapped_reads`, :func:`read_entries`): the bytes land in a buffer of the pass's own, and no
 mapped page is held at all.
