@@ -275,7 +275,7 @@ print(json.dumps({"growth": peak - base, "coarse_nodes": c, "coarse_edges": m}))
 # block of label propagation (4,096 nodes of ~160 neighbors: 5 MB) and 8 MB for the interpreter; no
 # mapped page of contraction, which reads a cluster's scattered rows with pread.
 MEASURED_GROWTH_NOTE = ("measured: 9 MB for a 64 MB file (50,000 nodes, 8M directed edges, ids shuffled); "
-                        "58 MB when contraction read the rows through the mapping, handing the pages back "
+                        "62 MB when contraction read the rows through the mapping, handing the pages back "
                         "every 2**21 entries (one cluster's 64 rows mapped ~29 MB: large folios)")
 
 
