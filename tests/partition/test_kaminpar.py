@@ -11,9 +11,9 @@ import pytest
 import scipy.sparse as sp
 
 from gnnscale.cli import main
-from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
-from gnnscale.partition import assign_parts, load_partition, read_manifest, write_partition_dir
+from gnnscale.partition import assign_parts, load_partition, parhip, read_manifest, write_partition_dir
 from gnnscale.partition.kaminpar_parts import kaminpar_parts
 from gnnscale.partition.parhip import open_parhip, temporary_parhip, write_parhip
 from launch import ENV, LAUNCH_TIMEOUT_S, torchrun
@@ -74,6 +74,41 @@ def test_streamed_file_equals_the_one_piece_file_and_the_symmetric_adjacency(ran
     assert n == random_graph.num_nodes and rows == scipy_symmetric_rows(random_graph)
     xadj, adjncy = open_parhip(streamed)  # the library's reader (used by the balancing pass) agrees
     assert [adjncy[xadj[v]:xadj[v + 1]].tolist() for v in range(n)] == rows
+
+
+def symmetric_multigraph(idx_dtype) -> CSCGraph:
+    """400 nodes, both directions of every edge, with self loops and edges repeated in both directions."""
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, 400, size=3000), rng.integers(0, 400, size=3000)
+    src, dst = np.concatenate([src, src[:200], np.arange(20)]), np.concatenate([dst, dst[:200], np.arange(20)])
+    graph = csc_from_coo(src, dst, 400, symmetrize=True, remove_duplicates=False)
+    return CSCGraph(indptr=graph.indptr, indices=graph.indices.astype(idx_dtype), num_nodes=400)
+
+
+@pytest.mark.parametrize("chunk_entries", [1, 7, 1000])
+def test_symmetric_graph_file_is_its_columns_and_the_general_paths_bytes(idx_dtype, tmp_path, monkeypatch,
+                                                                          chunk_entries):
+    graph = symmetric_multigraph(idx_dtype)
+    assert parhip.is_symmetric(graph, 2 * graph.in_degrees())
+    fast = tmp_path / "fast.parhip"
+    write_parhip(graph, fast, chunk_entries=chunk_entries)
+    assert read_parhip(fast) == (400, scipy_symmetric_rows(graph))
+    monkeypatch.setattr(parhip, "is_symmetric", lambda *_: False)  # the scan for out-neighbors instead
+    write_parhip(graph, tmp_path / "general.parhip", chunk_entries=chunk_entries)
+    assert fast.read_bytes() == (tmp_path / "general.parhip").read_bytes()
+
+
+def test_asymmetric_graphs_with_equal_degrees_are_told_apart(idx_dtype):
+    # Every node has in-degree = out-degree in both, so only the hash of the edges can tell.
+    cycle = csc_from_coo(np.array([0, 1, 2]), np.array([1, 2, 0]), 3)
+    both = csc_from_coo(np.array([0, 1, 1, 2, 2, 0]), np.array([1, 0, 2, 1, 0, 2]), 3)
+    for graph, expected in ((cycle, False), (both, True)):
+        graph = CSCGraph(indptr=graph.indptr, indices=graph.indices.astype(idx_dtype), num_nodes=3)
+        degree = graph.in_degrees() + np.bincount(graph.indices, minlength=3)
+        assert parhip.is_symmetric(graph, degree) is expected
+    # A repeated edge whose reverse is there once: the multisets differ, the degrees too.
+    repeated = csc_from_coo(np.array([0, 0, 1]), np.array([1, 1, 0]), 2, remove_duplicates=False)
+    assert not parhip.is_symmetric(repeated, repeated.in_degrees() + np.bincount(repeated.indices, minlength=2))
 
 
 def test_streamed_file_reads_a_memory_mapped_graph(random_graph, tmp_path):
