@@ -2,7 +2,7 @@
 on disk per stage, scale by scale.
 
     python benchmarks/scale.py [--scales 0.01,0.05] [--feature-dim D] [--methods kaminpar[,metis,random]]
-                               [--parts 8] [--workers 4] [--iterations 20] [--threads 2] [--chunk-edges N]
+                               [--parts 8] [--workers 4] [--iterations 20] [--epochs 3] [--threads 2] [--chunk-edges N]
                                [--work-dir DIR] [--keep] [--files] [--no-train] [--timeout 7200] [--json FILE]
                                [--plot FILE.png] [--products-compare [--products-scale 1.0]
                                [--products-batch-size 1000] [--cache-dir DIR]]
@@ -11,18 +11,19 @@ For each scale the script runs, each as its own child process under ``/usr/bin/t
 
     generate             gnnscale generate --preset papers100M --scale S (the dataset directory)
     partition M          gnnscale partition --dataset dir --method M --parts P, for each M in --methods
-    partition M (W)      the same with --parts W (= --workers) when W != P: training needs one part per worker
+    partition M (W)      the same with --parts W (= --workers) when W does not divide P (each worker
+                         holds P / W consecutive parts)
     train                torchrun --nproc-per-node W -m gnnscale train --partitions ... --layout hybrid,
-                         2 epochs of about --iterations iterations each (the batch size is chosen so);
-                         the first epoch is warm-up (numba compilation, page cache), the table reports
-                         the second
+                         --epochs E (default 3) of about --iterations iterations each (the batch size is
+                         chosen so) on the first method's partition; the first epoch is warm-up (numba
+                         compilation, page cache), the table reports the median of the others
 
 Columns: wall seconds of the child; peak RSS of the stage's largest process (``/usr/bin/time``'s maximum
 resident set size covers the child and every descendant it waited for, so for torchrun it is the
 largest worker or the launcher; "worker" is the largest worker's own peak from the metrics, where the
 layout reports it); bytes on disk of the directory the stage wrote (the sum of its files' sizes;
 ``--files`` lists them); edges per second: the graph's directed edges over the wall time for generate and
-partition, sampled edges of all workers over the timed epoch for train. Large runs (scale 0.25, or 1.0
+partition, sampled edges of all workers per second of the median epoch for train. Large runs (scale 0.25, or 1.0
 with ``--feature-dim 16``) are asked for explicitly; the files go under ``--work-dir`` (default
 benchmarks/.cache/scale, git-ignored) and the free disk is checked first against an estimate. Unless
 ``--keep``, each partition directory is removed once its row (and the training on it) is done and the
@@ -33,8 +34,8 @@ Children inherit this process's niceness.
 ``--products-compare`` adds METIS against KaMinPar on the products-shaped graph (the dataset
 benchmarks/distributed.py and partitioners.py cache under ``--cache-dir``): for each method,
 ``gnnscale partition --parts W`` timed whole (time, peak RSS, edge cut), then W hybrid workers train
-two epochs of ``--products-batch-size`` seeds per worker on its parts (epoch time and bytes per
-iteration of the second), each figure also as a ratio against METIS. ``--scales ""`` runs it alone.
+--epochs epochs of ``--products-batch-size`` seeds per worker on its parts (the median epoch time of
+all but the first, bytes per iteration), each figure also as a ratio against METIS. ``--scales ""`` runs it alone.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -176,14 +178,16 @@ def batch_size_for(train_nodes: int, workers: int, iterations: int) -> int:
 
 def train(scale: float, partition_dir: Path, meta: dict, scratch: Path, batch: int, a: argparse.Namespace,
           label: str = "train") -> tuple[StageRow, dict]:
-    """Two hybrid epochs on ``a.workers`` workers, ``batch`` seeds per worker per iteration; the row
-    times the second (the first is warm-up). Returns the row and that epoch's metrics (rank 0's)."""
+    """``a.epochs`` hybrid epochs on ``a.workers`` workers, ``batch`` seeds per worker per iteration; the
+    row gives the median epoch after the first (warm-up). Returns the row and rank 0's metrics of the
+    last epoch, its ``epoch_s`` replaced by that median."""
     metrics = scratch / f"metrics_{label.replace(' ', '_')}.json"  # one per run: train refuses to overwrite
     cmd = [*torchrun_command(a.workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
-           "--layout", "hybrid", "--epochs", "2", "--batch-size", str(batch), "--fanouts", a.fanouts,
+           "--layout", "hybrid", "--epochs", str(a.epochs), "--batch-size", str(batch), "--fanouts", a.fanouts,
            "--seed", str(a.seed), "--threads", "1", "--no-eval", "--quiet", "--metrics-out", str(metrics)]
     wall, peak, _ = timed(cmd, a.timeout, f"train ({a.workers} workers), scale {scale:g}")
-    last = json.loads(metrics.read_text(encoding="utf-8"))["history"][-1]
+    history = json.loads(metrics.read_text(encoding="utf-8"))["history"]
+    last = {**history[-1], "epoch_s": statistics.median(e["epoch_s"] for e in history[1:])}
     iterations = last["num_batches"]
     per_iteration = sum(last["bytes_per_iteration"].values())  # every category: features, gradients, ...
     worker_peak = last.get("memory", {}).get("peak_rss_bytes_max")
@@ -207,7 +211,8 @@ def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
     row, meta = generate(scale, dataset, a)
     rows = [row]
     print_row(row)
-    train_parts = here / f"partition_{a.methods[0]}_{a.workers}"
+    # Each worker holds --parts / --workers consecutive parts; another partition only where that is no integer.
+    train_parts = here / f"partition_{a.methods[0]}_{a.parts if a.parts % a.workers == 0 else a.workers}"
     for method in a.methods:
         out = here / f"partition_{method}_{a.parts}"
         rows.append(partition(scale, dataset, out, method, a.parts, meta, f"partition {method}", a))
@@ -215,7 +220,7 @@ def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
         if out != train_parts or a.no_train:
             release(out, a)
     if not a.no_train:
-        if not train_parts.exists():  # --workers != --parts: training needs one part per worker
+        if not train_parts.exists():  # --workers does not divide --parts
             rows.append(partition(scale, dataset, train_parts, a.methods[0], a.workers, meta,
                                   f"partition {a.methods[0]} ({a.workers})", a))
             print_row(rows[-1])
@@ -340,6 +345,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--parts", type=int, default=8, help="parts of each partition stage (default 8)")
     p.add_argument("--workers", type=int, default=4, help="training workers (default 4)")
     p.add_argument("--iterations", type=int, default=20, help="training iterations per epoch, about (default 20)")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="training epochs, >= 2: the first is warm-up, the median of the others is reported (default 3)")
     p.add_argument("--fanouts", default="10,5", help="training fanouts (default 10,5)")
     p.add_argument("--threads", type=int, default=2, help="KaMinPar's threads (default 2)")
     p.add_argument("--memory-gb", type=float, default=None, help="gnnscale partition --memory-gb (default: its own)")
@@ -362,6 +369,8 @@ def parse_args() -> argparse.Namespace:
     a = p.parse_args()
     a.scales = [float(s) for s in a.scales.split(",") if s]
     a.methods = [m for m in a.methods.split(",") if m]
+    if a.epochs < 2:
+        p.error(f"--epochs: expected at least 2 (the first is warm-up), got {a.epochs}")
     if not (a.scales or a.products_compare) or not a.methods:
         p.error(f"--scales and --methods: expected at least one value (--scales may be empty with "
                 f"--products-compare), got {a.scales!r} and {a.methods!r}")

@@ -45,10 +45,7 @@ def load_part(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartit
     try:
         if layout not in VIEWS:
             raise ValueError(f"layout: predict runs on --layout hybrid or vanilla, got {layout!r}")
-        part = load_partition(partition_dir, comm.rank, VIEWS[layout])
-        if part.num_parts != comm.world_size:
-            raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} workers "
-                             f"were launched; use --nproc-per-node {part.num_parts}")
+        part = load_partition(partition_dir, comm.rank, VIEWS[layout], workers=comm.world_size)
     except (ValueError, TypeError, OSError) as err:
         error = str(err)
     comm.agree(part is not None and not error, error)  # collective: every worker stops together

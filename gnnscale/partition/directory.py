@@ -363,27 +363,87 @@ class LocalPartition:
         return int(self.features.shape[1])
 
 
-def load_partition(directory: str | Path, part: int, view: str = "whole", *, verify: bool = True) -> LocalPartition:
+def parts_per_worker(num_parts: int, workers: int, directory: str | Path = "the partition directory") -> int:
+    """How many consecutive parts each of ``workers`` workers holds: ``num_parts // workers``, or a
+    ValueError (naming ``directory``) when ``workers`` does not divide ``num_parts``."""
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    if num_parts % workers:
+        divisors = [d for d in range(1, num_parts + 1) if num_parts % d == 0]
+        raise ValueError(f"partitions: {directory} has {num_parts} parts, which {workers} workers cannot share "
+                         f"equally (each worker holds the same number of consecutive parts); launch "
+                         f"{', '.join(map(str, divisors))} workers, or repartition with gnnscale partition "
+                         f"--parts {workers}")
+    return num_parts // workers
+
+
+def group_counts(counts: list[int], workers: int) -> list[int]:
+    """Per-part counts of a manifest (nodes, edges, split sizes) summed over each worker's parts."""
+    k = len(counts) // workers
+    return [sum(counts[w * k:(w + 1) * k]) for w in range(workers)]
+
+
+def load_partition(directory: str | Path, part: int, view: str = "whole", *, verify: bool = True,
+                   workers: int | None = None) -> LocalPartition:
     """Load part ``part`` of a directory written by :func:`write_partition_dir`, memory-mapped.
 
     Args:
         directory: the partition directory.
-        part: which part, in [0, num_parts).
+        part: which part, in [0, num_parts) (with ``workers``: which worker, in [0, workers)).
         view: ``"whole"`` (read the whole topology) or ``"own"`` (read this part's rows only).
         verify: check the sha256 of every file read against the manifest (default True; streams each
             file once).
+        workers: how many workers share the parts (default: one per part). A divisor ``W`` of the part
+            count: worker ``part`` holds parts ``[part * k, (part + 1) * k)``, ``k = num_parts // W``,
+            as one part of a ``W``-part partition (their node ranges are consecutive, so the book's
+            offsets are every ``k``-th). With ``k > 1`` its features, labels and "own" in-edges are
+            copied into memory, concatenated; the whole topology stays memory-mapped.
 
     Raises ValueError naming the path when the manifest or a file is missing, a file is corrupt
     (checksum mismatch) or disagrees with the manifest's counts; and for a wrong format_version,
-    ``part`` out of range or an unknown ``view``.
+    ``part`` out of range, ``workers`` not dividing the part count or an unknown ``view``.
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
     if view not in VIEWS:
         raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
     num_parts = manifest["num_parts"]
-    if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < num_parts:
-        raise ValueError(f"part: expected an int in [0, num_parts = {num_parts}), got {part!r}")
+    k = 1 if workers is None else parts_per_worker(num_parts, workers, directory)
+    if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < num_parts // k:
+        name = "num_parts" if workers is None else "workers"
+        raise ValueError(f"part: expected an int in [0, {name} = {num_parts // k}), got {part!r}")
+    first = _load_one(directory, manifest, int(part * k), view, verify)
+    if k == 1:
+        return first
+    # The whole topology is the same file for every part: read (and checked) once.
+    shared = first.topology if view == "whole" else None
+    rest = [_load_one(directory, manifest, q, view, verify, shared) for q in range(part * k + 1, (part + 1) * k)]
+    return _merged([first, *rest], int(part), k)
+
+
+def _merged(parts: list[LocalPartition], index: int, k: int) -> LocalPartition:
+    """Consecutive parts as part ``index`` of the partition whose book keeps every ``k``-th offset."""
+    first = parts[0]
+    book = PartitionBook(offsets=np.ascontiguousarray(first.book.offsets[::k]))
+    if first.view == "whole":
+        topology: CSCGraph | PartRows = first.topology
+    else:
+        indptrs, base = [np.zeros(1, dtype=np.int64)], 0
+        for p in parts:
+            indptrs.append(np.asarray(p.topology.local_indptr[1:]) + base)
+            base += int(p.topology.local_indptr[-1])
+        topology = PartRows(local_indptr=np.concatenate(indptrs),
+                            local_indices=np.concatenate([p.topology.local_indices for p in parts]),
+                            node_offset=first.node_offset, num_nodes=first.topology.num_nodes)
+    return LocalPartition(dataset_name=first.dataset_name, book=book, part=index, view=first.view, topology=topology,
+                          features=np.concatenate([p.features for p in parts]),
+                          labels=np.concatenate([p.labels for p in parts]), num_classes=first.num_classes,
+                          **{name: np.concatenate([getattr(p, name) for p in parts]) for name in SPLITS})
+
+
+def _load_one(directory: Path, manifest: dict, part: int, view: str, verify: bool,
+              whole: CSCGraph | None = None) -> LocalPartition:
+    """Part ``part`` as written, memory-mapped; ``whole``: the whole topology, already loaded."""
     book = PartitionBook(offsets=np.asarray(manifest["offsets"], dtype=np.int64))
     lo, hi = book.node_range(part)
     n, n_p, d = manifest["num_nodes"], hi - lo, manifest["feature_dim"]
@@ -392,11 +452,12 @@ def load_partition(directory: str | Path, part: int, view: str = "whole", *, ver
     labels = reader.array(f"part{part}/labels.npy", np.int64, (n_p,))
     splits = {name: reader.ids(f"part{part}/{name}.npy", lo, hi, manifest["split_sizes"][name][part])
               for name in SPLITS}
-    if view == "whole":
+    if whole is not None:
+        topology: CSCGraph | PartRows = whole
+    elif view == "whole":
         indptr = reader.array("topology/indptr.npy", np.int64, (n + 1,))
         indices = reader.array("topology/indices.npy", None, (manifest["num_edges"],))
-        topology: CSCGraph | PartRows = _checked(directory, lambda: CSCGraph(indptr=indptr, indices=indices,
-                                                                               num_nodes=n))
+        topology = _checked(directory, lambda: CSCGraph(indptr=indptr, indices=indices, num_nodes=n))
     else:
         local_indptr = reader.array(f"part{part}/indptr.npy", np.int64, (n_p + 1,))
         local_indices = reader.array(f"part{part}/indices.npy", None, (manifest["edges"][part],))

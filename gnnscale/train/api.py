@@ -29,7 +29,8 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
     Args:
         model: a ``torch.nn.Module`` on the CPU: gnnscale's GraphSAGE, GCN or GAT, or a model of your own.
         data: a :class:`~gnnscale.graph.dataset.NodeDataset` (``load_dataset(...)``), trained in this process;
-            or a partition directory (``gnnscale partition``), one worker per part, each started by torchrun
+            or a partition directory (``gnnscale partition``), one worker per part (or a divisor of the part
+            count), each started by torchrun
             (``torchrun --nproc-per-node P my_script.py``); every worker calls ``fit`` with the same arguments.
         inputs: what the model's forward takes (required, never guessed): ``"blocks"``, gnnscale's layered
             blocks, ``model(blocks, x)`` -> logits of the seeds (``blocks[-1]``'s destinations); or ``"pyg"``,

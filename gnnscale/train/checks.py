@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gnnscale.partition.directory import read_manifest
+from gnnscale.partition.directory import group_counts, parts_per_worker, read_manifest
 from gnnscale.train.checkpoint import previous_path
 
 
@@ -87,31 +87,30 @@ def check_partition_launch(partition_dir: str | Path, world_size: int, batch_siz
                            per_worker_batches: bool = True) -> dict:
     """Check, from the manifest alone, that ``world_size`` workers can train on ``partition_dir``.
 
-    Every worker loads part ``RANK``, so the part count must equal the worker count. With
-    ``per_worker_batches`` (data parallelism) every worker draws micro-batches from its own training
-    nodes and runs the same number of iterations per epoch (enough for the part with most training
-    nodes), so every part needs at least that many training nodes; split parallelism draws from all
-    training nodes and needs none per part. Returns the manifest.
+    Worker ``RANK`` loads the ``num_parts / world_size`` consecutive parts from ``RANK`` times that,
+    so the worker count must divide the part count. With ``per_worker_batches`` (data parallelism)
+    every worker draws micro-batches from its own training nodes and runs the same number of
+    iterations per epoch (enough for the worker with most training nodes), so every worker needs at
+    least that many training nodes; split parallelism draws from all training nodes and needs none
+    per worker. Returns the manifest.
     """
     manifest = read_manifest(partition_dir)
     num_parts = manifest["num_parts"]
-    if num_parts != world_size:
-        raise ValueError(f"partitions: {partition_dir} has {num_parts} parts but {world_size} workers were launched; "
-                         f"launch one worker per part (torchrun --nnodes N --nproc-per-node M with N x M = "
-                         f"{num_parts}), or repartition with gnnscale partition --parts {world_size}")
+    k = parts_per_worker(num_parts, world_size, partition_dir)
     if not per_worker_batches:
         return manifest
-    train = manifest["split_sizes"]["train_idx"]
-    largest = max(range(num_parts), key=lambda p: train[p])
-    smallest = min(range(num_parts), key=lambda p: train[p])
+    train = group_counts(manifest["split_sizes"]["train_idx"], world_size)
+    holds = (lambda w: f"part {w}") if k == 1 else (lambda w: f"worker {w} (parts {w * k}-{w * k + k - 1})")
+    largest = max(range(world_size), key=lambda w: train[w])
+    smallest = min(range(world_size), key=lambda w: train[w])
     if train[smallest] == 0:
-        raise ValueError(f"partitions: part {smallest} of {partition_dir} has no training nodes, so its worker "
+        raise ValueError(f"partitions: {holds(smallest)} of {partition_dir} has no training nodes, so its worker "
                          f"cannot take part in the iterations of an epoch; {repartition_advice(manifest)}")
     iterations = math.ceil(train[largest] / batch_size)
     if train[smallest] < iterations:
         least = math.ceil(train[largest] / train[smallest])
-        raise ValueError(f"batch_size: with --batch-size {batch_size}, part {largest} ({train[largest]} training "
-                         f"nodes) needs {iterations} iterations per epoch, but part {smallest} has only "
+        raise ValueError(f"batch_size: with --batch-size {batch_size}, {holds(largest)} ({train[largest]} training "
+                         f"nodes) needs {iterations} iterations per epoch, but {holds(smallest)} has only "
                          f"{train[smallest]} training nodes and every worker runs the same iterations; use "
                          f"--batch-size {least} or more, or {repartition_advice(manifest)}")
     return manifest

@@ -47,15 +47,13 @@ from gnnscale.train.run import (RunOutputs, TrainReport, check_inputs_fit_sample
 
 
 def load_local_partition(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartition:
-    """Load this worker's part in the layout's ``view`` (the whole topology, or its part's in-edges);
-    if any worker fails (missing or corrupt file, wrong worker count), every worker raises with that
+    """Load this worker's part (its consecutive parts, where fewer workers than parts were launched) in
+    the layout's ``view`` (the whole topology, or its part's in-edges); if any worker fails (missing or
+    corrupt file, a worker count that does not divide the part count), every worker raises with that
     worker's message instead of waiting forever for it."""
     part, error = None, ""
     try:
-        part = load_partition(partition_dir, comm.rank, view)
-        if part.num_parts != comm.world_size:
-            raise ValueError(f"partitions: {partition_dir} has {part.num_parts} parts but {comm.world_size} "
-                             f"workers were launched; use --nproc-per-node {part.num_parts}")
+        part = load_partition(partition_dir, comm.rank, view, workers=comm.world_size)
     except (ValueError, TypeError, OSError) as err:
         error = str(err)
     comm.agree(part is not None and not error, error)

@@ -51,18 +51,20 @@ def torchrun_predict(nproc: int, *args: str) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name, layout, workers", [
-    ("gcn", "hybrid", 2),
+@pytest.mark.parametrize("name, layout, workers, num_parts", [
+    ("gcn", "hybrid", 2, 2),
     # A launch takes 20-40 s on a busy 2-core machine: the other cases run in the slow tier.
-    pytest.param("gcn", "vanilla", 2, marks=pytest.mark.slow),
-    pytest.param("gcn", "hybrid", 4, marks=pytest.mark.slow),
-    pytest.param("sage", "vanilla", 4, marks=pytest.mark.slow),
-    pytest.param("gat", "hybrid", 2, marks=pytest.mark.slow),
+    pytest.param("gcn", "vanilla", 2, 2, marks=pytest.mark.slow),
+    pytest.param("gcn", "hybrid", 4, 4, marks=pytest.mark.slow),
+    pytest.param("sage", "vanilla", 4, 4, marks=pytest.mark.slow),
+    pytest.param("gat", "hybrid", 2, 2, marks=pytest.mark.slow),
+    # Two parts per worker: each holds parts 2w and 2w + 1 as one.
+    pytest.param("sage", "vanilla", 2, 4, marks=pytest.mark.slow),
 ])
-def test_partitioned_predict_equals_single_process_and_pyg(cora, setup, tmp_path, name, layout, workers):
+def test_partitioned_predict_equals_single_process_and_pyg(cora, setup, tmp_path, name, layout, workers, num_parts):
     parts, models = setup
     out = tmp_path / "dist"
-    run = run_launch(torchrun_predict(workers, "--model", str(models[name]), "--partitions", str(parts[workers]),
+    run = run_launch(torchrun_predict(workers, "--model", str(models[name]), "--partitions", str(parts[num_parts]),
                                       "--layout", layout, "--out", str(out), "--logits", "--embeddings", "1",
                                       "--chunk-size", "300"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -222,6 +222,40 @@ def test_round_trip(written, ds, view):
         np.testing.assert_array_equal(np.concatenate(parts), np.sort(old_to_new[getattr(ds, name)]))
 
 
+@pytest.mark.parametrize("view", ["whole", "own"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fewer_workers_than_parts_each_hold_consecutive_parts_as_one(written, view, workers):
+    manifest = read_manifest(written)
+    k = 4 // workers
+    for w in range(workers):
+        held = load_partition(written, w, view, workers=workers)
+        parts = [load_partition(written, q, view) for q in range(w * k, (w + 1) * k)]
+        assert (held.part, held.num_parts, held.view) == (w, workers, view)
+        np.testing.assert_array_equal(held.book.offsets, manifest["offsets"][::k])
+        assert held.node_offset == parts[0].node_offset and held.num_local_nodes == sum(p.num_local_nodes for p in parts)
+        for name in ("features", "labels", "train_idx", "val_idx", "test_idx"):
+            np.testing.assert_array_equal(getattr(held, name), np.concatenate([getattr(p, name) for p in parts]))
+        whole = load_partition(written, 0, "whole").topology
+        if view == "whole":
+            assert isinstance(held.topology.indices, np.memmap)  # not copied, whatever the parts held
+            np.testing.assert_array_equal(held.topology.indices, whole.indices)
+        else:
+            lo, hi = held.book.node_range(w)
+            assert held.topology.node_offset == lo
+            np.testing.assert_array_equal(held.topology.local_indices, whole.indices[whole.indptr[lo]:whole.indptr[hi]])
+            np.testing.assert_array_equal(held.topology.local_indptr, whole.indptr[lo:hi + 1] - whole.indptr[lo])
+
+
+def test_a_worker_count_that_does_not_divide_the_parts_names_the_counts_that_do(written):
+    with pytest.raises(ValueError, match=r"has 4 parts, which 3 workers cannot share equally .* launch 1, 2, 4 "
+                                         r"workers, or repartition with gnnscale partition --parts 3"):
+        load_partition(written, 0, workers=3)
+    with pytest.raises(ValueError, match=r"part: expected an int in \[0, workers = 2\), got 2"):
+        load_partition(written, 2, workers=2)
+    with pytest.raises(ValueError, match="workers: expected an int >= 1, got 0"):
+        load_partition(written, 0, workers=0)
+
+
 def test_manifest_records_every_file_and_the_summary(written):
     manifest = read_manifest(written)
     on_disk = sorted(p.relative_to(written).as_posix() for p in written.rglob("*.npy"))

@@ -250,14 +250,34 @@ def test_a_frozen_peer_stops_the_others_within_the_timeout(partitions):
         launch.stop()
 
 
-def test_part_count_must_equal_the_worker_count(partitions):
-    run = run_launch(torchrun(2, "--partitions", str(partitions[4]), "--fanouts", "4,3", *TRAIN_ARGS))
+def test_a_worker_count_that_does_not_divide_the_part_count_is_refused(partitions):
+    run = run_launch(torchrun(3, "--partitions", str(partitions[4]), "--fanouts", "4,3", *TRAIN_ARGS))
     output = run.stdout + run.stderr
     said = re.findall(r"^gnnscale train: error: .*$", output, re.MULTILINE)
     assert run.returncode != 0
-    assert said == [f"gnnscale train: error: --partitions: {partitions[4]} has 4 parts but 2 workers were launched; "
-                    "launch one worker per part (torchrun --nnodes N --nproc-per-node M with N x M = 4), or "
-                    "repartition with gnnscale partition --parts 2"], output[-3000:]
+    assert said == [f"gnnscale train: error: --partitions: {partitions[4]} has 4 parts, which 3 workers cannot "
+                    "share equally (each worker holds the same number of consecutive parts); launch 1, 2, 4 "
+                    "workers, or repartition with gnnscale partition --parts 3"], output[-3000:]
+
+
+def test_two_workers_on_four_parts_train_identically_in_hybrid_and_vanilla(partitions, tmp_path):
+    """Each worker holds two consecutive parts as one: hybrid reads their features and the whole
+    topology, vanilla their in-edges, concatenated; same keys, so the same blocks and losses."""
+    runs = {}
+    for layout in ("hybrid", "vanilla"):
+        out = tmp_path / f"{layout}.json"
+        run = run_launch(torchrun(2, "--partitions", str(partitions[4]), "--layout", layout, "--metrics-out",
+                                  str(out), "--fanouts", "4,3", *TRAIN_ARGS))
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        runs[layout] = json.loads(out.read_text())
+    manifest = read_manifest(partitions[4])
+    assert runs["hybrid"]["world_size"] == 2
+    for h, v in zip(runs["hybrid"]["history"], runs["vanilla"]["history"], strict=True):
+        assert (h["loss"], h["val_acc"], h["sampled_edges"]) == (v["loss"], v["val_acc"], v["sampled_edges"])
+        assert np.isfinite(h["loss"]) and h["bytes_per_iteration"]["feature"] > 0
+    # Every training node is some worker's: 2 workers, each with parts 2w and 2w + 1's training nodes.
+    train = manifest["split_sizes"]["train_idx"]
+    assert runs["hybrid"]["history"][0]["num_batches"] == -(-max(train[0] + train[1], train[2] + train[3]) // 64)
 
 
 @pytest.fixture(scope="module")

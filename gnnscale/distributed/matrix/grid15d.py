@@ -127,7 +127,7 @@ class BlockRow:
 def load_block_row(partition_dir: str | Path, part: LocalPartition, grid: ProcessGrid) -> BlockRow:
     """Read the "own"-view files (in-edges, features) of the ``C`` parts of this worker's block row."""
     first = grid.row * grid.replication
-    parts = [part if q == part.part else load_partition(partition_dir, q, "own")
+    parts = [part if q == part.part else load_partition(partition_dir, q, "own", workers=part.num_parts)
              for q in range(first, first + grid.replication)]
     indptrs, base = [np.zeros(1, dtype=np.int64)], 0
     for p in parts:
