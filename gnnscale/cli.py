@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batches sampled and gathered ahead in a background thread while one trains (0: none)")
     t.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (it holds the data: no --dataset); "
-                        "launch one worker per part with torchrun, or a divisor of the part count (each worker then holds "
-                        "consecutive parts)")
+                        "launch one worker per part with torchrun, or a divisor of the part count (each worker "
+                        "then holds consecutive parts)")
     t.add_argument("--layout", default=None, choices=tuple(LAYOUTS),
                    help=f"distributed (default {DEFAULT_LAYOUT}): " + "; ".join(f"{name} ({spec.summary})"
                                                                        for name, spec in LAYOUTS.items()))

@@ -41,8 +41,9 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the outputs of an earlier run in --out")
     p.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (no --dataset); launch one worker per part "
-                        "(or a divisor of the part count) with torchrun; every worker computes its part's nodes and writes them by original id into "
-                        "--out, which all workers must see (one machine or a shared file system)")
+                        "(or a divisor of the part count) with torchrun; every worker computes its part's nodes and "
+                        "writes them by original id into --out, which all workers must see (one machine or a shared "
+                        "file system)")
     p.add_argument("--layout", default=None, choices=("hybrid", "vanilla"),
                    help=f"distributed (default {DEFAULT_LAYOUT}): hybrid loads the whole topology on every worker, "
                         "vanilla only its part's in-edges; a layer's remote rows are fetched from their owners either "

@@ -232,7 +232,8 @@ def test_fewer_workers_than_parts_each_hold_consecutive_parts_as_one(written, vi
         parts = [load_partition(written, q, view) for q in range(w * k, (w + 1) * k)]
         assert (held.part, held.num_parts, held.view) == (w, workers, view)
         np.testing.assert_array_equal(held.book.offsets, manifest["offsets"][::k])
-        assert held.node_offset == parts[0].node_offset and held.num_local_nodes == sum(p.num_local_nodes for p in parts)
+        assert held.node_offset == parts[0].node_offset
+        assert held.num_local_nodes == sum(p.num_local_nodes for p in parts)
         for name in ("features", "labels", "train_idx", "val_idx", "test_idx"):
             np.testing.assert_array_equal(getattr(held, name), np.concatenate([getattr(p, name) for p in parts]))
         whole = load_partition(written, 0, "whole").topology
@@ -242,7 +243,8 @@ def test_fewer_workers_than_parts_each_hold_consecutive_parts_as_one(written, vi
         else:
             lo, hi = held.book.node_range(w)
             assert held.topology.node_offset == lo
-            np.testing.assert_array_equal(held.topology.local_indices, whole.indices[whole.indptr[lo]:whole.indptr[hi]])
+            rows = slice(whole.indptr[lo], whole.indptr[hi])
+            np.testing.assert_array_equal(held.topology.local_indices, whole.indices[rows])
             np.testing.assert_array_equal(held.topology.local_indptr, whole.indptr[lo:hi + 1] - whole.indptr[lo])
 
 
