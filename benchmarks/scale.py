@@ -2,7 +2,8 @@
 on disk per stage, scale by scale.
 
     python benchmarks/scale.py [--scales 0.01,0.05] [--feature-dim D] [--methods kaminpar[,metis,random]]
-                               [--parts 8] [--workers 4] [--iterations 20] [--epochs 3] [--threads 2] [--chunk-edges N]
+                               [--parts 8] [--workers 4] [--iterations 20] [--epochs 3] [--layouts hybrid]
+                               [--threads 2] [--chunk-edges N]
                                [--work-dir DIR] [--keep] [--files] [--no-train] [--timeout 7200] [--json FILE]
                                [--plot FILE.png] [--products-compare [--products-scale 1.0]
                                [--products-batch-size 1000] [--cache-dir DIR]]
@@ -13,7 +14,8 @@ For each scale the script runs, each as its own child process under ``/usr/bin/t
     partition M          gnnscale partition --dataset dir --method M --parts P, for each M in --methods
     partition M (W)      the same with --parts W (= --workers) when W does not divide P (each worker
                          holds P / W consecutive parts)
-    train                torchrun --nproc-per-node W -m gnnscale train --partitions ... --layout hybrid,
+    train L              torchrun --nproc-per-node W -m gnnscale train --partitions ... --layout L for each
+                         L in --layouts (default hybrid),
                          --epochs E (default 3) of about --iterations iterations each (the batch size is
                          chosen so) on the first method's partition; the first epoch is warm-up (numba
                          compilation, page cache), the table reports the median of the others
@@ -70,7 +72,7 @@ class StageRow:
     """One stage at one scale: what the table prints (and the JSON holds)."""
 
     scale: float
-    stage: str  # "generate", "partition kaminpar", "partition kaminpar (4)", "train"
+    stage: str  # "generate", "partition kaminpar", "partition kaminpar (4)", "train hybrid", ...
     num_nodes: int
     num_edges: int  # directed edges of the graph
     wall_s: float  # the child's wall time, start-up included
@@ -177,13 +179,13 @@ def batch_size_for(train_nodes: int, workers: int, iterations: int) -> int:
 
 
 def train(scale: float, partition_dir: Path, meta: dict, scratch: Path, batch: int, a: argparse.Namespace,
-          label: str = "train") -> tuple[StageRow, dict]:
-    """``a.epochs`` hybrid epochs on ``a.workers`` workers, ``batch`` seeds per worker per iteration; the
-    row gives the median epoch after the first (warm-up). Returns the row and rank 0's metrics of the
-    last epoch, its ``epoch_s`` replaced by that median."""
+          label: str = "train hybrid", layout: str = "hybrid") -> tuple[StageRow, dict]:
+    """``a.epochs`` epochs in ``layout`` on ``a.workers`` workers, ``batch`` seeds per worker per
+    iteration; the row gives the median epoch after the first (warm-up). Returns the row and rank 0's
+    metrics of the last epoch, its ``epoch_s`` replaced by that median."""
     metrics = scratch / f"metrics_{label.replace(' ', '_')}.json"  # one per run: train refuses to overwrite
     cmd = [*torchrun_command(a.workers), "-m", "gnnscale", "train", "--partitions", str(partition_dir),
-           "--layout", "hybrid", "--epochs", str(a.epochs), "--batch-size", str(batch), "--fanouts", a.fanouts,
+           "--layout", layout, "--epochs", str(a.epochs), "--batch-size", str(batch), "--fanouts", a.fanouts,
            "--seed", str(a.seed), "--threads", "1", "--no-eval", "--quiet", "--metrics-out", str(metrics)]
     wall, peak, _ = timed(cmd, a.timeout, f"train ({a.workers} workers), scale {scale:g}")
     history = json.loads(metrics.read_text(encoding="utf-8"))["history"]
@@ -225,8 +227,9 @@ def run_scale(scale: float, a: argparse.Namespace) -> list[StageRow]:
                                   f"partition {a.methods[0]} ({a.workers})", a))
             print_row(rows[-1])
         batch = batch_size_for(meta["shapes"]["train_idx"][0], a.workers, a.iterations)
-        rows.append(train(scale, train_parts, meta, here, batch, a)[0])
-        print_row(rows[-1])
+        for layout in a.layouts:
+            rows.append(train(scale, train_parts, meta, here, batch, a, f"train {layout}", layout)[0])
+            print_row(rows[-1])
         release(train_parts, a)
     release(dataset, a)
     if not a.keep:
@@ -348,6 +351,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=3,
                    help="training epochs, >= 2: the first is warm-up, the median of the others is reported (default 3)")
     p.add_argument("--fanouts", default="10,5", help="training fanouts (default 10,5)")
+    p.add_argument("--layouts", default="hybrid",
+                   help="training layouts, comma-separated, each a row (default hybrid; vanilla, split, ...)")
     p.add_argument("--threads", type=int, default=2, help="KaMinPar's threads (default 2)")
     p.add_argument("--memory-gb", type=float, default=None, help="gnnscale partition --memory-gb (default: its own)")
     p.add_argument("--chunk-edges", type=int, default=None, help="gnnscale generate --chunk-edges (default: its own)")
@@ -369,6 +374,7 @@ def parse_args() -> argparse.Namespace:
     a = p.parse_args()
     a.scales = [float(s) for s in a.scales.split(",") if s]
     a.methods = [m for m in a.methods.split(",") if m]
+    a.layouts = [name for name in a.layouts.split(",") if name]
     if a.epochs < 2:
         p.error(f"--epochs: expected at least 2 (the first is warm-up), got {a.epochs}")
     if not (a.scales or a.products_compare) or not a.methods:

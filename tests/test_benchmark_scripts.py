@@ -47,12 +47,13 @@ def test_scale_benchmark_reports_every_stage_with_sane_numbers(tmp_path: Path) -
     peak RSS is positive, and the bytes on disk are the sizes of the files the stage left (--keep)."""
     out = tmp_path / "rows.json"
     cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "0.0005", "--feature-dim", "8",
-           "--parts", "3", "--workers", "2", "--iterations", "2", "--work-dir", str(tmp_path / "work"),
+           "--parts", "3", "--workers", "2", "--iterations", "2", "--layouts", "hybrid,vanilla", "--work-dir",
+           str(tmp_path / "work"),
            "--keep", "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {r["stage"]: r for r in json.loads(out.read_text())["rows"]}
-    assert list(rows) == ["generate", "partition kaminpar", "partition kaminpar (2)", "train"]
+    assert list(rows) == ["generate", "partition kaminpar", "partition kaminpar (2)", "train hybrid", "train vanilla"]
     for row in rows.values():
         assert row["peak_rss_bytes"] > 0 and row["wall_s"] > 0 and row["edges_per_s"] > 0, row
         assert row["num_edges"] > row["num_nodes"] > 0, row
@@ -62,7 +63,8 @@ def test_scale_benchmark_reports_every_stage_with_sane_numbers(tmp_path: Path) -
                              ("partition kaminpar (2)", "partition_kaminpar_2")):
         on_disk = sum(p.stat().st_size for p in (here / directory).rglob("*") if p.is_file())
         assert rows[stage]["disk_bytes"] == on_disk > 0, stage
-    assert "3 parts" in rows["partition kaminpar"]["note"] and "MB/it" in rows["train"]["note"]
+    assert "3 parts" in rows["partition kaminpar"]["note"] and "MB/it" in rows["train vanilla"]["note"]
+    assert "MB/it" in rows["train hybrid"]["note"]
 
 
 def test_scale_benchmark_refuses_a_run_that_does_not_fit_on_disk(tmp_path: Path) -> None:
