@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnscale.graph.pages import release_pages
+
 INT32_MAX = np.iinfo(np.int32).max
+INT64_MAX = np.iinfo(np.int64).max
+ID_CHUNK = 1 << 24  # entries per step of the id check: 64-128 MB of a mapped file at a time
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
@@ -88,10 +92,22 @@ def validate_csc(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, *, che
         first = int(np.argmax(indptr[1:] < indptr[:-1]))
         raise ValueError(f"indptr: expected non-decreasing values, but indptr[{first + 1}] < indptr[{first}]")
     if check_ids and indices.shape[0] > 0:
-        lo, hi = int(indices.min()), int(indices.max())
+        lo, hi = id_range(indices)
         if lo < 0 or hi >= num_nodes:
             bad = lo if lo < 0 else hi
             raise ValueError(f"indices: node ids must lie in [0, {num_nodes}), found {bad}")
+
+
+def id_range(indices: np.ndarray) -> tuple[int, int]:
+    """(min, max) of ``indices``, read ``ID_CHUNK`` entries at a time; a memory-mapped array's pages are
+    handed back after each, so that checking a file's ids does not hold the file in the resident set
+    (12.9 GB for the full-size papers100M topology)."""
+    lo, hi = int(INT64_MAX), -1 - int(INT64_MAX)
+    for start in range(0, indices.shape[0], ID_CHUNK):
+        piece = indices[start:start + ID_CHUNK]
+        lo, hi = min(lo, int(piece.min())), max(hi, int(piece.max()))
+        release_pages(indices)
+    return lo, hi
 
 
 def csc_from_coo(

@@ -36,7 +36,6 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.pages import release_pages
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
@@ -109,7 +108,6 @@ def load_dataset_dir(directory: str | Path, mmap: bool = True) -> NodeDataset:
     arrays = _read_arrays(directory, meta, DATASET_ARRAYS, expected, mmap)
     try:
         graph = CSCGraph(indptr=arrays["indptr"], indices=arrays["indices"], num_nodes=n)
-        release_pages(graph.indices)  # the id check read every edge: a check, not a load
         return NodeDataset(name=str(meta["name"]), graph=graph, features=arrays["features"],
                            labels=arrays["labels"], train_idx=arrays["train_idx"], val_idx=arrays["val_idx"],
                            test_idx=arrays["test_idx"], num_classes=meta["num_classes"])

@@ -65,7 +65,8 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
     for start in range(0, graph.num_edges, chunk_entries):
         # In chunks: np.bincount casts its input to int64, a copy of the whole array in one call.
         raw += np.bincount(graph.indices[start:start + chunk_entries], minlength=n)
-    symmetric = is_symmetric(graph, raw)
+        release_pages(graph.indices)
+    symmetric = is_symmetric(graph, raw, chunk_entries=int(chunk_entries))
     if symmetric:  # a row is the node's column: small ranges into one reused buffer, read in order
         ranges = list(_node_ranges(np.diff(graph.indptr), min(int(chunk_entries), COLUMN_CHUNK_ENTRIES)))
         buffer = np.empty(max(int(graph.indptr[hi] - graph.indptr[lo]) for lo, hi in ranges), dtype=np.int64)
@@ -79,8 +80,8 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
             if symmetric:
                 rows, degree = _column_rows(graph.indptr, graph.indices, lo, hi, buffer)
             else:
-                rows, degree = _symmetric_rows(graph.indptr, graph.indices, lo, hi, raw[lo:hi])
-            release_pages(graph.indices)  # each range scans every edge: keep them out of the RSS
+                rows, degree = _symmetric_rows(graph.indptr, graph.indices, lo, hi, raw[lo:hi], int(chunk_entries))
+            release_pages(graph.indices)
             np.cumsum(degree, out=xadj[lo + 1:hi + 1])
             xadj[lo + 1:hi + 1] += xadj[lo]
             f.write(memoryview(np.ascontiguousarray(rows, dtype="<i8")))  # no copy on little-endian machines
@@ -116,34 +117,45 @@ def _node_ranges(raw: np.ndarray, chunk_entries: int):
         lo = hi
 
 
-def is_symmetric(graph: CSCGraph, degree: np.ndarray) -> bool:
+def is_symmetric(graph: CSCGraph, degree: np.ndarray, *, chunk_entries: int = CHUNK_ENTRIES) -> bool:
     """Whether every edge's reverse is an edge too, as often (the edge multiset equals its reverse).
 
     ``degree``: int64 [num_nodes], in-degree plus out-degree. Equal in- and out-degrees are checked
-    first (free); then one pass compares the sums of a 64-bit hash of every edge and of its reverse,
-    twice, with two salts. Unequal multisets give equal sums with probability about 2**-64 per salt for
-    a hash that behaves as a random function (SplitMix64's finaliser): a wrong "yes" would leave out
-    the out-neighbors missing from a column.
+    first (free); then one pass, ``chunk_entries`` edges at a time (a memory-mapped graph's pages are
+    handed back after each), compares the sums of a 64-bit hash of every edge and of its reverse, with
+    two salts. Unequal multisets give equal sums with probability about 2**-64 per salt for a hash that
+    behaves as a random function (SplitMix64's finaliser): a wrong "yes" would leave out the
+    out-neighbors missing from a column.
     """
     in_degree = np.diff(graph.indptr)
     if not np.array_equal(degree, 2 * in_degree):
         return False
-    return all(_edge_hash_sums(graph.indptr, graph.indices, np.uint64(salt)) for salt in (0x2545F4914F6CDD1D, GOLDEN))
+    sums = np.zeros(4, dtype=np.uint64)  # forward and backward, per salt; wrapping
+    for lo, hi in _node_ranges(in_degree, chunk_entries):
+        sums += _edge_hash_sums(graph.indptr, graph.indices, lo, hi)
+        release_pages(graph.indices)
+    return bool(sums[0] == sums[1] and sums[2] == sums[3])
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _edge_hash_sums(indptr, indices, salt):
-    """Whether the sum over edges u -> v of h(u, v) equals that of h(v, u) (wrapping uint64)."""
-    forward = np.uint64(0)
-    backward = np.uint64(0)
-    for v in numba.prange(indptr.shape[0] - 1):
-        hv = mix64(np.uint64(v) ^ salt)
-        hhv = mix64(hv)
+def _edge_hash_sums(indptr, indices, lo, hi):
+    """uint64 [4]: over the in-edges u -> v of nodes [lo, hi), the sums of h(u, v) and of h(v, u), for
+    two salts (wrapping)."""
+    salt1, salt2 = np.uint64(0x2545F4914F6CDD1D), np.uint64(GOLDEN)
+    f1 = np.uint64(0)
+    b1 = np.uint64(0)
+    f2 = np.uint64(0)
+    b2 = np.uint64(0)
+    for v in numba.prange(lo, hi):
+        hv1, hv2 = mix64(np.uint64(v) ^ salt1), mix64(np.uint64(v) ^ salt2)
+        hhv1, hhv2 = mix64(hv1), mix64(hv2)
         for e in range(indptr[v], indptr[v + 1]):
-            hu = mix64(np.uint64(indices[e]) ^ salt)
-            forward += mix64(hu + hhv)
-            backward += mix64(hv + mix64(hu))
-    return forward == backward
+            hu1, hu2 = mix64(np.uint64(indices[e]) ^ salt1), mix64(np.uint64(indices[e]) ^ salt2)
+            f1 += mix64(hu1 + hhv1)
+            b1 += mix64(hv1 + mix64(hu1))
+            f2 += mix64(hu2 + hhv2)
+            b2 += mix64(hv2 + mix64(hu2))
+    return np.array([f1, b1, f2, b2], dtype=np.uint64)
 
 
 def _column_rows(indptr, indices, lo: int, hi: int, buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,33 +169,43 @@ def _column_rows(indptr, indices, lo: int, hi: int, buffer: np.ndarray) -> tuple
     return staged[:total], degree
 
 
-def _symmetric_rows(indptr, indices, lo: int, hi: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 rows of nodes [lo, hi) concatenated, int64 [hi - lo] their lengths)."""
+def _symmetric_rows(indptr, indices, lo: int, hi: int, raw: np.ndarray,
+                    scan_entries: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 rows of nodes [lo, hi) concatenated, int64 [hi - lo] their lengths). The out-neighbors
+    are found by scanning every edge, ``scan_entries`` at a time, handing a mapped graph's pages back
+    after each piece."""
     starts = np.zeros(hi - lo + 1, dtype=np.int64)
     np.cumsum(raw, out=starts[1:])
-    staged = _gather(indptr, indices, lo, hi, starts)
+    staged = np.empty(starts[-1], dtype=np.int64)
+    cursor = starts[:-1].copy()
+    _gather_in(indptr, indices, lo, hi, staged, cursor)
+    for a, b in _node_ranges(np.diff(indptr), scan_entries):
+        _gather_out(indptr, indices, a, b, lo, hi, staged, cursor)
+        release_pages(indices)
     degree = dedupe_rows(staged, starts, lo)
     total = compact_rows(staged, starts, degree)
     return staged[:total], degree
 
 
 @numba.njit(cache=True)
-def _gather(indptr, indices, lo, hi, starts):
-    """Row v - lo of the result (from ``starts[v - lo]``): v's in-neighbors, then its out-neighbors."""
-    staged = np.empty(starts[-1], dtype=np.int64)
-    cursor = starts[:-1].copy()
+def _gather_in(indptr, indices, lo, hi, staged, cursor):
+    """Row v - lo (from ``cursor[v - lo]`` on) starts with v's in-neighbors."""
     for v in range(lo, hi):
         for e in range(indptr[v], indptr[v + 1]):
             staged[cursor[v - lo]] = indices[e]
             cursor[v - lo] += 1
-    # Out-neighbors of [lo, hi): one scan over every edge (sequential: cursors are shared).
-    for v in range(indptr.shape[0] - 1):
+
+
+@numba.njit(cache=True)
+def _gather_out(indptr, indices, a, b, lo, hi, staged, cursor):
+    """Appends to the rows of [lo, hi) their out-neighbors among sources [a, b) (sequential: cursors are
+    shared)."""
+    for v in range(a, b):
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
             if lo <= u < hi:
                 staged[cursor[u - lo]] = v
                 cursor[u - lo] += 1
-    return staged
 
 
 @contextmanager
