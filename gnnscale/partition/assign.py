@@ -18,6 +18,8 @@ its ParHIP file, memory-mapped.
 
 from __future__ import annotations
 
+import errno
+import tempfile
 from typing import Literal
 
 import numba
@@ -80,23 +82,39 @@ def assign_parts_reported(graph: CSCGraph, num_parts: int, method: str = "metis"
         return _random_parts(is_train, num_parts, seed), None
     if method == "kaminpar":
         require_kaminpar()
-        # The file's staging takes at most a quarter of the budget (8 bytes an entry); with the default
-        # budget (a machine's free memory) that is parhip's own default chunk.
-        parhip_chunk = int(min(PARHIP_CHUNK_ENTRIES, max(1 << 16, budget // 32)))
-        with temporary_parhip(graph, chunk_entries=parhip_chunk) as (path, xadj, adjncy):
-            estimate = whole_graph_bytes(graph.num_nodes, int(xadj[-1]))
-            if estimate <= budget:
-                part = kaminpar_parts(path, graph.num_nodes, int(xadj[-1]), num_parts, seed=seed, threads=threads)
-                report = None
-            else:
-                part, report = _coarse_kaminpar_parts(path.parent, xadj, adjncy, num_parts, budget, estimate, seed,
-                                                      threads)
-            balance_counts(part, xadj, adjncy, is_train, num_parts)
-        return part, report
+        try:
+            return _kaminpar_parts_of(graph, num_parts, is_train, budget, seed, threads)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise
+            # A full disk under $TMPDIR: the temporary folder is gone; say where and how much it needs.
+            need = 8 * (graph.num_nodes + 1 + 2 * graph.num_edges)
+            raise OSError(err.errno, f"{tempfile.gettempdir()}: could not write KaMinPar's temporary graph files "
+                                     f"({err.strerror or err}); the symmetric graph takes up to {need / 1e9:.1f} GB "
+                                     "there and a coarsened graph's level files up to as much again (set TMPDIR to "
+                                     "a folder with room); nothing was left there") from err
     xadj, adjncy = symmetric_adjacency(graph)
     part = _metis_parts(xadj, adjncy, num_parts, seed)
     balance_counts(part, xadj, adjncy, is_train, num_parts)
     return part, None
+
+
+def _kaminpar_parts_of(graph: CSCGraph, num_parts: int, is_train: np.ndarray, budget: int, seed: int,
+                       threads: int) -> tuple[np.ndarray, CoarseningReport | None]:
+    """KaMinPar on the ParHIP file of ``graph`` (coarsened first where it would not fit ``budget``), balanced."""
+    # The file's staging takes at most a quarter of the budget (8 bytes an entry); with the default
+    # budget (a machine's free memory) that is parhip's own default chunk.
+    parhip_chunk = int(min(PARHIP_CHUNK_ENTRIES, max(1 << 16, budget // 32)))
+    with temporary_parhip(graph, chunk_entries=parhip_chunk) as (path, xadj, adjncy):
+        estimate = whole_graph_bytes(graph.num_nodes, int(xadj[-1]))
+        if estimate <= budget:
+            part = kaminpar_parts(path, graph.num_nodes, int(xadj[-1]), num_parts, seed=seed, threads=threads)
+            report = None
+        else:
+            part, report = _coarse_kaminpar_parts(path.parent, xadj, adjncy, num_parts, budget, estimate, seed,
+                                                  threads)
+        balance_counts(part, xadj, adjncy, is_train, num_parts)
+    return part, report
 
 
 def _coarse_kaminpar_parts(workdir, xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, budget: int,

@@ -109,22 +109,30 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     del part
     splits = {name: ids.map_ids(getattr(dataset, name)) for name in SPLITS}
     offsets = ids.book.offsets
-    with _staging_directory(out_dir) as tmp:
-        files, edge_cut = _write_files(tmp, dataset, ids, splits, feature_dtype, int(chunk_edges))
-        summary = PartitionSummary(
-            method=method, num_edges=dataset.graph.num_edges, edge_cut=edge_cut,
-            nodes=tuple(int(x) for x in np.diff(offsets)), edges=tuple(int(x) for x in np.diff(ids.indptr[offsets])),
-            train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))),
-            coarsening=None if coarsening is None else coarsening.to_dict())
-        manifest = {
-            "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name,
-            "num_parts": int(num_parts), "method": method, "seed": int(seed), "num_nodes": dataset.graph.num_nodes,
-            "num_edges": dataset.graph.num_edges, "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype,
-            "num_classes": dataset.num_classes, "offsets": offsets.tolist(), **summary.to_dict(),
-            "split_sizes": {name: np.diff(np.searchsorted(idx, offsets)).tolist() for name, idx in splits.items()},
-            "files": files,
-        }
-        finish_directory(tmp, out_dir, MANIFEST, manifest)
+    try:
+        with _staging_directory(out_dir) as tmp:
+            files, edge_cut = _write_files(tmp, dataset, ids, splits, feature_dtype, int(chunk_edges))
+            summary = PartitionSummary(
+                method=method, num_edges=dataset.graph.num_edges, edge_cut=edge_cut,
+                nodes=tuple(int(x) for x in np.diff(offsets)),
+                edges=tuple(int(x) for x in np.diff(ids.indptr[offsets])),
+                train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))),
+                coarsening=None if coarsening is None else coarsening.to_dict())
+            manifest = {
+                "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name,
+                "num_parts": int(num_parts), "method": method, "seed": int(seed),
+                "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges,
+                "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype,
+                "num_classes": dataset.num_classes, "offsets": offsets.tolist(), **summary.to_dict(),
+                "split_sizes": {name: np.diff(np.searchsorted(idx, offsets)).tolist()
+                                for name, idx in splits.items()},
+                "files": files,
+            }
+            finish_directory(tmp, out_dir, MANIFEST, manifest)
+    except OSError as err:
+        # A full disk or a file size limit: the staging folder is gone; say where the write went.
+        raise OSError(err.errno, f"{out_dir}: could not write the partition directory ({err.strerror or err}); "
+                                 "nothing was left under this name") from err
     return summary
 
 

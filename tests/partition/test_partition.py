@@ -413,3 +413,33 @@ def test_cli_partition_bad_input_is_one_clear_line(tmp_path, capsys, extra, mess
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("gnnscale partition: error:") and message in err and err.count("\n") == 1
+
+
+# A file size limit (RLIMIT_FSIZE) makes a write fail as a full disk does, without a file system to fill.
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+from gnnscale.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("method", ["random", "kaminpar"])
+def test_a_full_disk_names_where_the_write_went_and_leaves_nothing(tmp_path, method):
+    # 300 nodes of 64 features: the features (77 kB) pass the limit, and with kaminpar the temporary
+    # ParHIP file of the symmetric graph (about 50 kB) does first.
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "out" / "parts"
+    argv = ["partition", "--dataset", "synthetic", "-o", "num_nodes=300", "-o", "feature_dim=64", "--parts", "2",
+            "--method", method, "--out", str(out)]
+    run = subprocess.run([sys.executable, "-c", FULL_DISK, *argv], capture_output=True, text=True, cwd=REPO,
+                         timeout=600, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("gnnscale partition: error: [Errno 27] "), run.stderr  # EFBIG; a full disk: ENOSPC
+    if method == "kaminpar":
+        assert (f"{tmp_path / 'tmp'}: could not write KaMinPar's temporary graph files (File too large); the "
+                "symmetric graph takes up to") in run.stderr and "set TMPDIR to a folder with room" in run.stderr
+    else:
+        assert f"{out}: could not write the partition directory (File too large); nothing was left" in run.stderr
+    assert list((tmp_path / "tmp").iterdir()) == [] and list((tmp_path / "out").iterdir()) == []
