@@ -22,6 +22,7 @@ from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.npy_stream import ZipNpy
 from gnnscale.graph.ogb import load_ogb
 from gnnscale.graph.storage import load_dataset_dir, load_graph, save_dataset, save_graph
+from full_disk import FULL_DISK
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -266,16 +267,6 @@ def test_existing_target_and_bad_arguments_are_refused_before_any_work(tmp_path)
         npy_inputs(edges=[tmp_path / "e.npy"], features=tmp_path / "f.npy", labels=tmp_path / "l.npy",
                    splits=(tmp_path / "big.npy",) * 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "e.npy", "f.npy", "l.npy", "taken"]
-
-
-# A file size limit (RLIMIT_FSIZE) makes a write fail as a full disk does, without a file system to fill.
-FULL_DISK = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-from gnnscale.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 def test_a_write_that_fails_midway_leaves_no_directory(tmp_path):

@@ -29,6 +29,7 @@ from gnnscale.partition import (
     symmetric_adjacency,
     write_partition_dir,
 )
+from full_disk import FULL_DISK
 
 REPO = Path(__file__).resolve().parents[2]
 CORA_DIR = Path(os.environ.get("GNNSCALE_DATA", REPO / ".." / "shared" / "data")) / "cora_planetoid"
@@ -413,16 +414,6 @@ def test_cli_partition_bad_input_is_one_clear_line(tmp_path, capsys, extra, mess
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("gnnscale partition: error:") and message in err and err.count("\n") == 1
-
-
-# A file size limit (RLIMIT_FSIZE) makes a write fail as a full disk does, without a file system to fill.
-FULL_DISK = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-from gnnscale.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 @pytest.mark.parametrize("method", ["random", "kaminpar"])
