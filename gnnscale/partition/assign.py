@@ -91,8 +91,8 @@ def assign_parts_reported(graph: CSCGraph, num_parts: int, method: str = "metis"
             need = 8 * (graph.num_nodes + 1 + 2 * graph.num_edges)
             raise OSError(err.errno, f"{tempfile.gettempdir()}: could not write KaMinPar's temporary graph files "
                                      f"({err.strerror or err}); the symmetric graph takes up to {need / 1e9:.1f} GB "
-                                     "there and a coarsened graph's level files up to as much again (set TMPDIR to "
-                                     "a folder with room); nothing was left there") from err
+                                     "there and a coarsened graph's level files (ids and weights) up to twice that "
+                                     "again (set TMPDIR to a folder with room); nothing was left there") from err
     xadj, adjncy = symmetric_adjacency(graph)
     part = _metis_parts(xadj, adjncy, num_parts, seed)
     balance_counts(part, xadj, adjncy, is_train, num_parts)
