@@ -70,8 +70,9 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
     if symmetric:  # a row is the node's column: small ranges into one reused buffer, read in order
         ranges = list(_node_ranges(np.diff(graph.indptr), min(int(chunk_entries), COLUMN_CHUNK_ENTRIES)))
         buffer = np.empty(max(int(graph.indptr[hi] - graph.indptr[lo]) for lo, hi in ranges), dtype=np.int64)
-    else:
+    else:  # every range scans all the edges for its out-neighbors, in the same pieces
         ranges = _node_ranges(raw, int(chunk_entries))
+        scans = list(_node_ranges(np.diff(graph.indptr), int(chunk_entries)))
     xadj = np.zeros(n + 1, dtype=np.int64)
     edges_at = HEADER_BYTES + 8 * (n + 1)
     with open(path, "wb") as f:
@@ -80,7 +81,7 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
             if symmetric:
                 rows, degree = _column_rows(graph.indptr, graph.indices, lo, hi, buffer)
             else:
-                rows, degree = _symmetric_rows(graph.indptr, graph.indices, lo, hi, raw[lo:hi], int(chunk_entries))
+                rows, degree = _symmetric_rows(graph.indptr, graph.indices, lo, hi, raw[lo:hi], scans)
             release_pages(graph.indices)
             np.cumsum(degree, out=xadj[lo + 1:hi + 1])
             xadj[lo + 1:hi + 1] += xadj[lo]
@@ -170,16 +171,16 @@ def _column_rows(indptr, indices, lo: int, hi: int, buffer: np.ndarray) -> tuple
 
 
 def _symmetric_rows(indptr, indices, lo: int, hi: int, raw: np.ndarray,
-                    scan_entries: int) -> tuple[np.ndarray, np.ndarray]:
+                    scans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(int64 rows of nodes [lo, hi) concatenated, int64 [hi - lo] their lengths). The out-neighbors
-    are found by scanning every edge, ``scan_entries`` at a time, handing a mapped graph's pages back
-    after each piece."""
+    are found by scanning every edge, one source range of ``scans`` at a time, handing a mapped
+    graph's pages back after each."""
     starts = np.zeros(hi - lo + 1, dtype=np.int64)
     np.cumsum(raw, out=starts[1:])
     staged = np.empty(starts[-1], dtype=np.int64)
     cursor = starts[:-1].copy()
     _gather_in(indptr, indices, lo, hi, staged, cursor)
-    for a, b in _node_ranges(np.diff(indptr), scan_entries):
+    for a, b in scans:
         _gather_out(indptr, indices, a, b, lo, hi, staged, cursor)
         release_pages(indices)
     degree = dedupe_rows(staged, starts, lo)
