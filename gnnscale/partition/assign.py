@@ -32,7 +32,7 @@ from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, Coarseni
                                        coarsen, coarsening_bytes, refine_parts, whole_graph_bytes)
 from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
-from gnnscale.partition.parhip import temporary_parhip
+from gnnscale.partition.parhip import id_bytes_for, temporary_parhip
 from gnnscale.partition.rows import compact_rows, dedupe_rows
 
 Method = Literal["metis", "kaminpar", "random"]
@@ -88,7 +88,7 @@ def assign_parts_reported(graph: CSCGraph, num_parts: int, method: str = "metis"
             if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                 raise
             # A full disk under $TMPDIR: the temporary folder is gone; say where and how much it needs.
-            need = 8 * (graph.num_nodes + 1 + 2 * graph.num_edges)
+            need = 8 * (graph.num_nodes + 1) + id_bytes_for(graph.num_nodes) * 2 * graph.num_edges
             raise OSError(err.errno, f"{tempfile.gettempdir()}: could not write KaMinPar's temporary graph files "
                                      f"({err.strerror or err}); the symmetric graph takes up to {need / 1e9:.1f} GB "
                                      "there and a coarsened graph's level files (ids and weights) up to twice that "

@@ -42,7 +42,7 @@ import numpy as np
 
 from gnnscale.graph.pages import read_entries, release_pages, unmapped_reads
 from gnnscale.partition.kaminpar_parts import COMPRESS_ABOVE_EDGES
-from gnnscale.partition.parhip import HEADER_BYTES, WEIGHTED_VERSION, open_weighted_parhip
+from gnnscale.partition.parhip import HEADER_BYTES, Layout, id_bytes_for, open_weighted_parhip, write_header
 
 # KaMinPar 3.7.3's peak resident bytes above the interpreter's, 1 thread, 8 parts, measured on the
 # products-shaped graph (ParHIP files from write_parhip): scale 0.01 (1.24M directed edges) 22.5
@@ -337,19 +337,19 @@ def contract(xadj: np.ndarray, adjncy: np.ndarray, cluster: np.ndarray, num_clus
     np.cumsum(np.bincount(cluster, minlength=c), out=cstart[1:])
     order = np.argsort(cluster, kind="stable")
     coarse_vwgt = np.bincount(cluster, weights=vwgt if vwgt.shape[0] else None, minlength=c).astype(np.int64)
+    layout = _coarse_layout(xadj, ewgt, cluster, c, coarse_vwgt, chunk_entries)
     cxadj = np.zeros(c + 1, dtype=np.int64)
     acc = np.zeros(c, dtype=np.int64)
     touched = np.empty(c, dtype=np.int64)
     size = int(chunk_entries)
-    out_adj, out_w = np.empty(size, np.int64), np.empty(size, np.int64)
+    out_adj, out_w = np.empty(size, layout.id_dtype), np.empty(size, f"<i{layout.edge_weight_bytes}")
     longest = _longest_row(xadj)
     row_adj, row_w = np.empty(longest, adjncy.dtype), np.empty(longest if ewgt.shape[0] else 0, ewgt.dtype)
-    edges_at = HEADER_BYTES + 8 * (c + 1)
     weights_path = Path(str(path) + ".weights")
     try:
         with (open(path, "wb") as f, open(weights_path, "wb") as fw, unmapped_reads(adjncy) as (fd, at),
               unmapped_reads(ewgt) as (wfd, wat)):
-            f.seek(edges_at)
+            f.seek(HEADER_BYTES + 8 * (c + 1))
             lo = 0
             while lo < c:
                 hi, used = _contract_range(xadj, (fd, at, adjncy, row_adj), (wfd, wat, ewgt, row_w), cluster, order,
@@ -359,22 +359,53 @@ def contract(xadj: np.ndarray, adjncy: np.ndarray, cluster: np.ndarray, num_clus
                                   "the file is shorter than its offsets say, or unreadable")
                 if used < 0:  # one cluster has more coarse neighbors than the staging holds: grow it
                     size = -used
-                    out_adj, out_w = np.empty(size, np.int64), np.empty(size, np.int64)
+                    out_adj, out_w = np.empty(size, out_adj.dtype), np.empty(size, out_w.dtype)
                     continue
                 f.write(memoryview(out_adj[:used]))
                 fw.write(memoryview(out_w[:used]))
                 lo = hi
             m = int(cxadj[-1])
             del order, acc, touched
-            f.write(memoryview(coarse_vwgt))
+            f.write(memoryview(coarse_vwgt.astype(f"<i{layout.node_weight_bytes}")))
             fw.flush()
             _append(f, weights_path)
-            f.seek(0)
-            f.write(np.array([WEIGHTED_VERSION, c, m], dtype="<u8").tobytes())
-            f.write((edges_at + 8 * cxadj).astype("<u8").tobytes())
+            write_header(f, layout, c, cxadj)
     finally:
         weights_path.unlink(missing_ok=True)
     return c, m
+
+
+def _coarse_layout(xadj: np.ndarray, ewgt: np.ndarray, cluster: np.ndarray, num_clusters: int,
+                   coarse_vwgt: np.ndarray, chunk_entries: int) -> Layout:
+    """The narrowest fields that hold the cluster graph: 32-bit ids below 2**31 clusters, 32-bit node
+    weights below 2**31 in all, 32-bit edge weights where no cluster's volume (the summed weights of
+    its members' edges, a bound on every weight of its row) reaches 2**31."""
+    limit = np.iinfo(np.int32).max
+    volume = np.bincount(cluster, weights=_weighted_degrees(xadj, ewgt, chunk_entries), minlength=num_clusters)
+    return Layout(weighted=True, id_bytes=id_bytes_for(num_clusters),
+                  node_weight_bytes=4 if int(coarse_vwgt.sum()) <= limit else 8,
+                  edge_weight_bytes=4 if volume.max(initial=0) <= limit else 8)
+
+
+def _weighted_degrees(xadj: np.ndarray, ewgt: np.ndarray, chunk_entries: int) -> np.ndarray:
+    """float64 [n]: each node's summed edge weights (its degree for unit weights); a mapped ``ewgt`` is
+    read in order, its pages handed back every ``chunk_entries`` entries. (float64 is exact to 2**53.)"""
+    degree = np.diff(xadj).astype(np.float64)
+    if ewgt.shape[0] == 0:
+        return degree
+    for lo, hi in _groups(degree, chunk_entries):
+        _row_sums(xadj, ewgt, lo, hi, degree)
+        release_pages(ewgt)
+    return degree
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_sums(xadj, ewgt, lo, hi, out):
+    for v in range(lo, hi):
+        total = 0.0
+        for e in range(xadj[v], xadj[v + 1]):
+            total += ewgt[e]
+        out[v] = total
 
 
 def _longest_row(xadj: np.ndarray) -> int:

@@ -1,11 +1,18 @@
 """The symmetric adjacency as a ParHIP binary graph file, written by streaming from CSC.
 
-ParHIP's binary format (the input of KaMinPar and ParHIP), version 3 (64-bit ids, no weights), all
-little-endian uint64::
+ParHIP's binary format (the input of KaMinPar and ParHIP), little-endian::
 
-    header   version = 3, n, m (directed edges: both directions of every undirected edge)
-    offsets  [n + 1]: byte offset in the file of the first neighbor of each node (the last: end of file)
+    header   uint64 version, n, m (directed edges: both directions of every undirected edge)
+    offsets  uint64 [n + 1]: byte offset in the file of the first neighbor of each node
     edges    [m]: neighbor ids, node by node
+    (weighted files: then node weights [n], then edge weights [m])
+
+The version is a bit field (:class:`Layout`): which weights are absent and which fields are 32 bits
+wide. Ids are written with 32 bits wherever the node count allows (every graph below 2**31 nodes):
+half the bytes of 64-bit ids, 12.9 GB instead of 25.8 GB for the 3.2B directed edges of a
+papers100M-sized graph, which is what lets that graph and its coarse levels fit a 70 GB disk.
+KaMinPar reads every layout written here (tests/partition/test_coarsen.py); ParHIP itself reads only
+version 3 (64-bit ids, no weights).
 
 The graph written is the one :func:`gnnscale.partition.assign.symmetric_adjacency` gives METIS:
 both directions of every edge, no self loops, no repeats, each row sorted. Nodes are processed in
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numba
@@ -36,13 +44,73 @@ from gnnscale.graph.pages import release_pages
 from gnnscale.partition.rows import compact_rows, dedupe_rows
 from gnnscale.sampling.keys import GOLDEN, mix64
 
-VERSION = 3
 HEADER_BYTES = 24
 # 2**25 staged int64 entries: 256 MiB, about 4 ranges (4 edge scans) for a products-sized graph.
 CHUNK_ENTRIES = 1 << 25
 # Entries per range of a symmetric graph, whose rows are copied in order: 32 MiB that stay cached
 # and mapped (a fresh 1 GB staging cost 1.8 s of page faults on the products-shaped graph).
 COLUMN_CHUNK_ENTRIES = 1 << 22
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What a ParHIP file holds and how wide each field is (offsets are always 64-bit: byte positions
+    in files of more than 4 GB).
+
+    Args:
+        weighted: node and edge weights follow the edges (the coarse graphs of
+            :mod:`gnnscale.partition.coarsen`); unweighted files have neither.
+        id_bytes, node_weight_bytes, edge_weight_bytes: 4 or 8.
+    """
+
+    weighted: bool
+    id_bytes: int = 8
+    node_weight_bytes: int = 8
+    edge_weight_bytes: int = 8
+
+    @property
+    def version(self) -> int:
+        """The header's bit field, least significant bit first: no edge weights, no node weights,
+        32-bit offsets, 32-bit ids, 32-bit node weights, 32-bit edge weights (KaMinPar's reader)."""
+        return ((0 if self.weighted else 3) | (self.id_bytes == 4) << 3 | (self.node_weight_bytes == 4) << 4
+                | (self.edge_weight_bytes == 4) << 5)
+
+    @staticmethod
+    def of_version(version: int) -> Layout | None:
+        """The layout of a header's version, None for one this module does not read (32-bit offsets,
+        one weight kind without the other, unknown bits)."""
+        if version >> 6 or version & 4 or (version & 3) not in (0, 3):
+            return None
+        return Layout(weighted=version & 3 == 0, id_bytes=4 if version & 8 else 8,
+                      node_weight_bytes=4 if version & 16 else 8, edge_weight_bytes=4 if version & 32 else 8)
+
+    @property
+    def id_dtype(self) -> np.dtype:
+        return np.dtype(f"<i{self.id_bytes}")
+
+
+def id_bytes_for(num_nodes: int) -> int:
+    """4 where every id of ``num_nodes`` nodes fits a signed 32-bit int, else 8."""
+    return 4 if num_nodes <= np.iinfo(np.int32).max else 8
+
+
+def read_header(path: str | Path, *, weighted: bool) -> tuple[Layout, int, int]:
+    """(layout, n, m) of a ParHIP file; ValueError naming the file unless it holds ``weighted`` data
+    in a layout :class:`Layout` reads and is at least as long as its header says."""
+    path = Path(path)
+    header = np.fromfile(path, dtype="<u8", count=3)
+    layout = Layout.of_version(int(header[0])) if header.shape[0] == 3 else None
+    kind = "weighted" if weighted else "unweighted"
+    if layout is None or layout.weighted != weighted:
+        raise ValueError(f"path: {path} is not an {kind} ParHIP file with 64-bit offsets (header {header.tolist()})")
+    n, m = int(header[1]), int(header[2])
+    size = HEADER_BYTES + 8 * (n + 1) + layout.id_bytes * m
+    if weighted:
+        size += layout.node_weight_bytes * n + layout.edge_weight_bytes * m
+    if path.stat().st_size < size:
+        raise ValueError(f"path: {path} is shorter ({path.stat().st_size:,} bytes) than its header says ({size:,}): "
+                         "a partial file")
+    return layout, n, m
 
 
 def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUNK_ENTRIES) -> np.ndarray:
@@ -56,7 +124,7 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
 
     Returns:
         xadj int64 [num_nodes + 1]: row ``v`` of the adjacency is edges ``xadj[v]:xadj[v + 1]`` of the
-        file (what :func:`open_parhip` memory-maps).
+        file (what :func:`open_parhip` memory-maps). Ids are 32-bit where ``num_nodes`` allows.
     """
     if not isinstance(chunk_entries, (int, np.integer)) or isinstance(chunk_entries, bool) or chunk_entries < 1:
         raise ValueError(f"chunk_entries: expected an int >= 1, got {chunk_entries!r}")
@@ -67,9 +135,10 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
         raw += np.bincount(graph.indices[start:start + chunk_entries], minlength=n)
         release_pages(graph.indices)
     symmetric = is_symmetric(graph, raw, chunk_entries=int(chunk_entries))
+    layout = Layout(weighted=False, id_bytes=id_bytes_for(n))
     if symmetric:  # a row is the node's column: small ranges into one reused buffer, read in order
         ranges = list(_node_ranges(np.diff(graph.indptr), min(int(chunk_entries), COLUMN_CHUNK_ENTRIES)))
-        buffer = np.empty(max(int(graph.indptr[hi] - graph.indptr[lo]) for lo, hi in ranges), dtype=np.int64)
+        buffer = np.empty(max(int(graph.indptr[hi] - graph.indptr[lo]) for lo, hi in ranges), dtype=layout.id_dtype)
     else:  # every range scans all the edges for its out-neighbors, in the same pieces
         ranges = _node_ranges(raw, int(chunk_entries))
         scans = list(_node_ranges(np.diff(graph.indptr), int(chunk_entries)))
@@ -85,25 +154,34 @@ def write_parhip(graph: CSCGraph, path: str | Path, *, chunk_entries: int = CHUN
             release_pages(graph.indices)
             np.cumsum(degree, out=xadj[lo + 1:hi + 1])
             xadj[lo + 1:hi + 1] += xadj[lo]
-            f.write(memoryview(np.ascontiguousarray(rows, dtype="<i8")))  # no copy on little-endian machines
+            f.write(memoryview(rows.astype(layout.id_dtype, copy=False)))  # a copy only from int64 staging
             del rows
-        f.seek(0)
-        f.write(np.array([VERSION, n, xadj[-1]], dtype="<u8").tobytes())
-        f.write((edges_at + 8 * xadj).astype("<u8").tobytes())
+        write_header(f, layout, n, xadj)
     return xadj
 
 
+def write_header(f, layout: Layout, n: int, xadj: np.ndarray) -> None:
+    """The header and offsets of a file whose edges start after them (``f`` open for writing; its
+    position is left after the offsets)."""
+    f.seek(0)
+    f.write(np.array([layout.version, n, xadj[-1]], dtype="<u8").tobytes())
+    f.write((HEADER_BYTES + 8 * (n + 1) + layout.id_bytes * xadj).astype("<u8").tobytes())
+
+
+def _offsets(path: Path, layout: Layout, n: int) -> np.ndarray:
+    """xadj int64 [n + 1] from the file's byte offsets."""
+    offsets = np.fromfile(path, dtype="<u8", count=n + 1, offset=HEADER_BYTES).astype(np.int64)
+    return (offsets - (HEADER_BYTES + 8 * (n + 1))) // layout.id_bytes
+
+
 def open_parhip(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """(xadj int64 [n + 1] in memory, adjncy int64 [m] memory-mapped, read-only) of a version-3 file."""
-    header = np.fromfile(path, dtype="<u8", count=3)
-    if header.shape[0] != 3 or int(header[0]) != VERSION:
-        raise ValueError(f"path: {path} is not a ParHIP version-{VERSION} file (header {header.tolist()})")
-    n, m = int(header[1]), int(header[2])
-    offsets = np.fromfile(path, dtype="<u8", count=n + 1, offset=HEADER_BYTES)
+    """(xadj int64 [n + 1] in memory, adjncy [m] memory-mapped, read-only, int32 or int64 as stored) of
+    an unweighted file."""
+    layout, n, m = read_header(path, weighted=False)
     edges_at = HEADER_BYTES + 8 * (n + 1)
-    xadj = (offsets.astype(np.int64) - edges_at) // 8
-    adjncy = np.memmap(path, dtype="<i8", mode="r", offset=edges_at, shape=(m,)) if m else np.empty(0, np.int64)
-    return xadj, adjncy
+    adjncy = np.memmap(path, dtype=layout.id_dtype, mode="r", offset=edges_at, shape=(m,)) if m \
+        else np.empty(0, layout.id_dtype)
+    return _offsets(Path(path), layout, n), adjncy
 
 
 def _node_ranges(raw: np.ndarray, chunk_entries: int):
@@ -225,27 +303,17 @@ def temporary_parhip(graph: CSCGraph, *, chunk_entries: int = CHUNK_ENTRIES):
 
 # --- weighted files (the coarse graphs of gnnscale.partition.coarsen) -----------------------------
 
-# ParHIP's version field is a bit field, least significant first: no edge weights, no vertex weights,
-# 32-bit offsets, 32-bit ids, 32-bit vertex weights, 32-bit edge weights (KaGen's and KaMinPar's
-# readers; ParHIP itself reads only version 3). 0: 64-bit everything, both weights, laid out as
-# header, offsets [n + 1], edges [m], vertex weights [n], edge weights [m]. KaMinPar 3.7.3's
-# ``load_graph(..., PARHIP)`` reads it (tests/partition/test_coarsen.py).
-WEIGHTED_VERSION = 0
-
-
 def open_weighted_parhip(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(xadj int64 [n + 1], adjncy int64 [m] memory-mapped, vertex weights int64 [n] in memory, edge
-    weights int64 [m] memory-mapped) of a version-0 file (:data:`WEIGHTED_VERSION`)."""
-    header = np.fromfile(path, dtype="<u8", count=3)
-    if header.shape[0] != 3 or int(header[0]) != WEIGHTED_VERSION:
-        raise ValueError(f"path: {path} is not a weighted ParHIP version-{WEIGHTED_VERSION} file "
-                         f"(header {header.tolist()})")
-    n, m = int(header[1]), int(header[2])
+    """(xadj int64 [n + 1], adjncy [m] memory-mapped, node weights int64 [n] in memory, edge weights [m]
+    memory-mapped; ids and edge weights int32 or int64 as stored) of a weighted file."""
+    path = Path(path)
+    layout, n, m = read_header(path, weighted=True)
     edges_at = HEADER_BYTES + 8 * (n + 1)
-    xadj = (np.fromfile(path, dtype="<u8", count=n + 1, offset=HEADER_BYTES).astype(np.int64) - edges_at) // 8
-    vwgt = np.fromfile(path, dtype="<i8", count=n, offset=edges_at + 8 * m).astype(np.int64, copy=False)
+    weights_at = edges_at + layout.id_bytes * m
+    vwgt = np.fromfile(path, dtype=f"<i{layout.node_weight_bytes}", count=n, offset=weights_at).astype(np.int64)
+    ew_dtype = np.dtype(f"<i{layout.edge_weight_bytes}")
     if m == 0:
-        return xadj, np.empty(0, np.int64), vwgt, np.empty(0, np.int64)
-    adjncy = np.memmap(path, dtype="<i8", mode="r", offset=edges_at, shape=(m,))
-    ewgt = np.memmap(path, dtype="<i8", mode="r", offset=edges_at + 8 * (m + n), shape=(m,))
-    return xadj, adjncy, vwgt, ewgt
+        return _offsets(path, layout, n), np.empty(0, layout.id_dtype), vwgt, np.empty(0, ew_dtype)
+    adjncy = np.memmap(path, dtype=layout.id_dtype, mode="r", offset=edges_at, shape=(m,))
+    ewgt = np.memmap(path, dtype=ew_dtype, mode="r", offset=weights_at + layout.node_weight_bytes * n, shape=(m,))
+    return _offsets(path, layout, n), adjncy, vwgt, ewgt

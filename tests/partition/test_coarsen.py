@@ -90,6 +90,25 @@ def test_contracted_file_has_the_drawn_weights_and_kaminpar_reads_them(tmp_path)
     assert [graph.neighbors(v) for v in range(2)] == [[(1, 2)], [(0, 2)]]
 
 
+def test_weights_get_64_bits_only_where_a_cluster_volume_needs_them(tmp_path):
+    kaminpar = pytest.importorskip("kaminpar")
+    # The triangle A - B - C of the test above with heavy edges: contracting {A, B} gives one edge
+    # of weight 2 * 2**31 (over 32 bits); contracting the unit-weight one keeps every field 32-bit.
+    xadj, adjncy, cluster = np.array([0, 2, 4, 6]), np.array([1, 2, 0, 2, 0, 1]), np.array([0, 0, 1])
+    heavy = np.full(6, 1 << 31, dtype=np.int64)
+    for weights, name, ew_bytes in ((None, "light", 4), (heavy, "heavy", 8)):
+        path = tmp_path / f"{name}.parhip"
+        contract(xadj, adjncy, cluster, 2, path, node_weight=np.array([1, 2, 3]), edge_weight=weights)
+        version = int(np.fromfile(path, dtype="<u8", count=1)[0])
+        assert version == (8 | 16 | (32 if ew_bytes == 4 else 0))  # both weights, 32-bit ids and node weights
+        cx, cadj, vw, ew = open_weighted_parhip(path)
+        assert cadj.dtype == np.int32 and ew.dtype == np.dtype(f"<i{ew_bytes}") and vw.tolist() == [3, 3]
+        expected = 2 if weights is None else 2 * (1 << 31)
+        assert [cadj[cx[a]:cx[a + 1]].tolist() for a in range(2)] == [[1], [0]] and ew.tolist() == [expected] * 2
+        graph = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP)
+        assert [graph.neighbors(v) for v in range(2)] == [[(1, expected)], [(0, expected)]]
+
+
 # --- label propagation ---------------------------------------------------------------------------
 
 

@@ -30,13 +30,14 @@ def ds():
 
 
 def read_parhip(path: Path) -> tuple[int, list[list[int]]]:
-    """(n, rows) of a version-3 ParHIP file, parsed from the format's description (not the library's reader)."""
+    """(n, rows) of an unweighted ParHIP file with 32-bit ids (version 3 | 8: no weights, 64-bit offsets),
+    parsed from the format's description (not the library's reader)."""
     data = Path(path).read_bytes()
     version, n, m = np.frombuffer(data[:24], dtype="<u8").tolist()
-    assert version == 3
+    assert version == 11
     offsets = np.frombuffer(data[24:24 + 8 * (n + 1)], dtype="<u8").astype(np.int64)
-    assert offsets[0] == 24 + 8 * (n + 1) and offsets[-1] == len(data) and offsets[-1] - offsets[0] == 8 * m
-    rows = [np.frombuffer(data[offsets[v]:offsets[v + 1]], dtype="<u8").tolist() for v in range(n)]
+    assert offsets[0] == 24 + 8 * (n + 1) and offsets[-1] == len(data) and offsets[-1] - offsets[0] == 4 * m
+    rows = [np.frombuffer(data[offsets[v]:offsets[v + 1]], dtype="<u4").tolist() for v in range(n)]
     return n, rows
 
 
@@ -75,6 +76,28 @@ def test_streamed_file_equals_the_one_piece_file_and_the_symmetric_adjacency(ran
     assert n == random_graph.num_nodes and rows == scipy_symmetric_rows(random_graph)
     xadj, adjncy = open_parhip(streamed)  # the library's reader (used by the balancing pass) agrees
     assert [adjncy[xadj[v]:xadj[v + 1]].tolist() for v in range(n)] == rows
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_kaminpar_reads_the_32_bit_file_as_written(random_graph, tmp_path, compress):
+    kaminpar = pytest.importorskip("kaminpar")
+    write_parhip(random_graph, tmp_path / "g.parhip")
+    n, rows = read_parhip(tmp_path / "g.parhip")
+    graph = kaminpar.load_graph(str(tmp_path / "g.parhip"), kaminpar.GraphFileFormat.PARHIP, compress=compress)
+    # (A compressed graph lists runs of consecutive ids first: compared as sets.)
+    assert graph.n() == n and [sorted(u for u, _ in graph.neighbors(v)) for v in range(n)] == rows
+
+
+def test_a_partial_or_foreign_file_is_refused_naming_it(random_graph, tmp_path):
+    path = tmp_path / "g.parhip"
+    write_parhip(random_graph, path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-4])  # one id short
+    with pytest.raises(ValueError, match=r"g\.parhip is shorter .* a partial file"):
+        open_parhip(path)
+    path.write_bytes(np.array([4 | 3], "<u8").tobytes() + data[8:])  # 32-bit offsets: not what is written here
+    with pytest.raises(ValueError, match=r"g\.parhip is not an unweighted ParHIP file with 64-bit offsets"):
+        open_parhip(path)
 
 
 def symmetric_multigraph(idx_dtype) -> CSCGraph:
