@@ -15,6 +15,9 @@ mapped page is held at all.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import mmap
 import os
 from collections.abc import Iterator
@@ -27,6 +30,26 @@ from numba import types
 # POSIX pread(fd, buffer, bytes, offset), resolved by name when a kernel is linked (so a cached kernel
 # stays valid across processes, unlike a ctypes pointer).
 _pread = types.ExternalFunction("pread", types.intp(types.intc, types.voidptr, types.uintp, types.int64))
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Free the disk blocks of bytes ``[offset, offset + length)`` of the open file ``fd`` (they read as
+    zeros after; the file keeps its size): Linux ``fallocate(PUNCH_HOLE)``. False where the file
+    system or platform cannot (nothing changed then); other errors raise OSError."""
+    fallocate = getattr(_LIBC, "fallocate", None)
+    if fallocate is None or length <= 0:
+        return fallocate is not None
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    if fallocate(fd, _FALLOC_FL_KEEP_SIZE | _FALLOC_FL_PUNCH_HOLE, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS):
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 def release_pages(array: np.ndarray) -> None:

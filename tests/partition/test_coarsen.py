@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import math
 import subprocess
@@ -16,6 +17,8 @@ from gnnscale.cli import main
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.graph.synthetic import make_synthetic, preset_config
 from gnnscale.partition import assign_parts, read_manifest, write_partition_dir
+from gnnscale.graph.pages import punch_hole
+from gnnscale.partition import coarsen
 from gnnscale.partition.assign import assign_parts_reported
 from gnnscale.partition.coarsen import (compact_clusters, contract, kaminpar_bytes, label_propagation,
                                         refine_parts)
@@ -107,6 +110,35 @@ def test_weights_get_64_bits_only_where_a_cluster_volume_needs_them(tmp_path):
         assert [cadj[cx[a]:cx[a + 1]].tolist() for a in range(2)] == [[1], [0]] and ew.tolist() == [expected] * 2
         graph = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP)
         assert [graph.neighbors(v) for v in range(2)] == [[(1, expected)], [(0, expected)]]
+
+
+@pytest.mark.parametrize("can_punch", [True, False])
+def test_the_weights_move_onto_the_file_freeing_their_copy_as_they_go(tmp_path, monkeypatch, can_punch):
+    # The level file's edge weights are staged in a file of their own and moved onto its end: the disk
+    # must not hold them twice (the full-size graph's first level has 11.6 GB of them).
+    monkeypatch.setattr(coarsen, "PUNCH_BYTES", 1 << 20)
+    data = np.random.default_rng(0).integers(0, 256, 5_000_000, dtype=np.uint8)
+    source = tmp_path / "w"
+    data.tofile(source)
+    punches = []  # (whether it freed, bytes the source still takes on disk) after each punch
+
+    def punch(fd, offset, length):
+        done = can_punch and punch_hole(fd, offset, length)
+        punches.append((done, os.fstat(fd).st_blocks * 512))
+        return done
+
+    monkeypatch.setattr(coarsen, "punch_hole", punch)
+    with open(tmp_path / "out", "wb") as f:
+        f.write(b"head")
+        coarsen._append(f, source)
+    assert (tmp_path / "out").read_bytes() == b"head" + data.tobytes()
+    if not can_punch:  # a file system that cannot: one try, then a plain copy
+        assert len(punches) == 1
+    else:
+        assert len(punches) == 5 and all(done for done, _ in punches)  # tmp_path's file system can
+        held = [after for _, after in punches]
+        assert all(after <= data.size - (i + 1) * (1 << 20) + (1 << 16) for i, after in enumerate(held[:-1]))
+        assert held[-1] <= 1 << 16
 
 
 # --- label propagation ---------------------------------------------------------------------------
