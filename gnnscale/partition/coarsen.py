@@ -11,8 +11,15 @@ entry per node.
    within ``max_weight`` fine nodes; a few passes. Nodes are visited in blocks of
    :data:`BLOCK_NODES` consecutive ids, ascending inside a block (so rows are read sequentially from
    the file), the blocks in an order drawn from ``seed`` afresh each pass; ties between candidate
-   clusters are broken by a hash of ``(seed, pass, node, cluster)``. Same inputs and seed, same
-   clusters. Isolated nodes are then grouped into clusters of up to ``max_weight`` (they cut nothing).
+   clusters go to the heavier one, then to the highest hash of ``(seed, pass, node, cluster)``. Same
+   inputs and seed, same clusters. Why the heavier: on a graph without locality (ids in no order of
+   the communities, as the papers100M-shaped generator's) a node's neighbors start in as many
+   singleton clusters, every rating is 1, and a random choice keeps clusters tiny for many passes:
+   at scale 0.1 (11.1M nodes, 322M directed edges) four passes left 2.05M clusters holding 18% of the
+   edges inside, and the first level's file kept most edges. Preferring the heavier lets a growing
+   cluster gather its community: 34,595 clusters, 32% of the edges inside, the same purity; the
+   whole coarsening there took 112 s instead of 184 s and 2 levels instead of 5, and the 16-part cut
+   was 39.2% instead of 40.4%. Isolated nodes are then grouped into clusters of up to ``max_weight`` (they cut nothing).
 2. **Contraction** (:func:`contract`): the weighted cluster graph (node weight: fine nodes in the
    cluster; edge weight: fine edges between two clusters; no self loops), built cluster by cluster
    from the fine nodes sorted by cluster (one argsort of ``n`` entries) with an accumulator of one
@@ -237,7 +244,7 @@ def _lp_blocks(xadj, adjncy, vwgt, ewgt, label, cweight, rating, touched, blocks
                     nt += 1
                 rating[c] += 1 if unit_e else ewgt[e]
             own = label[v]
-            best, best_rating, best_hash = own, rating[own], np.int64(-1)
+            best, best_rating, best_weight, best_hash = own, rating[own], np.int64(-1), np.int64(-1)
             for i in range(nt):
                 c = touched[i]
                 if c == own or cweight[c] + wv > max_weight:
@@ -246,9 +253,11 @@ def _lp_blocks(xadj, adjncy, vwgt, ewgt, label, cweight, rating, touched, blocks
                 if r < best_rating:
                     continue
                 h = _mix(seed, p, v, c)
-                # Strictly better than staying; among equals, the highest hash (own never loses a tie).
-                if r > best_rating or (best != own and h > best_hash):
-                    best, best_rating, best_hash = c, r, h
+                # Strictly better than staying; among equals, the heaviest cluster, then the highest hash
+                # (own never loses a tie).
+                if r > best_rating or (best != own and (cweight[c] > best_weight
+                                                        or (cweight[c] == best_weight and h > best_hash))):
+                    best, best_rating, best_weight, best_hash = c, r, cweight[c], h
             for i in range(nt):
                 rating[touched[i]] = 0
             if best != own:
