@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -330,13 +331,16 @@ def cmd_partition(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in SIGTERM_CLEANS:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         {"train": cmd_train, "info": cmd_info, "partition": cmd_partition,
          "predict": cmd_predict, "generate": cmd_generate, "convert": cmd_convert}[args.command](args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         # torchrun, interrupted too, already waits for every worker: none need wait for the first one's
         # line (which may be stuck in a collective with a peer until that peer exits).
-        report(f"gnnscale {args.command}: interrupted (Ctrl-C); {what_was_saved(args)}", same_on_every_worker=True,
+        how = "SIGTERM" if isinstance(err, Terminated) else "Ctrl-C"
+        report(f"gnnscale {args.command}: interrupted ({how}); {what_was_saved(args)}", same_on_every_worker=True,
                wait_for_first=False)
         return EXIT_INTERRUPTED
     except TrainingDiverged as err:
@@ -367,8 +371,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# Commands that write one directory (staged beside it, renamed into place) and temporary files: SIGTERM
+# (a scheduler's or `timeout`'s stop) raises in them as Ctrl-C does, so that both are removed. Training
+# keeps SIGTERM's default: torchrun stops its workers with it, and the workers' own fault handling
+# (docs/distributed.md) is built around that.
+SIGTERM_CLEANS = ("partition", "generate", "convert")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received by a command of :data:`SIGTERM_CLEANS`."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def what_was_saved(args) -> str:
     """For the line a Ctrl-C leaves: what the run wrote so far, and how to go on."""
+    if args.command in SIGTERM_CLEANS:
+        return f"{args.out} is as it was and the temporary files were removed"
     checkpoint, metrics = getattr(args, "checkpoint", None), getattr(args, "metrics_out", None)
     saved = []
     if checkpoint is not None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -295,6 +297,32 @@ def test_cli_bad_memory_gb_is_one_line_naming_the_flag(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and "--memory-gb: expected a number of GB > 0, got 0.0" in err
     assert not (tmp_path / "p").exists()
+
+
+def test_sigterm_mid_partition_removes_the_temporary_files_and_writes_nothing(tmp_path):
+    """A scheduler's (or `timeout`'s) SIGTERM while KaMinPar's temporary files exist: they are removed
+    as after Ctrl-C, --out is not written, and one line says so (exit 130)."""
+    pytest.importorskip("kaminpar")
+    temp, out = tmp_path / "tmpdir", tmp_path / "p"
+    temp.mkdir()
+    cmd = [sys.executable, "-m", "gnnscale", "partition", "--dataset", "synthetic", "-o", "preset=products", "-o",
+           "scale=0.02", "--parts", "4", "--method", "kaminpar", "--out", str(out), "--memory-gb", "0.05"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        deadline = time.monotonic() + 300
+        while not list(temp.glob("gnnscale-parhip-*/coarse1.parhip")) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no level file appeared"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)  # mid-coarsening: the ParHIP file and a level file exist
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [f"gnnscale partition: interrupted (SIGTERM); {out} is as it was and the "
+                                        "temporary files were removed"]
+    assert list(temp.iterdir()) == [] and list(tmp_path.iterdir()) == [temp]
 
 
 # --- memory --------------------------------------------------------------------------------------
