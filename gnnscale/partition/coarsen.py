@@ -15,11 +15,11 @@ entry per node.
    inputs and seed, same clusters. Why the heavier: on a graph without locality (ids in no order of
    the communities, as the papers100M-shaped generator's) a node's neighbors start in as many
    singleton clusters, every rating is 1, and a random choice keeps clusters tiny for many passes:
-   at scale 0.1 (11.1M nodes, 322M directed edges) four passes left 2.05M clusters holding 18% of the
-   edges inside, and the first level's file kept most edges. Preferring the heavier lets a growing
-   cluster gather its community: 34,595 clusters, 32% of the edges inside, the same purity; the
-   whole coarsening there took 112 s instead of 184 s and 2 levels instead of 5, and the 16-part cut
-   was 39.2% instead of 40.4%. Isolated nodes are then grouped into clusters of up to ``max_weight`` (they cut nothing).
+   at scale 0.1 (11.1M nodes, 322M directed edges, 16 parts) four passes left 2.05M clusters holding
+   18% of the edges inside, and the first level's file kept most edges. Preferring the heavier lets a
+   growing cluster gather its community: 33,756 clusters, 32.5% of the edges inside (and 58 s for the
+   passes instead of 95 s); the whole coarsening there took 112 s instead of 184 s and 2 levels
+   instead of 5, and the 16-part cut was 39.2% instead of 40.4%. Isolated nodes are then grouped into clusters of up to ``max_weight`` (they cut nothing).
 2. **Contraction** (:func:`contract`): the weighted cluster graph (node weight: fine nodes in the
    cluster; edge weight: fine edges between two clusters; no self loops), built cluster by cluster
    from the fine nodes sorted by cluster (one argsort of ``n`` entries) with an accumulator of one
@@ -503,16 +503,16 @@ def coarsen(xadj: np.ndarray, adjncy: np.ndarray, workdir: str | Path, *, num_pa
     Every level bounds clusters by the same weight, the most that keeps every part made of at least
     :data:`MIN_CLUSTERS_PER_PART` clusters (KaMinPar's own coarsening bounds clusters by the part
     weight too). Levels run until one removes under 10% of the nodes, not only until the estimate
-    fits: on a large graph four passes of label propagation are far from converged, and KaMinPar
-    given the many small, mixed clusters of an early level cuts far more than given the few large
-    ones of later levels, which the refinement then corrects. papers100M-shaped, scale 0.04, 8 parts,
-    1 GB: stopping once it fits (1 level, 229,338 nodes) cut 42.8%; 3 levels (140 nodes) 37.8%, where
-    KaMinPar on the whole graph cut 36.5%. Why not a smaller bound, sized to what the
-    budget needs: on the products-shaped graph (scale 0.05, 8 parts, 0.1 GB) small first-level
-    clusters (4 nodes) mixed communities: 93% of the fine edges ran between clusters after 4 levels
-    and the projected cut was 0.34 (0.197 after refinement), against 70%, 0.189 and 0.189 with this
-    bound (1 level, 1,296 coarse nodes), where KaMinPar on the whole graph cut 0.189. (Run to the
-    last level, that graph now coarsens to 150 nodes in 2 levels and cuts 0.191.)
+    fits: KaMinPar given the many small clusters of an early level cuts more than given the few large
+    ones of later levels, which the refinement then corrects (papers100M-shaped, scale 0.04, 8 parts,
+    1 GB: 2 levels, 165 nodes, cut 35.8%, where KaMinPar on the whole graph cut 36.5%; with random
+    ties, stopping once it fit, 1 level, had cut 42.8% and 3 levels 37.8%). Why not a smaller bound,
+    sized to what the budget needs: on the products-shaped graph (scale 0.05, 8 parts, 0.1 GB) small
+    first-level clusters (4 nodes) mixed communities: 93% of the fine edges ran between clusters after
+    4 levels and the projected cut was 0.34 (0.197 after refinement), against 70%, 0.189 and 0.189
+    with this bound (1 level, 1,296 coarse nodes), where KaMinPar on the whole graph cut 0.189. (Run
+    to the last level, with ties to the heavier cluster, that graph coarsens to 136 nodes in 2 levels
+    and cuts 0.200.)
 
     Returns:
         (cluster int64 [n]: the coarse node of every fine node, path of the coarse weighted ParHIP file
