@@ -117,7 +117,7 @@ def test_weights_get_64_bits_only_where_a_cluster_volume_needs_them(tmp_path):
 @pytest.mark.parametrize("can_punch", [True, False])
 def test_the_weights_move_onto_the_file_freeing_their_copy_as_they_go(tmp_path, monkeypatch, can_punch):
     # The level file's edge weights are staged in a file of their own and moved onto its end: the disk
-    # must not hold them twice (the full-size graph's first level has 11.6 GB of them).
+    # must not hold them twice (on a large graph they take gigabytes).
     monkeypatch.setattr(coarsen, "PUNCH_BYTES", 1 << 20)
     data = np.random.default_rng(0).integers(0, 256, 5_000_000, dtype=np.uint8)
     source = tmp_path / "w"
