@@ -152,6 +152,15 @@ def warm_dgs_feature_fetch(work: Path) -> None:
                       np.zeros((2, 4), dtype=np.float32), rows, cols, np.array([1]))
 
 
+def warm_dgs_explanation(work: Path) -> None:
+    """DGS's explanation: the masked input rows and the masks' gradients (float32, from torch tensors)."""
+    from gnnscale.distributed.dgs.explainer import _scale_rows, _scale_rows_grads
+
+    rows, masks = np.ones((6, 4), dtype=np.float32), (np.ones(4, dtype=np.float32), np.ones(6, dtype=np.float32))
+    _scale_rows(rows, np.zeros(4, dtype=np.float32), *masks)
+    _scale_rows_grads(rows, rows, *masks)
+
+
 def warm_loader(work: Path) -> None:
     """``gnnscale.loader.NeighborLoader`` (node-wise sampling, the attribute gathers) from a dataset on
     both index widths, in memory and memory-mapped, and from a PyG Data grouped by target and in another
@@ -198,6 +207,7 @@ WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("partitioning and distributed training", warm_partition_and_distributed),
     ("DGS node sampling", warm_dgs_sampling),
     ("DGS feature fetch", warm_dgs_feature_fetch),
+    ("DGS explanation", warm_dgs_explanation),
     ("NeighborLoader (PyG batches)", warm_loader),
     ("gnnscale generate", warm_generate),
 ]

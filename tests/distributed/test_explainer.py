@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from gnnscale.distributed.dgs.explainer import (ExplainConfig, ExplanationError, Masks, OnlineExplainer, check_masks,
-                                            explain)
-from gnnscale.distributed.dgs.explanation import build_cluster_map_local, cluster_part, explanation_graph_from_batch
+                                            explain, masked_input)
+from gnnscale.distributed.dgs.explanation import (MAX_EXPLANATION_ROWS, build_cluster_map_local, cluster_part,
+                                                  default_probes, explanation_graph_from_batch)
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition import assign_parts, relabel
@@ -77,6 +78,38 @@ def test_explanation_graph_pools_remote_rows_by_cluster(setup):
     assert (graph.super_cluster >= CLUSTERS).all()  # part 0's own clusters are never super-nodes
     np.testing.assert_allclose(graph.baseline.numpy(), features.mean(0), rtol=1e-4, atol=1e-5)
     assert graph.fingerprint == clusters.graph_fingerprint(0) and graph.num_probes == 40
+
+
+def test_masked_input_and_its_mask_gradients_match_autograd_of_the_expression(setup):
+    """The one-pass masking kernels against autograd on the plain torch expression they replace."""
+    graph = setup[3]
+    gen = torch.Generator().manual_seed(0)
+    node_logit = torch.randn(graph.num_super, generator=gen, requires_grad=True)
+    feat_logit = torch.randn(graph.feature_dim, generator=gen, requires_grad=True)
+    weight = torch.randn(graph.x.shape[0], graph.feature_dim, generator=gen)  # a loss that reads every entry
+
+    def grads(masking):
+        out = masking(node_logit.sigmoid(), feat_logit.sigmoid())
+        node_logit.grad = feat_logit.grad = None
+        (out * weight).sum().backward()
+        return out.detach(), node_logit.grad.clone(), feat_logit.grad.clone()
+
+    def expression(m_n, m_f):
+        remote = graph.super_of_row >= 0
+        row_mask = torch.ones(graph.x.shape[0]).masked_scatter(remote, m_n[graph.super_of_row[remote]])
+        return graph.baseline + (graph.x - graph.baseline) * m_f * row_mask.unsqueeze(1)
+
+    got, want = grads(lambda m_n, m_f: masked_input(graph, m_n, m_f)), grads(expression)
+    assert (graph.super_of_row >= 0).any() and (graph.super_of_row < 0).any()  # both kinds of rows
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert want[1].abs().min() > 0 and want[2].abs().min() > 0  # every mask entry gets a gradient
+
+
+def test_default_probes_bound_the_explanation_graph():
+    assert default_probes((10, 5)) == default_probes((10, 10)) == 64  # what the benchmarks' graphs explain
+    assert default_probes((15, 10, 5)) == 17 and 17 * (1 + 15 + 150 + 750) <= MAX_EXPLANATION_ROWS
+    assert default_probes((64, 64)) == 8  # at least 8, whatever the fanouts
 
 
 def test_explain_gives_deterministic_masks_in_range(setup):

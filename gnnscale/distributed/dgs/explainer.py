@@ -50,6 +50,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -156,13 +157,77 @@ def _entropy(m: Tensor) -> Tensor:
     return -(m * (m + eps).log() + (1 - m) * (1 - m + eps).log())
 
 
-def masked_input(graph: ExplanationGraph, node_mask: Tensor, feature_mask: Tensor) -> Tensor:
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _scale_rows(centered, baseline, feature_mask, row_mask):
+    """``baseline + centered * feature_mask * row_mask[:, None]``, row by row."""
+    n, d = centered.shape
+    out = np.empty((n, d), dtype=np.float32)
+    for i in range(n):
+        r = row_mask[i]
+        for j in range(d):
+            out[i, j] = baseline[j] + centered[i, j] * (feature_mask[j] * r)
+    return out
+
+
+_GRAD_BLOCK_ROWS = 256  # rows summed in float32 before the feature gradient's float64 total
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _scale_rows_grads(grad, centered, feature_mask, row_mask):
+    """The two masks' gradients of :func:`_scale_rows` from the output's: with ``h = grad * centered``,
+    ``h^T row_mask`` and ``h feature_mask``, in one pass and without storing ``h``."""
+    n, d = centered.shape
+    total = np.zeros(d, dtype=np.float64)
+    block = np.zeros(d, dtype=np.float32)
+    grad_row = np.empty(n, dtype=np.float32)
+    for i in range(n):
+        r = row_mask[i]
+        acc = np.float32(0.0)
+        for j in range(d):
+            h = grad[i, j] * centered[i, j]
+            block[j] += r * h
+            acc += h * feature_mask[j]
+        grad_row[i] = acc
+        if (i + 1) % _GRAD_BLOCK_ROWS == 0 or i == n - 1:
+            for j in range(d):
+                total[j] += block[j]
+                block[j] = 0.0
+    return total.astype(np.float32), grad_row
+
+
+class _ScaleRows(torch.autograd.Function):
+    """:func:`_scale_rows` with gradients for the two masks only.
+
+    Autograd on the plain torch expression stores two [rows, d] products and reduces each broadcast mask
+    in passes of its own: on the products-shaped graph (51,449 rows of 100 dimensions, 64 probes) those
+    passes took over half of an explanation's CPU (0.65 of 1.2 s). Here each direction is one pass."""
+
+    @staticmethod
+    def forward(ctx, centered: Tensor, baseline: Tensor, feature_mask: Tensor, row_mask: Tensor) -> Tensor:
+        feature_mask, row_mask = feature_mask.detach().contiguous(), row_mask.detach().contiguous()
+        ctx.save_for_backward(centered, feature_mask, row_mask)
+        return torch.from_numpy(_scale_rows(centered.numpy(), baseline.numpy(), feature_mask.numpy(),
+                                            row_mask.numpy()))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        centered, feature_mask, row_mask = ctx.saved_tensors
+        grad_feature, grad_row = _scale_rows_grads(grad.contiguous().numpy(), centered.numpy(),
+                                                   feature_mask.numpy(), row_mask.numpy())
+        return None, None, torch.from_numpy(grad_feature), torch.from_numpy(grad_row)
+
+
+def masked_input(graph: ExplanationGraph, node_mask: Tensor, feature_mask: Tensor,
+                 centered: Tensor | None = None) -> Tensor:
     """float32 [num_rows, d]: every input row moved towards the mean node by the feature mask, per
-    dimension, and a remote row also by its super-node's mask."""
+    dimension, and a remote row also by its super-node's mask. ``centered``: ``graph.x - graph.baseline``
+    if the caller computed it once for many calls."""
     row_mask = torch.ones(graph.x.shape[0], dtype=node_mask.dtype)
     remote = graph.super_of_row >= 0
     row_mask = row_mask.masked_scatter(remote, node_mask[graph.super_of_row[remote]])
-    return graph.baseline + (graph.x - graph.baseline) * feature_mask * row_mask.unsqueeze(1)
+    if centered is None:
+        centered = (graph.x - graph.baseline).contiguous()
+    return _ScaleRows.apply(centered, graph.baseline, feature_mask, row_mask)
 
 
 def explain(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig, iteration: int) -> Masks:
@@ -193,12 +258,13 @@ def _optimise(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig,
     node_logit = (torch.randn(graph.num_super, generator=gen) * _INIT_STD).requires_grad_()
     feat_logit = (torch.randn(graph.feature_dim, generator=gen) * _INIT_STD).requires_grad_()
     optimizer = torch.optim.Adam([node_logit, feat_logit], lr=config.lr)
+    centered = (graph.x - graph.baseline).contiguous()  # once: every step masks the same rows
     epochs, value = 0, float("nan")
     with torch.enable_grad():
         for epochs in range(1, config.epochs + 1):
             m_n, m_f = node_logit.sigmoid(), feat_logit.sigmoid()
             # Summed over the probes: each is one GNNExplainer objective, sharing the masks.
-            loss = F.cross_entropy(model(graph.blocks, masked_input(graph, m_n, m_f)), target, reduction="sum")
+            loss = F.cross_entropy(model(graph.blocks, masked_input(graph, m_n, m_f, centered)), target, reduction="sum")
             # Every probe reads every dimension: the feature mask's penalties count once per probe.
             loss = loss + graph.num_probes * (config.feature_size * m_f.mean()
                                               + config.feature_entropy * _entropy(m_f).mean())

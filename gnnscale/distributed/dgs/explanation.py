@@ -44,6 +44,12 @@ from gnnscale.sampling.keys import STREAM_EXPLAIN, derive_key
 
 DEFAULT_CLUSTERS_PER_PART = 32
 DEFAULT_PROBES = 64
+# An optimisation step's cost grows with the explanation graph's input rows (the masking and the first
+# layer dominate it). 64 probes with fanouts 15,10,5 on the products-shaped graph gave 51,449 rows and a
+# 1.0 s explanation, 10% of the CPU of the 30 iterations it runs beside on 4 workers sharing 2 cores;
+# below this bound the explanation is 1-2% of them.
+MAX_EXPLANATION_ROWS = 16384
+MIN_PROBES = 8
 _FEATURE_CHUNK_ROWS = 1 << 16  # rows per step when summing (possibly memory-mapped) features
 
 
@@ -255,6 +261,17 @@ def explanation_graph_from_batch(blocks: list[Block], x: Tensor, clusters: Clust
                             baseline=torch.from_numpy(baseline.astype(np.float32)),
                             super_of_row=torch.from_numpy(super_of_row), super_cluster=super_cluster,
                             num_clusters=clusters.num_clusters, fingerprint=clusters.graph_fingerprint(part))
+
+
+def default_probes(fanouts) -> int:
+    """``DEFAULT_PROBES``, fewer where the fanouts make a probe's sampled graph large: the most whose
+    input rows stay within ``MAX_EXPLANATION_ROWS`` by the bound ``1 + f1 + f1 f2 + ...`` rows per probe
+    (at least ``MIN_PROBES``). 64 for fanouts 10,5 or 10,10; 17 for 15,10,5."""
+    per_probe, width = 1, 1
+    for fanout in fanouts:
+        width *= int(fanout)
+        per_probe += width
+    return max(MIN_PROBES, min(DEFAULT_PROBES, MAX_EXPLANATION_ROWS // per_probe))
 
 
 def choose_probes(part: LocalPartition, num_probes: int, seed: int = 0) -> np.ndarray:

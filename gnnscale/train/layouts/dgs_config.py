@@ -31,7 +31,8 @@ class DGSConfig:
             in (0, 1]; 0.85).
         mode: ``"both"``, ``"node"`` (node sampling only: whole rows travel) or ``"feature"`` (feature
             sampling only: plain node sampling) (``--dgs-mode``; the ablation of DGS Table III).
-        probes: training nodes of the explanation graph (>= 1; 64).
+        probes: training nodes of the explanation graph (>= 1), or None: 64, fewer where the fanouts make
+            each probe's sampled graph large (:func:`~gnnscale.distributed.dgs.explanation.default_probes`).
         clusters_per_part: super-node clusters per part (>= 2; 32).
         wait_timeout_s: longest the loading stage waits for an explanation before it fails.
     """
@@ -42,7 +43,7 @@ class DGSConfig:
     epsilon: float = 0.1
     feature_rate: float = 0.85
     mode: str = "both"
-    probes: int = 64
+    probes: int | None = None
     clusters_per_part: int = 32
     wait_timeout_s: float = 300.0
 
@@ -62,6 +63,8 @@ class DGSConfig:
             raise ValueError(f"mode: expected one of {DGS_MODES} (--dgs-mode), got {self.mode!r}")
         for name, low in (("probes", 1), ("clusters_per_part", 2)):
             value = getattr(self, name)
+            if name == "probes" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
 
