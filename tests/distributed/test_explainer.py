@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gnnscale.distributed.dgs.explainer import (ExplainConfig, ExplanationError, Masks, OnlineExplainer, check_masks,
-                                            explain, explain_in_background, masked_input)
+                                            explain, masked_input)
 from gnnscale.distributed.dgs.explanation import (MAX_EXPLANATION_ROWS, build_cluster_map_local, cluster_part,
                                                   default_probes, explanation_graph_from_batch)
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
@@ -245,44 +245,6 @@ def test_online_explainer_wraps_unexpected_errors(setup):
                 as info:
             explainer.wait(0, timeout_s=60)
         assert isinstance(info.value.__cause__, RuntimeError)
-
-
-def test_inline_explainer_explains_at_submit_with_the_threads_masks(setup):
-    _, _, _, graph = setup
-    state = model_factory(1)().state_dict()
-    with OnlineExplainer(graph, model_factory(), ExplainConfig(epochs=3)) as threaded:
-        threaded.submit(state, 30)
-        want = threaded.wait(30, timeout_s=60)
-    with OnlineExplainer(graph, model_factory(), ExplainConfig(epochs=3), background=False) as inline:
-        assert inline._thread is None
-        inline.submit(state, 30)
-        got = inline.latest()  # done when submit returns
-        assert got is not None and inline.wait(30, timeout_s=0) is got
-    assert np.array_equal(got.cluster_weight, want.cluster_weight)
-    assert np.array_equal(got.feature_importance, want.feature_importance)
-
-
-def test_inline_explainer_raises_a_failed_explanation_at_submit(setup):
-    _, _, _, graph = setup
-    model = model_factory()()
-    broken = {k: torch.full_like(v, float("nan")) for k, v in model.state_dict().items()}
-    with OnlineExplainer(graph, model_factory(), ExplainConfig(epochs=3), background=False) as explainer:
-        with pytest.raises(ExplanationError, match=r"explanation of iteration 30: the loss became nan at epoch 1"):
-            explainer.submit(broken, 30)
-        with pytest.raises(ExplanationError):  # and every later call
-            explainer.wait(30, timeout_s=1)
-
-
-@pytest.mark.parametrize("cores, workers, threads, background", [(2, "4", 1, False), (2, "2", 1, False),
-                                                                 (8, "4", 1, True), (8, "4", 2, False),
-                                                                 (2, None, 1, True)])
-def test_explain_in_background_only_where_a_core_is_left(monkeypatch, cores, workers, threads, background):
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    if workers is None:
-        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)  # one process, not under torchrun
-    else:
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", workers)
-    assert explain_in_background(threads) is background
 
 
 def test_online_explainer_rejects_a_state_of_another_model(setup):

@@ -38,15 +38,12 @@ signal, and the model's own first-layer weights rank all 15 lowest dimensions un
 
 A thread rather than a process: a refresh is a few hundred small tensor operations on a graph of a
 few thousand rows; a process would add a model copy per refresh through IPC, a start-up of seconds
-and failure modes of its own, and on a CPU-only worker it competes for the same cores. Where the
-machine has no core to spare, not even a thread: the training thread explains between two steps
-(:func:`explain_in_background`).
+and failure modes of its own, and on a CPU-only worker it competes for the same cores.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -285,31 +282,10 @@ def _optimise(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig,
     return node_logit.detach(), feat_logit.detach(), value, epochs
 
 
-def explain_in_background(threads_per_worker: int) -> bool:
-    """Whether the workers of this machine should explain in a thread of their own: only where a core is
-    left over for it beyond ``LOCAL_WORLD_SIZE`` workers (torchrun's) of ``threads_per_worker`` threads.
-
-    On an oversubscribed machine the thread cannot run beside the training for free: it takes slices of
-    the cores the workers' collectives wait on, and every worker waits for the slowest. Measured on the
-    whole ``hard`` preset (4 workers on 2 cores, 10 iterations of 0.65-0.68 s epochs, an explanation of
-    about 0.03 s of CPU alone every 3 epochs): an epoch with an explanation in the thread took 1.23-1.25 s,
-    and 0.75-0.83 s when the training thread explained between two steps, every worker at the same
-    iteration (``benchmarks/dgs.py``; docs/dgs.md, "Where the explanation runs"). The masks are the same
-    either way.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    workers = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return cores > workers * max(1, int(threads_per_worker))
-
-
 class OnlineExplainer:
-    """Explains snapshots of the training model in a background thread, off the training loop, or (with
-    ``background=False``) in the caller of ``submit``.
+    """Explains snapshots of the training model in a background thread, off the training loop.
 
-    ``submit`` hands over a snapshot and returns at once (background); ``latest`` is the newest finished masks;
+    ``submit`` hands over a snapshot and returns at once; ``latest`` is the newest finished masks;
     ``wait`` blocks for the masks of one submitted iteration (for runs that must not depend on timing).
     Submissions are explained in order, none dropped: the trainer's schedule needs every one of them
     (the refresh at iteration ``t`` reads the snapshot of ``t - T``), and dropping a waiting one when a
@@ -323,14 +299,12 @@ class OnlineExplainer:
         model_factory: builds a model of the training model's architecture (its weights are replaced by
             each snapshot); called once, here.
         config: the optimisation.
-        background: explain in a thread of its own (True), or in :meth:`submit`'s caller (False: the
-            training thread, between two steps). The same masks either way; see :func:`explain_in_background`.
 
     Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, graph: ExplanationGraph, model_factory: Callable[[], nn.Module],
-                 config: ExplainConfig | None = None, *, background: bool = True) -> None:
+                 config: ExplainConfig | None = None) -> None:
         if not isinstance(graph, ExplanationGraph):
             raise TypeError(f"graph: expected an ExplanationGraph, got {type(graph).__name__}")
         model = model_factory()
@@ -349,17 +323,14 @@ class OnlineExplainer:
         self._closed = False
         self.busy_seconds = 0.0  # wall seconds of the finished explanations
         self.busy_cpu_seconds = 0.0  # and the explainer thread's CPU seconds in them
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._run, name=f"dgs-explainer-part{graph.part}", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._run, name=f"dgs-explainer-part{graph.part}", daemon=True)
+        self._thread.start()
 
     # -- the training side ---------------------------------------------------------------------------
 
     def submit(self, model_state: Mapping[str, Tensor], iteration: int) -> None:
         """Queue an explanation of ``model_state`` (copied here: training goes on updating the weights)
-        taken after ``iteration`` iterations. Non-blocking in the background; otherwise it explains here
-        (and raises if that fails). Iterations must increase."""
+        taken after ``iteration`` iterations. Non-blocking. Iterations must increase."""
         if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration <= self._last_submitted:
             raise ValueError(f"iteration: expected an int > the last submitted ({self._last_submitted}), got "
                              f"{iteration!r}")
@@ -372,9 +343,6 @@ class OnlineExplainer:
             self._pending.append((iteration, snapshot))
             self._last_submitted = iteration
             self._cond.notify_all()
-        if self._thread is None:
-            self._explain_next()
-            self._raise_if_failed()
 
     def latest(self) -> Masks | None:
         """The newest finished masks (None before the first); raises if an explanation failed."""
@@ -401,8 +369,7 @@ class OnlineExplainer:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
 
     def __enter__(self) -> "OnlineExplainer":
         return self
@@ -418,35 +385,28 @@ class OnlineExplainer:
                 self._cond.wait_for(lambda: self._pending or self._closed)
                 if self._closed:
                     return
-            if not self._explain_next():
+                iteration, state = self._pending.popleft()
+                self._running = iteration
+            try:
+                self._model.load_state_dict(state)
+                masks = explain(self._model, self.graph, self.config, iteration)
+            except Exception as exc:  # surfaced to the training side by every later call
+                error = exc if isinstance(exc, ExplanationError) else ExplanationError(
+                    f"explanation of iteration {iteration} failed: {type(exc).__name__}: {exc}")
+                if error is not exc:
+                    error.__cause__ = exc
+                with self._cond:
+                    self._error, self._running = error, None
+                    self._cond.notify_all()
                 return
-
-    def _explain_next(self) -> bool:
-        """Explain the oldest pending snapshot; False if that failed (the error is kept for every later call)."""
-        with self._cond:
-            iteration, state = self._pending.popleft()
-            self._running = iteration
-        try:
-            self._model.load_state_dict(state)
-            masks = explain(self._model, self.graph, self.config, iteration)
-        except Exception as exc:  # surfaced to the training side by every later call
-            error = exc if isinstance(exc, ExplanationError) else ExplanationError(
-                f"explanation of iteration {iteration} failed: {type(exc).__name__}: {exc}")
-            if error is not exc:
-                error.__cause__ = exc
             with self._cond:
-                self._error, self._running = error, None
+                self._results[iteration] = masks
+                for old in sorted(self._results)[:-_KEEP_RESULTS]:
+                    del self._results[old]
+                self._latest, self._running = masks, None
+                self.busy_seconds += masks.seconds
+                self.busy_cpu_seconds += masks.cpu_seconds
                 self._cond.notify_all()
-            return False
-        with self._cond:
-            self._results[iteration] = masks
-            for old in sorted(self._results)[:-_KEEP_RESULTS]:
-                del self._results[old]
-            self._latest, self._running = masks, None
-            self.busy_seconds += masks.seconds
-            self.busy_cpu_seconds += masks.cpu_seconds
-            self._cond.notify_all()
-        return True
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
