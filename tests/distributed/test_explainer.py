@@ -247,6 +247,36 @@ def test_online_explainer_wraps_unexpected_errors(setup):
         assert isinstance(info.value.__cause__, RuntimeError)
 
 
+def test_online_explainer_runs_numba_with_its_creators_thread_count(setup):
+    """numba's thread count is per thread: a new thread starts at numba's default (every core), and the
+    explainer's aggregation kernels would then take cores the run did not give them."""
+    import numba
+    if numba.config.NUMBA_NUM_THREADS == 1:
+        pytest.skip("numba has one thread on this machine: a thread count cannot differ")
+    _, _, _, graph = setup
+    seen = []
+
+    class Recording(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model_factory()()
+            self.num_layers = self.inner.num_layers
+
+        def forward(self, blocks, x):
+            seen.append(numba.get_num_threads())
+            return self.inner(blocks, x)
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        with OnlineExplainer(graph, Recording, ExplainConfig(epochs=1)) as explainer:
+            explainer.submit(Recording().state_dict(), 0)
+            explainer.wait(0, timeout_s=60)
+    finally:
+        numba.set_num_threads(before)
+    assert seen and set(seen) == {1}
+
+
 def test_online_explainer_rejects_a_state_of_another_model(setup):
     _, _, _, graph = setup
     with OnlineExplainer(graph, model_factory()) as explainer:
