@@ -45,9 +45,9 @@ from gnnscale.sampling.keys import STREAM_EXPLAIN, derive_key
 DEFAULT_CLUSTERS_PER_PART = 32
 DEFAULT_PROBES = 64
 # An optimisation step's cost grows with the explanation graph's input rows (the masking and the first
-# layer dominate it). 64 probes with fanouts 15,10,5 on the products-shaped graph gave 51,449 rows and a
-# 1.0 s explanation, 10% of the CPU of the 30 iterations it runs beside on 4 workers sharing 2 cores;
-# below this bound the explanation is 1-2% of them.
+# layer dominate it). 64 probes with fanouts 15,10,5 on the products-shaped graph gave 51,449 rows, a
+# 1.0 s explanation and 8-13% of the CPU of 4 workers sharing 2 cores (docs/dgs.md); 17 probes under
+# this bound, 3-5%.
 MAX_EXPLANATION_ROWS = 16384
 MIN_PROBES = 8
 _FEATURE_CHUNK_ROWS = 1 << 16  # rows per step when summing (possibly memory-mapped) features
