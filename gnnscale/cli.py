@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--dgs: share of the feature dimensions that travel for remote nodes (N_f)")
     t.add_argument("--dgs-mode", default="both", choices=DGS_MODES,
                    help="--dgs: both samplings, node sampling only, or feature sampling only (ablation)")
+    t.add_argument("--dgs-probes", type=int, default=None,
+                   help="--dgs: training nodes each worker's explanation graph holds (default: 64, fewer when the "
+                        "fanouts make each one's sampled graph large: at most 16,384 input rows)")
     t.add_argument("--save-model", default=None,
                    help="write the trained model here: weights, model config and dataset facts (gnnscale.load_model "
                         "and gnnscale predict --model read it)")
@@ -216,7 +219,8 @@ def train_settings(args) -> tuple[TrainConfig, dict]:
 _DGS_DEFAULT = DGSConfig()
 DGS_DEFAULTS = {"--dgs-period": _DGS_DEFAULT.period, "--dgs-warmup": _DGS_DEFAULT.warmup,
                 "--dgs-lag": _DGS_DEFAULT.lag, "--dgs-epsilon": _DGS_DEFAULT.epsilon,
-                "--dgs-feature-rate": _DGS_DEFAULT.feature_rate, "--dgs-mode": _DGS_DEFAULT.mode}
+                "--dgs-feature-rate": _DGS_DEFAULT.feature_rate, "--dgs-mode": _DGS_DEFAULT.mode,
+                "--dgs-probes": _DGS_DEFAULT.probes}
 DGS_FLAGS = tuple(DGS_DEFAULTS)
 
 
@@ -230,8 +234,8 @@ def dgs_settings(args) -> DGSConfig | None:
     if args.partitions is None:
         raise ValueError("dgs: --dgs cuts the feature fetch between workers, which only distributed runs have; "
                          "use --partitions DIR with torchrun (--layout hybrid or vanilla)")
-    return DGSConfig(period=args.dgs_period, warmup=args.dgs_warmup, lag=args.dgs_lag, epsilon=args.dgs_epsilon, feature_rate=args.dgs_feature_rate,
-                     mode=args.dgs_mode)
+    return DGSConfig(period=args.dgs_period, warmup=args.dgs_warmup, lag=args.dgs_lag, epsilon=args.dgs_epsilon,
+                     feature_rate=args.dgs_feature_rate, mode=args.dgs_mode, probes=args.dgs_probes)
 
 
 def cmd_train(args) -> None:

@@ -193,6 +193,8 @@ _FLAGS = {"dataset": "--dataset", "num_nodes": "--dataset (and -o options)", "na
 def flag_of(key: str) -> str:
     """The CLI flag that sets a run-signature entry (``train.lr`` -> ``--lr``)."""
     leaf = key.rsplit(".", 1)[-1]
+    if key.startswith("dgs."):  # DGS's settings have flags of their own (dgs.period -> --dgs-period)
+        return "--dgs-" + leaf.replace("_", "-")
     return _FLAGS.get(leaf, "--" + leaf.replace("_", "-"))
 
 

@@ -11,9 +11,10 @@ import re
 import pytest
 
 import dgs_train_workers
-from gnnscale.cli import EXIT_BAD_INPUT, main
+from gnnscale.cli import EXIT_BAD_INPUT, build_parser, dgs_settings, main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
+from gnnscale.train.checkpoint import flag_of
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import LayoutOptions, check_layout_options
 from gnnscale.train.layouts.dgs import DGSConfig
@@ -33,6 +34,7 @@ TIMEOUT_S = 400.0  # spawned workers import torch and compile the DGS kernel: sl
     (dict(warmup=-1), r"warmup: expected an int >= 0 \(--dgs-warmup\), got -1"),
     (dict(lag=0), r"lag: expected an int in \[1, --dgs-period = 30\] \(--dgs-lag\), got 0"),
     (dict(period=5, lag=6), r"lag: expected an int in \[1, --dgs-period = 5\] \(--dgs-lag\), got 6"),
+    (dict(probes=0), r"probes: expected an int >= 1 \(--dgs-probes\), got 0"),
 ])
 def test_bad_dgs_settings_name_the_flag(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -53,10 +55,20 @@ def test_dgs_needs_a_layout_that_fetches_features():
     (["--dgs"], r"dgs: --dgs cuts the feature fetch between workers, which only distributed runs have"),
     (["--dgs-period", "5"], r"dgs: --dgs-period given without --dgs; add --dgs"),
     (["--dgs-warmup", "7", "--dgs-lag", "2"], r"dgs: --dgs-warmup, --dgs-lag given without --dgs; add --dgs"),
+    (["--dgs-probes", "16"], r"dgs: --dgs-probes given without --dgs; add --dgs"),
 ])
 def test_cli_refuses_dgs_without_partitions_or_dgs_flags_without_dgs(argv, match, capsys):
     assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=200", *argv]) == EXIT_BAD_INPUT
     assert re.search(match, capsys.readouterr().err)
+
+
+def test_dgs_probes_reach_the_config_and_a_changed_dgs_setting_names_its_flag():
+    args = build_parser().parse_args(["train", "--partitions", "P", "--dgs", "--dgs-probes", "16"])
+    assert dgs_settings(args).probes == 16
+    assert dgs_settings(build_parser().parse_args(["train", "--partitions", "P", "--dgs"])).probes is None
+    # A checkpoint written with other DGS settings: the error names the flag to resume with.
+    assert flag_of("dgs.probes") == "--dgs-probes" and flag_of("dgs.period") == "--dgs-period"
+    assert flag_of("train.lr") == "--lr"
 
 
 def simulated_schedule(warmup: int, period: int, lag: int, iterations: int) -> list[tuple[int | None, list[int]]]:

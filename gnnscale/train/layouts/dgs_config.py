@@ -31,8 +31,9 @@ class DGSConfig:
             in (0, 1]; 0.85).
         mode: ``"both"``, ``"node"`` (node sampling only: whole rows travel) or ``"feature"`` (feature
             sampling only: plain node sampling) (``--dgs-mode``; the ablation of DGS Table III).
-        probes: training nodes of the explanation graph (>= 1), or None: 64, fewer where the fanouts make
-            each probe's sampled graph large (:func:`~gnnscale.distributed.dgs.explanation.default_probes`).
+        probes: training nodes of the explanation graph (``--dgs-probes``, >= 1), or None: 64, fewer where
+            the fanouts make each probe's sampled graph large
+            (:func:`~gnnscale.distributed.dgs.explanation.default_probes`).
         clusters_per_part: super-node clusters per part (>= 2; 32).
         wait_timeout_s: longest the loading stage waits for an explanation before it fails.
     """
@@ -61,12 +62,12 @@ class DGSConfig:
             raise ValueError(f"feature_rate: expected a number in (0, 1] (--dgs-feature-rate), got {rate!r}")
         if self.mode not in DGS_MODES:
             raise ValueError(f"mode: expected one of {DGS_MODES} (--dgs-mode), got {self.mode!r}")
-        for name, low in (("probes", 1), ("clusters_per_part", 2)):
-            value = getattr(self, name)
-            if name == "probes" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+        probes = self.probes
+        if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
+            raise ValueError(f"probes: expected an int >= 1 (--dgs-probes), got {probes!r}")
+        c = self.clusters_per_part
+        if isinstance(c, bool) or not isinstance(c, int) or c < 2:
+            raise ValueError(f"clusters_per_part: expected an int >= 2, got {c!r}")
 
     @property
     def node_sampling(self) -> bool:
