@@ -264,7 +264,8 @@ def _optimise(model: nn.Module, graph: ExplanationGraph, config: ExplainConfig,
         for epochs in range(1, config.epochs + 1):
             m_n, m_f = node_logit.sigmoid(), feat_logit.sigmoid()
             # Summed over the probes: each is one GNNExplainer objective, sharing the masks.
-            loss = F.cross_entropy(model(graph.blocks, masked_input(graph, m_n, m_f, centered)), target, reduction="sum")
+            logits = model(graph.blocks, masked_input(graph, m_n, m_f, centered))
+            loss = F.cross_entropy(logits, target, reduction="sum")
             # Every probe reads every dimension: the feature mask's penalties count once per probe.
             loss = loss + graph.num_probes * (config.feature_size * m_f.mean()
                                               + config.feature_entropy * _entropy(m_f).mean())
@@ -325,7 +326,7 @@ class OnlineExplainer:
         self.busy_cpu_seconds = 0.0  # and the explainer thread's CPU seconds in them
         # numba's thread count is per thread: the explainer's kernels (the model's aggregation) run with
         # the creator's (the run's --threads), not numba's default of every core. With the default, 4
-        # workers on 2 cores took 1.23-1.25 s for an epoch with an explanation against 0.70 s without
+        # workers on 2 cores took 1.23-1.25 s for an epoch with an explanation against 0.71-0.74 s without
         # (the whole hard preset, 10 iterations per epoch); with the creator's, 0.79-0.82 s.
         self._numba_threads = numba.get_num_threads()
         self._thread = threading.Thread(target=self._run, name=f"dgs-explainer-part{graph.part}", daemon=True)
