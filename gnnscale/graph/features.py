@@ -96,29 +96,28 @@ def take_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return out.view(values.dtype).reshape((ids.shape[0],) + values.shape[1:])
 
 
+@numba.njit(inline="always")
+def _prefetch_row(flat, first, width, words_per_line):
+    """Every cache line of the row of ``width`` words starting at ``flat[first]``."""
+    for w in range(0, width, words_per_line):
+        prefetch(flat, first + w)
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _gather_columns(values, ids, run_start, run_out, run_length, out):
-    n = ids.shape[0]
-    flat = values.reshape(values.shape[0] * values.shape[1])
+def _gather_columns(values, ids, cols, out):
+    n, width = ids.shape[0], values.shape[1]
+    flat = values.reshape(values.shape[0] * width)
+    words_per_line = max(1, 64 // values.itemsize)
     for piece in numba.prange((n + ROWS_PER_PIECE - 1) // ROWS_PER_PIECE):
         hi = min((piece + 1) * ROWS_PER_PIECE, n)
         for k in range(piece * ROWS_PER_PIECE, hi):
+            # The whole row ahead, not just its first line: the kept columns are spread over all of it.
             if k + ROWS_AHEAD < hi:
-                prefetch(flat, ids[k + ROWS_AHEAD] * values.shape[1])
+                _prefetch_row(flat, ids[k + ROWS_AHEAD] * width, width, words_per_line)
             src = values[ids[k]]
             row = out[k]
-            for r in range(run_start.shape[0]):  # runs of consecutive columns: copied as slices
-                a, b = run_start[r], run_out[r]
-                for j in range(run_length[r]):
-                    row[b + j] = src[a + j]
-
-
-def _column_runs(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first column, first output position, length) of each run of consecutive ids in ``cols``."""
-    breaks = np.flatnonzero(np.diff(cols) != 1) + 1
-    out_start = np.concatenate([[0], breaks]).astype(np.int64)
-    lengths = np.diff(np.concatenate([out_start, [cols.shape[0]]])).astype(np.int64)
-    return cols[out_start], out_start, lengths
+            for j in range(cols.shape[0]):
+                row[j] = src[cols[j]]
 
 
 def take_columns(values: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -146,5 +145,5 @@ def take_columns(values: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> np.nd
     word = np.dtype(f"u{values.dtype.itemsize}")
     out = np.empty((ids.shape[0], cols.shape[0]), dtype=word)
     if cols.size:
-        _gather_columns(values.view(word), ids, *_column_runs(cols), out)
+        _gather_columns(values.view(word), ids, cols, out)
     return out.view(values.dtype)
