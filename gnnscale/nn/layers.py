@@ -56,8 +56,15 @@ def uses_kernels(backend: Backend, block: Block | SplitAwareBlock, x: Tensor) ->
     split block aggregates through its own hook (its edges cross workers) and a weighted block (LADIES)
     through the torch reference, which the kernels do not replace (they have no per-edge weight). GAT
     refuses weighted blocks and runs its attention kernel on split blocks too."""
-    return (resolve_backend(backend, x) == "numba" and not isinstance(block, SplitAwareBlock)
+    return (resolve_backend(backend, x) == "numba" and not is_split(block)
             and block.edge_weight is None)
+
+
+def is_split(block: Block | SplitAwareBlock) -> bool:
+    """Whether ``block`` is a worker's split of a layer. A whole :class:`Block` answers at once: an
+    ``isinstance`` against the runtime-checkable protocol inspects its members, 15 us a call here, and
+    a layer asks several times per forward."""
+    return not isinstance(block, Block) and isinstance(block, SplitAwareBlock)
 
 
 def _check_order(order: str) -> str:
@@ -81,7 +88,7 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
     Shapes:
         x_src [num_src, d] -> [num_dst, d]; destinations without in-edges get zeros.
     """
-    if isinstance(block, SplitAwareBlock):  # split parallelism: sums over edges crossing workers
+    if is_split(block):  # split parallelism: sums over edges crossing workers
         return block.aggregate_sum(x_src)
     backend = resolve_backend(backend, x_src)
     weight = block.edge_weight
@@ -119,7 +126,7 @@ def check_input(block: Block, x_src: Tensor, in_dim: int) -> None:
 def gather_sources(block: Block | SplitAwareBlock, x_src: Tensor) -> Tensor:
     """The rows of every source the block's edges read: ``x_src`` itself, plus for a split block the
     rows of its remote sources (one shuffle, see :class:`~gnnscale.nn.cooperative.SplitAwareBlock`)."""
-    return block.gather_sources(x_src) if isinstance(block, SplitAwareBlock) else x_src
+    return block.gather_sources(x_src) if is_split(block) else x_src
 
 
 def _in_degrees(block: Block, like: Tensor) -> Tensor:
@@ -315,7 +322,7 @@ class GATConv(nn.Module):
 
     def _source_rows(self, block: Block | SplitAwareBlock, x_src: Tensor) -> Tensor:
         """``W x`` of every source the block's edges read: [num_src (+ remote sources of a split), H * C]."""
-        if isinstance(block, SplitAwareBlock) and block.exchanged_ahead(x_src):
+        if is_split(block) and block.exchanged_ahead(x_src):
             # Split layer 0: the remote sources' input rows arrived in the loading stage; transforming
             # them here needs no shuffle, where the rows of W x would need one each way.
             return self.lin(block.gather_sources(x_src))
