@@ -296,3 +296,19 @@ def test_explain_leaves_the_model_as_it_was(setup):
     explain(model, graph, ExplainConfig(epochs=2), 0)
     assert model.training and all(p.requires_grad and p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_online_explainer_gives_the_masks_of_explain_without_weight_gradients(setup):
+    """The explainer's private copy records no gradients for its weights (cheaper steps), which must not
+    change the masks: they equal explain() on a model that keeps its gradients."""
+    _, _, _, graph = setup
+    config = ExplainConfig(epochs=3)
+    model = model_factory(seed=5)()
+    expected = explain(model, graph, config, 7)
+    with OnlineExplainer(graph, model_factory(), config) as explainer:
+        explainer.submit(model.state_dict(), 7)
+        got = explainer.wait(7, timeout_s=60)
+        assert not any(p.requires_grad for p in explainer._model.parameters())
+    np.testing.assert_array_equal(got.cluster_weight, expected.cluster_weight)
+    np.testing.assert_array_equal(got.feature_importance, expected.feature_importance)
+    assert got.loss == expected.loss

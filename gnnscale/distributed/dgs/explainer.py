@@ -312,7 +312,9 @@ class OnlineExplainer:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model_factory: expected it to return a torch.nn.Module, got {type(model).__name__}")
         self.graph, self.config = graph, config if config is not None else ExplainConfig()
-        self._model = model
+        # This copy is only explained, never trained: without gradients for its weights, autograd records
+        # only the masks' path through it.
+        self._model = model.requires_grad_(False)
         self._shapes = {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
         self._cond = threading.Condition()
         self._pending: deque[tuple[int, dict[str, Tensor]]] = deque()
