@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dgs-probes", type=int, default=None,
                    help="--dgs: training nodes each worker's explanation graph holds (default: 64, fewer when the "
                         "fanouts make each one's sampled graph large: at most 16,384 input rows)")
+    t.add_argument("--dgs-explain-steps", type=int, default=DGSConfig().explain_steps,
+                   help="--dgs: Adam steps of each explanation")
+    t.add_argument("--dgs-explain-lr", type=float, default=DGSConfig().explain_lr,
+                   help="--dgs: Adam's step size in each explanation")
     t.add_argument("--save-model", default=None,
                    help="write the trained model here: weights, model config and dataset facts (gnnscale.load_model "
                         "and gnnscale predict --model read it)")
@@ -220,7 +224,8 @@ _DGS_DEFAULT = DGSConfig()
 DGS_DEFAULTS = {"--dgs-period": _DGS_DEFAULT.period, "--dgs-warmup": _DGS_DEFAULT.warmup,
                 "--dgs-lag": _DGS_DEFAULT.lag, "--dgs-epsilon": _DGS_DEFAULT.epsilon,
                 "--dgs-feature-rate": _DGS_DEFAULT.feature_rate, "--dgs-mode": _DGS_DEFAULT.mode,
-                "--dgs-probes": _DGS_DEFAULT.probes}
+                "--dgs-probes": _DGS_DEFAULT.probes, "--dgs-explain-steps": _DGS_DEFAULT.explain_steps,
+                "--dgs-explain-lr": _DGS_DEFAULT.explain_lr}
 DGS_FLAGS = tuple(DGS_DEFAULTS)
 
 
@@ -235,7 +240,8 @@ def dgs_settings(args) -> DGSConfig | None:
         raise ValueError("dgs: --dgs cuts the feature fetch between workers, which only distributed runs have; "
                          "use --partitions DIR with torchrun (--layout hybrid or vanilla)")
     return DGSConfig(period=args.dgs_period, warmup=args.dgs_warmup, lag=args.dgs_lag, epsilon=args.dgs_epsilon,
-                     feature_rate=args.dgs_feature_rate, mode=args.dgs_mode, probes=args.dgs_probes)
+                     feature_rate=args.dgs_feature_rate, mode=args.dgs_mode, probes=args.dgs_probes,
+                     explain_steps=args.dgs_explain_steps, explain_lr=args.dgs_explain_lr)
 
 
 def cmd_train(args) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import io
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -118,8 +118,17 @@ def save_dist_checkpoint(path: str | Path, ckpt: DistCheckpoint) -> None:
                         "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state})
 
 
+# DGS settings that checkpoints written before they existed ran with: resuming one compares these with
+# this run's, so the error names the flag and value to resume with (--dgs-explain-lr 0.3).
+DGS_SETTINGS_BEFORE_RECORDED = {"explain_steps": 10, "explain_lr": 0.3}
+
+
 def decode(payload: dict) -> DistCheckpoint:
     identity = RunIdentity(**{key: payload[key] for key in ("signature", "layout", "world_size", "data", "partition")})
+    dgs = identity.signature.get("dgs")
+    if dgs is not None:
+        identity = replace(identity, signature={**identity.signature,
+                                                "dgs": {**DGS_SETTINGS_BEFORE_RECORDED, **dgs}})
     return DistCheckpoint(identity=identity, epoch=int(payload["epoch"]), step=int(payload["step"]),
                           num_batches=int(payload["num_batches"]), model_state=payload["model_state"],
                           optimizer_state=payload["optimizer_state"], history=list(payload["history"]),

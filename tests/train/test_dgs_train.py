@@ -11,6 +11,7 @@ import re
 import pytest
 
 import dgs_train_workers
+from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.cli import EXIT_BAD_INPUT, build_parser, dgs_settings, main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
@@ -35,6 +36,9 @@ TIMEOUT_S = 400.0  # spawned workers import torch and compile the DGS kernel: sl
     (dict(lag=0), r"lag: expected an int in \[1, --dgs-period = 30\] \(--dgs-lag\), got 0"),
     (dict(period=5, lag=6), r"lag: expected an int in \[1, --dgs-period = 5\] \(--dgs-lag\), got 6"),
     (dict(probes=0), r"probes: expected an int >= 1 \(--dgs-probes\), got 0"),
+    (dict(explain_steps=0), r"explain_steps: expected an int >= 1 \(--dgs-explain-steps\), got 0"),
+    (dict(explain_lr=0.0), r"explain_lr: expected a finite number > 0 \(--dgs-explain-lr\), got 0.0"),
+    (dict(explain_lr=float("nan")), r"explain_lr: expected a finite number > 0"),
 ])
 def test_bad_dgs_settings_name_the_flag(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -56,6 +60,7 @@ def test_dgs_needs_a_layout_that_fetches_features():
     (["--dgs-period", "5"], r"dgs: --dgs-period given without --dgs; add --dgs"),
     (["--dgs-warmup", "7", "--dgs-lag", "2"], r"dgs: --dgs-warmup, --dgs-lag given without --dgs; add --dgs"),
     (["--dgs-probes", "16"], r"dgs: --dgs-probes given without --dgs; add --dgs"),
+    (["--dgs-explain-steps", "10"], r"dgs: --dgs-explain-steps given without --dgs; add --dgs"),
 ])
 def test_cli_refuses_dgs_without_partitions_or_dgs_flags_without_dgs(argv, match, capsys):
     assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=200", *argv]) == EXIT_BAD_INPUT
@@ -66,6 +71,9 @@ def test_dgs_probes_reach_the_config_and_a_changed_dgs_setting_names_its_flag():
     args = build_parser().parse_args(["train", "--partitions", "P", "--dgs", "--dgs-probes", "16"])
     assert dgs_settings(args).probes == 16
     assert dgs_settings(build_parser().parse_args(["train", "--partitions", "P", "--dgs"])).probes is None
+    args = build_parser().parse_args(["train", "--partitions", "P", "--dgs", "--dgs-explain-steps", "10",
+                                      "--dgs-explain-lr", "0.3"])
+    assert dgs_settings(args).explain_config(seed=4) == ExplainConfig(epochs=10, lr=0.3, seed=4)
     # A checkpoint written with other DGS settings: the error names the flag to resume with.
     assert flag_of("dgs.probes") == "--dgs-probes" and flag_of("dgs.period") == "--dgs-period"
     assert flag_of("train.lr") == "--lr"

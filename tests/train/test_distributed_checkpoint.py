@@ -24,6 +24,7 @@ from gnnscale.train.dist_checkpoint import check_resume, decode, run_identity
 from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.dgs_config import DGSConfig
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -232,6 +233,29 @@ def test_what_cannot_be_honoured_is_named(saved, partitions, change, message):
     check_resume(ckpt, path, identity_for(partitions[2]), EPOCHS + 1)  # the same run: accepted
     with pytest.raises(ValueError, match=message):
         check_resume(ckpt, path, run, change.get("epochs", EPOCHS + 1))
+
+
+def test_a_dgs_checkpoint_from_before_the_explanation_settings_resumes_with_the_settings_it_ran_with(partitions):
+    """Checkpoints record --dgs-explain-steps and --dgs-explain-lr since the default became 5 steps at
+    0.6; one written before (10 at 0.3, recorded nowhere) must name the value to resume with."""
+    def identity(dgs):
+        manifest = read_manifest(partitions[2])
+        model = ModelConfig(name="sage", in_dim=manifest["feature_dim"], hidden_dim=16,
+                            num_classes=manifest["num_classes"], num_layers=2)
+        return run_identity(partitions[2], manifest, model, TrainConfig(fanouts=(4, 3), batch_size=32), "hybrid", 2,
+                            dgs)
+
+    old = identity(DGSConfig(explain_steps=10, explain_lr=0.3))
+    fields = ("signature", "layout", "world_size", "data", "partition")
+    payload = {**{k: getattr(old, k) for k in fields}, "epoch": 1, "step": 0, "num_batches": 3, "model_state": {},
+               "optimizer_state": {}, "history": [], "workers": [], "layout_state": {}}
+    payload["signature"] = {**old.signature, "dgs": {k: v for k, v in old.signature["dgs"].items()
+                                                      if not k.startswith("explain_")}}
+    ckpt, path = decode(payload), Path("old.ckpt")
+    with pytest.raises(ValueError, match=r"written with dgs.explain_lr=0.3, this run has dgs.explain_lr=0.6; resume "
+                                         r"with the same --dgs-explain-lr"):
+        check_resume(ckpt, path, identity(DGSConfig()), 2)
+    check_resume(ckpt, path, old, 2)  # --dgs-explain-steps 10 --dgs-explain-lr 0.3: accepted
 
 
 @pytest.mark.parametrize("layout", ["vanilla", "split"])

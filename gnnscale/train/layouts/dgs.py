@@ -31,7 +31,7 @@ from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore
-from gnnscale.distributed.dgs.explainer import ExplainConfig, Masks, OnlineExplainer, check_masks
+from gnnscale.distributed.dgs.explainer import Masks, OnlineExplainer, check_masks
 from gnnscale.distributed.dgs.explanation import build_cluster_map, build_explanation_graph, default_probes
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.edge_metrics import local_edges, minibatch_signature
@@ -260,7 +260,7 @@ def build_dgs(part: LocalPartition, cfg: TrainConfig, loader: Comm, model_factor
     store = FeatureSampledStore(part.book, rank, part.features, loader, clusters)
     probes = default_probes(cfg.fanouts) if dgs.probes is None else dgs.probes
     graph = build_explanation_graph(part, sampler, store, clusters, num_probes=probes, seed=cfg.seed)
-    explainer = OnlineExplainer(graph, model_factory, ExplainConfig(seed=cfg.seed))
+    explainer = OnlineExplainer(graph, model_factory, dgs.explain_config(cfg.seed))
     return DGSDataParallel(sampler, eval_sampler, store, part, cfg, loader, explainer, dgs)
 
 

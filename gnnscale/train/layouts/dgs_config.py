@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.distributed.dgs.sampling import check_epsilon
 
 DGS_MODES = ("both", "node", "feature")
@@ -34,6 +35,9 @@ class DGSConfig:
         probes: training nodes of the explanation graph (``--dgs-probes``, >= 1), or None: 64, fewer where
             the fanouts make each probe's sampled graph large
             (:func:`~gnnscale.distributed.dgs.explanation.default_probes`).
+        explain_steps, explain_lr: Adam steps and step size of each explanation (``--dgs-explain-steps``,
+            >= 1; ``--dgs-explain-lr``, > 0; :class:`~gnnscale.distributed.dgs.explainer.ExplainConfig`'s 5
+            and 0.6).
         clusters_per_part: super-node clusters per part (>= 2; 32).
         wait_timeout_s: longest the loading stage waits for an explanation before it fails.
     """
@@ -45,6 +49,8 @@ class DGSConfig:
     feature_rate: float = 0.85
     mode: str = "both"
     probes: int | None = None
+    explain_steps: int = ExplainConfig().epochs
+    explain_lr: float = ExplainConfig().lr
     clusters_per_part: int = 32
     wait_timeout_s: float = 300.0
 
@@ -65,9 +71,19 @@ class DGSConfig:
         probes = self.probes
         if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
             raise ValueError(f"probes: expected an int >= 1 (--dgs-probes), got {probes!r}")
+        steps = self.explain_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"explain_steps: expected an int >= 1 (--dgs-explain-steps), got {steps!r}")
+        lr = self.explain_lr
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr < float("inf"):
+            raise ValueError(f"explain_lr: expected a finite number > 0 (--dgs-explain-lr), got {lr!r}")
         c = self.clusters_per_part
         if isinstance(c, bool) or not isinstance(c, int) or c < 2:
             raise ValueError(f"clusters_per_part: expected an int >= 2, got {c!r}")
+
+    def explain_config(self, seed: int) -> ExplainConfig:
+        """The optimisation of each explanation of a run with root ``seed``."""
+        return ExplainConfig(epochs=self.explain_steps, lr=self.explain_lr, seed=seed)
 
     @property
     def node_sampling(self) -> bool:
