@@ -96,3 +96,19 @@ def test_a_machine_that_never_joins_is_one_line_after_the_rendezvous_timeout(par
     lines = (run.stdout + run.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("torchrun: rendezvous failed: ") and "1/2 clients joined" in lines[0], \
         run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    ([], {}, 0.5),  # the launcher's own default: a worker that lost a peer has time to say so
+    (["--monitor-interval", "2"], {}, 2.0),
+    (["--monitor_interval=0.2"], {}, 0.2),
+    ([], {"PET_MONITOR_INTERVAL": "3"}, 3.0),  # torchrun's variable counts as given too
+])
+def test_the_launcher_looks_at_its_workers_every_half_second_unless_told(monkeypatch, argv, env, expected):
+    import gnnscale.launch as launch_module
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    seen = []
+    monkeypatch.setattr(launch_module, "run", lambda args: seen.append(args.monitor_interval))
+    assert launch_module.main(["--standalone", "--nproc-per-node", "1", *argv, "-m", "gnnscale", "info"]) == 0
+    assert seen == [expected]
