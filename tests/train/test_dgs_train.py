@@ -11,8 +11,8 @@ import re
 import pytest
 
 import dgs_train_workers
-from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.cli import EXIT_BAD_INPUT, build_parser, dgs_settings, main
+from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.train.checkpoint import flag_of

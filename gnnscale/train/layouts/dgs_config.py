@@ -17,6 +17,13 @@ DEFAULT_WARMUP = 5
 DEFAULT_LAG = 5
 
 
+def _check_int(name: str, value, low: int, flag: str | None = None) -> None:
+    """ValueError naming ``name`` (and its flag) unless ``value`` is an int (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        where = f" ({flag})" if flag else ""
+        raise ValueError(f"{name}: expected an int >= {low}{where}, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DGSConfig:
     """DGS settings of a run.
@@ -55,10 +62,8 @@ class DGSConfig:
     wait_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.period, bool) or not isinstance(self.period, int) or self.period < 1:
-            raise ValueError(f"period: expected an int >= 1 (--dgs-period), got {self.period!r}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup: expected an int >= 0 (--dgs-warmup), got {self.warmup!r}")
+        _check_int("period", self.period, 1, "--dgs-period")
+        _check_int("warmup", self.warmup, 0, "--dgs-warmup")
         lag = self.lag
         if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= self.period):
             raise ValueError(f"lag: expected an int in [1, --dgs-period = {self.period}] (--dgs-lag), got {lag!r}")
@@ -68,18 +73,13 @@ class DGSConfig:
             raise ValueError(f"feature_rate: expected a number in (0, 1] (--dgs-feature-rate), got {rate!r}")
         if self.mode not in DGS_MODES:
             raise ValueError(f"mode: expected one of {DGS_MODES} (--dgs-mode), got {self.mode!r}")
-        probes = self.probes
-        if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
-            raise ValueError(f"probes: expected an int >= 1 (--dgs-probes), got {probes!r}")
-        steps = self.explain_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"explain_steps: expected an int >= 1 (--dgs-explain-steps), got {steps!r}")
+        if self.probes is not None:
+            _check_int("probes", self.probes, 1, "--dgs-probes")
+        _check_int("explain_steps", self.explain_steps, 1, "--dgs-explain-steps")
         lr = self.explain_lr
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr < float("inf"):
             raise ValueError(f"explain_lr: expected a finite number > 0 (--dgs-explain-lr), got {lr!r}")
-        c = self.clusters_per_part
-        if isinstance(c, bool) or not isinstance(c, int) or c < 2:
-            raise ValueError(f"clusters_per_part: expected an int >= 2, got {c!r}")
+        _check_int("clusters_per_part", self.clusters_per_part, 2)
 
     def explain_config(self, seed: int) -> ExplainConfig:
         """The optimisation of each explanation of a run with root ``seed``."""
