@@ -17,6 +17,7 @@ from gnnscale.cli_common import (DEFAULT_LAYOUT, DEFAULT_TIMEOUT_S, HelpWithDefa
 from gnnscale.cli_convert import add_convert_parser, cmd_convert
 from gnnscale.cli_generate import add_generate_parser, cmd_generate
 from gnnscale.cli_predict import add_predict_parser, cmd_predict
+from gnnscale.files import atomic_write
 from gnnscale.graph.dataset import describe_summary
 from gnnscale.graph.feature_dtype import FEATURE_DTYPES
 from gnnscale.inference.metrics import METRICS
@@ -473,9 +474,11 @@ def report(line: str, *, same_on_every_worker: bool, wait_for_first: bool = True
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
         # The layout torch.distributed.elastic's own ErrorHandler writes; py_callstack is what it shows.
-        with open(error_file, "w") as f:
-            json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
-                                                                  "timestamp": str(int(time.time()))}}}, f)
+        # Written whole or not at all: torchrun may stop this worker mid-write (a peer died first), and
+        # its agent fails outright, restarts and all, on an error file it cannot parse.
+        record = {"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                             "timestamp": str(int(time.time()))}}}
+        atomic_write(error_file, lambda f: f.write(json.dumps(record).encode()))
     lead = os.environ.get("LOCAL_RANK", "0") == "0"
     if same_on_every_worker and not lead:
         # torchrun stops every worker as soon as one exits: stay until the first worker, which finds the

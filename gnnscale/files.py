@@ -15,7 +15,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], *, keep_pr
     A failed write (a full disk, a bad payload) leaves ``path`` as it was and no temporary file behind.
     Only a regular file is ever replaced: a directory, a device (``/dev/full``) or a socket at ``path``
     is a ValueError before anything is written. An OSError names ``path``. With ``keep_previous``, the
-    file ``path`` held is renamed there once the new one is complete, just before it takes its place.
+    file ``path`` held is moved there once the new one is complete, just before it takes its place.
     """
     path = Path(path)
     if path.exists() and not path.is_file():
@@ -29,10 +29,26 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], *, keep_pr
             f.flush()
             os.fsync(f.fileno())
         if keep_previous is not None and path.is_file():
-            os.replace(path, keep_previous)  # path is missing only between these two renames
+            keep(path, keep_previous)
         os.replace(tmp, path)
     except OSError as err:
         raise OSError(err.errno, f"{path}: could not write it ({err.strerror or err})") from err
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def keep(path: Path, previous: Path) -> None:
+    """Make ``previous`` hold what ``path`` holds while ``path`` stays in place: a reader polling ``path``
+    (a resuming run, a test waiting for a checkpoint) never finds it missing between two renames. Where
+    the file system has no hard links, fall back to renaming ``path`` away."""
+    link = previous.with_name(f".{previous.name}.link-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.link(path, link)
+    except OSError:
+        os.replace(path, previous)  # path is missing only until the caller's rename
+        return
+    try:
+        os.replace(link, previous)
+    finally:
+        link.unlink(missing_ok=True)

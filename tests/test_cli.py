@@ -11,20 +11,23 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import gnnscale
 from gnnscale.files import atomic_write
-from gnnscale.cli import main, name_the_flag
+from gnnscale.cli import main, name_the_flag, report
 from gnnscale.graph.dataset import format_bytes, format_float
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.graph.storage import save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
-from gnnscale.train.checkpoint import KIND_SINGLE, read_payload
+from gnnscale.train.checkpoint import (CHECKPOINT_VERSION, KIND_SINGLE, newest_complete, previous_path,
+                                       read_payload, write_atomic)
 
 SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]
 TRAIN = ["train", *SYNTH, "--fanouts", "4,3", "--epochs", "1", "--threads", "1"]
@@ -183,6 +186,84 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
     with pytest.raises(OSError, match=r"m.json: could not write it \(No space left on device\)"):
         atomic_write(path, fail)
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_a_kept_previous_file_never_leaves_the_path_missing(tmp_path):
+    """A reader polling a checkpoint while another process saves it must always find a file there: the
+    previous version is kept by a hard link, not by renaming the path away (seen: a FileNotFoundError in
+    a reader between the two renames)."""
+    path, previous = tmp_path / "c.ckpt", tmp_path / "c.ckpt.prev"
+    atomic_write(path, lambda f: f.write(b"0"))
+    missing, done = [], threading.Event()
+
+    def poll():
+        while not done.is_set():
+            if not path.exists():
+                missing.append(1)
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for i in range(1, 300):
+            atomic_write(path, lambda f: f.write(str(i).encode()), keep_previous=previous)
+    finally:
+        done.set()
+        reader.join()
+    assert not missing
+    assert (path.read_text(), previous.read_text()) == ("299", "298")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ckpt", "c.ckpt.prev"]
+
+
+def test_a_file_system_without_hard_links_still_keeps_the_previous_file(tmp_path, monkeypatch):
+    path, previous = tmp_path / "c.ckpt", tmp_path / "c.ckpt.prev"
+    atomic_write(path, lambda f: f.write(b"old"))
+
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr("gnnscale.files.os.link", no_links)
+    atomic_write(path, lambda f: f.write(b"new"), keep_previous=previous)
+    assert (path.read_text(), previous.read_text()) == ("new", "old")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ckpt", "c.ckpt.prev"]
+
+
+def test_a_checkpoint_renamed_away_while_it_is_read_falls_back_to_the_previous_one(tmp_path, monkeypatch):
+    """Between a reader's is_file() and its read, a save in another process may have moved the newest
+    checkpoint away (on a file system without hard links): that is a missing file, not a crash."""
+    ckpt = tmp_path / "c.ckpt"
+    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": KIND_SINGLE, "epochs_done": 1})
+    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": KIND_SINGLE, "epochs_done": 2})
+    read_bytes = Path.read_bytes
+
+    def vanished(self):
+        if self == ckpt:
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", vanished)
+    found = newest_complete(ckpt, KIND_SINGLE)
+    assert found.path == previous_path(ckpt) and found.payload["epochs_done"] == 1
+
+
+def test_the_torchrun_error_file_is_whole_or_absent(tmp_path, monkeypatch, capsys):
+    """torchrun's agent fails outright (no restart) on an error file it cannot parse; a worker stopped
+    while it writes one must leave no half file behind."""
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    report("first line", same_on_every_worker=False)
+    written = json.loads(error_file.read_text())
+    assert written["message"]["message"] == "first line"
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # a signal arriving while the record is written
+
+    monkeypatch.setattr("gnnscale.cli.json.dumps", stopped)
+    monkeypatch.setattr("gnnscale.cli.json.dump", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        report("second line", same_on_every_worker=False)
+    assert json.loads(error_file.read_text()) == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["error.json"]
+    assert capsys.readouterr().err == "first line\n"
 
 
 @pytest.mark.parametrize("argv, message", [

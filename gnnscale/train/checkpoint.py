@@ -117,11 +117,15 @@ def newest_complete(path: str | Path, kind: str) -> Found | None:
     path = Path(path)
     problems = []
     for candidate in (path, previous_path(path)):
-        if not candidate.is_file():
+        try:
+            data = candidate.read_bytes() if candidate.is_file() else None
+        except FileNotFoundError:  # renamed away by a save in another process since is_file()
+            data = None
+        if data is None:
             problems.append(f"{candidate} is missing")
             continue
         try:
-            payload = decode_payload(candidate.read_bytes(), candidate)
+            payload = decode_payload(data, candidate)
         except ValueError as err:  # damaged or foreign: the previous save may still be whole
             problems.append(str(err).removeprefix("checkpoint: "))
             continue
