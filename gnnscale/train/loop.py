@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -190,7 +191,10 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
         "grad_sync_s": seconds.get("grad_sync", 0.0), "metrics_s": seconds.get("metrics", 0.0),
         "checkpoint_s": seconds.get("checkpoint", 0.0),
         "wait_s": seconds.get("wait", 0.0),
-        "epoch_s": seconds["epoch"], "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
+        "epoch_s": seconds["epoch"],
+        # This process's CPU over the epoch's training, every thread (trainer, loading stage, DGS explainer,
+        # the backend's communication threads): what the epoch costs where cores are the limit.
+        "cpu_s": seconds.get("epoch_cpu", 0.0), "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
         "iteration_losses": iteration_losses,
         "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
         "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
@@ -270,10 +274,12 @@ def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Co
                                worker_state=sums.to_state(),
                                layout_state=layout.checkpoint_state(epoch * num_batches + steps_done))
 
+        cpu_start = time.process_time()
         with timer.phase("epoch"):
             sums = train_epoch(model, optimizer, layout, inputs, comm, cfg, epoch, num_batches, timer, lead,
                                first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
                                after_step=after_step)
+        timer.add("epoch_cpu", time.process_time() - cpu_start)
         val_acc = test_acc = float("nan")
         if cfg.evaluate:
             val_acc = evaluate(model, layout, inputs, comm, part.val_idx, cfg)

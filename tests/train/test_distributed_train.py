@@ -92,6 +92,8 @@ def test_hybrid_and_vanilla_train_identically_with_2_vs_2L_rounds(launched, npro
             assert all(m[k] > 0 for k in ("sample_s", "fetch_s", "forward_backward_s", "grad_sync_s", "wait_s"))
             training_thread = m["forward_backward_s"] + m["grad_sync_s"] + m["wait_s"]
             assert training_thread <= m["epoch_s"], (training_thread, m["epoch_s"])
+            # Rank 0's CPU over the epoch: its threads ran, at most on every core all the time.
+            assert 0 < m["cpu_s"] <= m["epoch_s"] * os.cpu_count(), (m["cpu_s"], m["epoch_s"])
 
 
 def test_background_loading_does_not_change_distributed_training(launched, partitions, tmp_path):

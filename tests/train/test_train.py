@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -123,9 +124,14 @@ def test_resume_refuses_other_settings_and_bad_files(dataset, tmp_path):
 
 def test_metrics_json_has_the_time_split_per_epoch(dataset, tmp_path):
     out = tmp_path / "m.json"
+    cpu_before = time.process_time()
     run_training(dataset, model_config(dataset), train_config(), progress=False, metrics_out=out)
+    cpu_spent = time.process_time() - cpu_before
     metrics = json.loads(out.read_text())
     assert len(metrics["history"]) == 2
+    # The epochs' CPU (every thread of this process) is a part of what the whole call spent.
+    assert all(epoch["cpu_s"] > 0 for epoch in metrics["history"])
+    assert sum(epoch["cpu_s"] for epoch in metrics["history"]) <= cpu_spent
     for epoch in metrics["history"]:
         for field in ("sample_s", "fetch_s", "forward_backward_s", "loss", "train_acc", "val_acc", "test_acc",
                       "sampled_edges_per_s"):
