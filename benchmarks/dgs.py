@@ -137,7 +137,8 @@ def summarize(report: dict, first_masked: int) -> dict:
             "feature_mb": median(lambda h: h["bytes_per_iteration"]["feature"] * h["num_batches"]) / MB,
             "remote_nodes": median(lambda h: h["dgs"]["remote_nodes"]) if dgs else None,
             "dims": median(lambda h: h["dgs"]["dims_sent_mean"]) if dgs else None,
-            "epoch_s": mean(lambda h: h["epoch_s"]), "cpu_s": mean(lambda h: h["cpu_s"]), "fetch_s": median(lambda h: h["fetch_s"]),
+            "epoch_s": mean(lambda h: h["epoch_s"]), "cpu_s": mean(lambda h: h["cpu_s"]),
+            "fetch_s": median(lambda h: h["fetch_s"]),
             "sample_s": median(lambda h: h["sample_s"]), "wait_s": median(lambda h: h["wait_s"]),
             "forward_backward_s": median(lambda h: h["forward_backward_s"]),
             "explain_cpu_s": mean(lambda h: h["dgs"]["explanation_cpu_s"]) if dgs else 0.0,
@@ -166,8 +167,8 @@ def print_table(rows: list[dict]) -> None:
         print(f"{r['link']:>5} {r['graph']:>9} {r['dtype']:>8} {r['mode']:>8} {r['run_feature_mb']:8.2f} "
               f"{r['run_bytes_ratio']:7.3f} {r['feature_mb']:10.3f} {r['bytes_ratio']:7.3f} "
               f"{fmt(r['remote_nodes'], '7.0f')} {fmt(r['dims'], '6.1f')} {r['epoch_s']:7.2f} {r['time_ratio']:7.2f} "
-              f"{r['cpu_s']:6.2f} {r['cpu_ratio']:7.2f} {r['sample_s']:8.3f} {r['sample_ratio']:7.2f} {r['wait_s']:8.3f} {r['explain_cpu_s']:8.3f} "
-              f"{r['overhead']:7.1%} {r['explain_wait_s']:6.3f} {r['test_acc']:8.4f} {r['acc_points']:+6.2f}")
+              f"{r['cpu_s']:6.2f} {r['cpu_ratio']:7.2f} {r['sample_s']:8.3f} {r['sample_ratio']:7.2f} "
+              f"{r['wait_s']:8.3f} {r['explain_cpu_s']:8.3f} {r['overhead']:7.1%} {r['explain_wait_s']:6.3f} {r['test_acc']:8.4f} {r['acc_points']:+6.2f}")
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -286,8 +287,8 @@ def main() -> None:
     add_ratios(rows)
     print(f"\n{a.workers} workers, --layout {a.layout}, METIS parts, seeds {a.seeds}; rank 0's feature bytes per epoch "
           "(sent + received): over the whole run, and medians over the epochs sampled with masks; explanation = the "
-          "explainer thread's CPU; cpu = rank 0's CPU per epoch, every thread; wait = the loading stage waiting for masks, "
-          "per epoch")
+          "explainer thread's CPU; cpu = rank 0's CPU per epoch, every thread; wait = the loading stage waiting for "
+          "masks, per epoch")
     print_table(rows)
     print_verdict(rows)
     if a.json:

@@ -194,7 +194,8 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, val_acc: float, tes
         "epoch_s": seconds["epoch"],
         # This process's CPU over the epoch's training, every thread (trainer, loading stage, DGS explainer,
         # the backend's communication threads): what the epoch costs where cores are the limit.
-        "cpu_s": seconds.get("epoch_cpu", 0.0), "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
+        "cpu_s": seconds.get("epoch_cpu", 0.0),
+        "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
         "iteration_losses": iteration_losses,
         "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
         "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
