@@ -21,7 +21,7 @@ ratios against plain sampling of the same graph.
 
 Targets: feature bytes (whole run) <= 0.76x plain, test accuracy at most 0.5 point below
 plain (mean of the seeds), explanation CPU <= 10% of the epoch time; on ``hard-full`` the epoch of
-both samplings at most 1.05x plain at the loopback and at most 0.9x over an emulated link.
+both samplings at most 1.05x plain at the loopback and at most 0.9x over an emulated 1 Gbit/s link.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from gnnscale.train.layouts.dgs_config import DGSConfig  # noqa: E402
 MODES = ("plain", "node", "feature", "both")
 MB = 1e6
 TARGET_BYTES, TARGET_ACC_POINTS, TARGET_OVERHEAD = 0.76, 0.5, 0.10
-# Epoch time of "both" against plain, at the loopback and over a slower link; checked on the graph with
-# epochs long enough for the explanation's share to mean something.
-TARGET_EPOCH_LOOPBACK, TARGET_EPOCH_LINK, EPOCH_TARGET_GRAPHS = 1.05, 0.9, ("hard-full",)
+# The most epoch time of "both" against plain, by link (the loopback and an emulated 1 Gbit/s); checked
+# on the graph whose epochs are long enough for the explanation's share to mean something.
+TARGET_EPOCH, EPOCH_TARGET_GRAPHS = {"inf": 1.05, "1": 0.9}, ("hard-full",)
 # Per graph: how to build it and how to train on it. Cora has 140 training nodes (35 per part): a small
 # batch gives enough iterations for several mask refreshes.
 GRAPHS = {
@@ -209,8 +209,8 @@ def print_verdict(rows: list[dict]) -> None:
                    f"{r['acc_points']:+.2f} points (target >= -{TARGET_ACC_POINTS})"),
                   ("explanation", r["overhead"] <= TARGET_OVERHEAD, f"CPU {r['overhead']:.1%} of the epoch "
                    f"(target <= {TARGET_OVERHEAD:.0%})")]
-        if r["graph"] in EPOCH_TARGET_GRAPHS:
-            target = TARGET_EPOCH_LOOPBACK if r["link"] == "inf" else TARGET_EPOCH_LINK
+        target = TARGET_EPOCH.get(r["link"])
+        if r["graph"] in EPOCH_TARGET_GRAPHS and target is not None:
             checks.append(("epoch", r["time_ratio"] <= target, f"{r['time_ratio']:.3f}x plain (target <= {target})"))
         print(f"{r['graph']} {r['dtype']} (link {r['link']}): " + "; ".join(
             f"{name} {'MET' if ok else 'MISSED'}: {text}" for name, ok, text in checks))
