@@ -42,6 +42,6 @@ def test_verdict_checks_the_epoch_targets_on_hard_full_only(capsys) -> None:
     verdicts = dict(line.split(": ", 1) for line in lines if "(link" in line)  # "graph dtype (link L)": checks
     assert "epoch MISSED: 1.060x plain (target <= 1.05)" in verdicts["hard-full float32 (link inf)"]
     assert "epoch MET: 0.850x plain (target <= 0.9)" in verdicts["hard-full float32 (link 1)"]
-    assert "epoch M" not in verdicts["hard-full float32 (link 10)"]  # the issue sets no target at 10 Gbit/s
+    assert "epoch M" not in verdicts["hard-full float32 (link 10)"]  # no target is set at 10 Gbit/s
     assert "feature bytes MET" in verdicts["cora float32 (link inf)"]
     assert "epoch M" not in verdicts["cora float32 (link inf)"]  # 2x plain, but Cora's epochs are too short to judge
