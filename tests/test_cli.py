@@ -80,8 +80,8 @@ def test_info_is_an_aligned_summary_and_json_on_request(capsys):
     (["info", "--dataset", "imagenet"],
      f"--dataset: unknown dataset 'imagenet'; known datasets: {', '.join(DATASETS)}"),
     (["partition", "--parts", "0", "--out", "{tmp}/p"], "--parts: expected an int in [1, num_nodes = 800], got 0"),
-    # Already naming its flag: left as it is, not "--bulk: ... (--bulk)".
-    (["train", "--sampler", "matrix", "--bulk", "0"], "bulk: expected an int >= 1 (--bulk), got 0"),
+    # Also naming its flag in brackets: named once, not "--bulk: ... (--bulk)".
+    (["train", "--sampler", "matrix", "--bulk", "0"], "--bulk: expected an int >= 1, got 0"),
     # A dataset option the user typed as -o seed=...: its own name, not --seed's.
     (["train", "-o", "seed=-1"], "seed: expected >= 0, got -1"),
 ], ids=["batch-size", "hidden", "layers", "dropout", "dataset", "parts", "named-already", "dataset-option"])
@@ -106,8 +106,8 @@ def test_a_flag_is_named_once():
     flags = {"batch_size": "--batch-size"}
     assert name_the_flag("batch_size: got 0", flags) == "--batch-size: got 0"
     assert name_the_flag("--batch-size: got 0", flags) == "--batch-size: got 0"
-    named = "batch_size: with --batch-size 1, too few"
-    assert name_the_flag(named, flags) == named
+    assert name_the_flag("batch_size: expected 1 (--batch-size)", flags) == "--batch-size: expected 1"
+    assert name_the_flag("seed: expected >= 0", flags) == "seed: expected >= 0"  # no flag of this command
 
 
 @pytest.mark.parametrize("method", ["metis", "random"])
@@ -277,8 +277,8 @@ def test_the_torchrun_error_file_is_whole_or_absent(tmp_path, monkeypatch, capsy
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt  # a signal arriving while the record is written
 
-    monkeypatch.setattr("gnnscale.cli.json.dumps", stopped)
-    monkeypatch.setattr("gnnscale.cli.json.dump", stopped)
+    monkeypatch.setattr("gnnscale.cli.entry.json.dumps", stopped)
+    monkeypatch.setattr("gnnscale.cli.entry.json.dump", stopped)
     with pytest.raises(KeyboardInterrupt):
         report("second line", same_on_every_worker=False)
     assert json.loads(error_file.read_text()) == written
@@ -287,10 +287,12 @@ def test_the_torchrun_error_file_is_whole_or_absent(tmp_path, monkeypatch, capsy
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--layout", "split"], "gnnscale train: error: layout: --layout split lays out a distributed run; add --partitions"),
-    (["--layout", "1.5d"], "gnnscale train: error: layout: --layout 1.5d lays out a distributed run"),
-    (["--timeout", "30"], "gnnscale train: error: timeout: --timeout bounds a distributed run's wait"),
-    (["--data-dir", "somewhere"], "gnnscale train: error: data_dir: --dataset synthetic is generated, it reads no"),
+    (["--layout", "split"], "gnnscale train: error: --layout split: applies to a distributed run; add --partitions"),
+    (["--layout", "1.5d"], "gnnscale train: error: --layout 1.5d: applies to a distributed run"),
+    (["--timeout", "30"], "gnnscale train: error: --timeout: applies to a distributed run"),
+    (["--layout", "split", "--shuffle-dtype", "bfloat16"], "gnnscale train: error: --layout split, --shuffle-dtype: "
+                                                           "applies to a distributed run"),
+    (["--data-dir", "somewhere"], "gnnscale train: error: --data-dir: --dataset synthetic is generated, it reads no"),
 ])
 def test_a_flag_only_a_distributed_run_reads_is_refused_without_partitions(argv, message, capsys):
     assert main([*TRAIN, *argv]) == 2
@@ -389,10 +391,8 @@ def test_resume_auto_starts_afresh_without_a_checkpoint_and_resumes_with_one(tmp
     assert main([*TRAIN, "--epochs", "1", "--checkpoint", str(ckpt), "--resume", "auto"]) == 0
     assert main([*TRAIN, "--epochs", "2", "--checkpoint", str(ckpt), "--resume", "auto"]) == 0
     assert f"resuming from {ckpt}: 1 of 2 epochs done" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exit_:
-        main([*TRAIN, "--resume", "later"])
-    assert exit_.value.code == 2
-    assert "expected nothing or 'auto' (--resume auto), got 'later'" in capsys.readouterr().err
+    assert main([*TRAIN, "--resume", "later"]) == 2
+    assert "argument --resume: invalid choice: 'later' (choose from 'auto')" in capsys.readouterr().err
 
 
 def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
@@ -421,3 +421,18 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
                                         f"(continue with --resume); {metrics} holds the metrics of the finished epochs"]
     assert read_payload(ckpt, KIND_SINGLE)["epochs_done"] >= 1  # whole: the interrupt never cuts a save short
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--fanouts", "-3,5"], "gnnscale train: error: --fanouts: "),
+    (["--metric", "auc"], "gnnscale train: error: argument --metric: invalid choice: 'auc' (choose from "),
+    (["--epochs", "x"], "gnnscale train: error: argument --epochs: expected an int, got 'x'"),
+    (["--sampler", "gibbs"], "gnnscale train: error: argument --sampler: invalid choice: 'gibbs'"),
+    (["--partitions", "P", "--layout", "hybrid", "--replication", "2"],
+     "gnnscale train: error: --replication: applies to --layout 1.5d, got --layout hybrid"),
+    (["--dgs-mode", "node"], "gnnscale train: error: --dgs-mode: given without --dgs; add --dgs"),
+], ids=["negative-fanout", "metric", "epochs", "sampler", "layout-option", "dgs-option"])
+def test_a_bad_flag_value_is_one_line_naming_the_flag_without_the_usage(argv, line, capsys):
+    assert main(["train", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1 and "usage:" not in err, err

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gnnscale import cli_reference
+from gnnscale.cli import reference as cli_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

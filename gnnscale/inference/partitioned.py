@@ -36,28 +36,27 @@ from gnnscale.nn.model_file import ModelFile
 from gnnscale.partition.directory import LocalPartition, load_partition, read_manifest
 
 STAGING = ".predict-staging"
-VIEWS = {"hybrid": "whole", "vanilla": "own"}  # the topology each layout loads
 
 
-def load_part(partition_dir: str | Path, layout: str, comm: Comm) -> LocalPartition:
-    """This worker's part; a failure on any worker (a missing file, a wrong worker count) is raised on all."""
+def load_part(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartition:
+    """This worker's part in ``view`` (:data:`gnnscale.partition.VIEWS`: the topology the layout that the
+    caller chose loads); a failure on any worker (a missing file, a wrong worker count) is raised on all."""
     part, error = None, ""
     try:
-        if layout not in VIEWS:
-            raise ValueError(f"layout: predict runs on --layout hybrid or vanilla, got {layout!r}")
-        part = load_partition(partition_dir, comm.rank, VIEWS[layout], workers=comm.world_size)
+        part = load_partition(partition_dir, comm.rank, view, workers=comm.world_size)
     except (ValueError, TypeError, OSError) as err:
         error = str(err)
     comm.agree(part is not None and not error, error)  # collective: every worker stops together
     return part
 
 
-def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, layout: str, comm: Comm,
-                        out: str | Path, *, embeddings: int | None = None, logits: bool = False,
+def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: str, comm: Comm,
+                        out: str | Path, *, layout: str, embeddings: int | None = None, logits: bool = False,
                         metric: str = "accuracy", chunk_size: int = DEFAULT_CHUNK_SIZE,
                         overwrite: bool = False) -> dict | None:
     """Collective: every worker of ``comm`` calls it. Returns what ``meta.json`` holds on rank 0, None
-    elsewhere. Arguments as :func:`~gnnscale.inference.predict.predict` (no node subset)."""
+    elsewhere. Arguments as :func:`~gnnscale.inference.predict.predict` (no node subset); ``view`` is the
+    partition view of the layout named ``layout`` (recorded in ``meta.json``)."""
     out, error = Path(out), ""
     manifest = read_manifest(partition_dir)
     cfg = model_file.config
@@ -75,7 +74,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, layout
     except ValueError as err:
         error = str(err)
     comm.agree(not error, error)  # collective: a bad input stops every worker with rank 0's line
-    part = load_part(partition_dir, layout, comm)
+    part = load_part(partition_dir, view, comm)
     n, width = part.book.num_nodes, layer_widths(model_file.model)
     names = {"predictions.npy": (np.int64, (n,)),
              "logits.npy" if logits else "probabilities.npy": (np.float32, (n, width[-1]))}

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from gnnscale.nn.functional import check_dropout_key, keyed_dropout, site_key
 from gnnscale.nn.layers import GATConv, GCNConv, SAGEConv
 from gnnscale.sampling.block import Block
+from gnnscale.settings import setting
 
 ModelName = Literal["sage", "gcn", "gat"]
 MODELS = ("sage", "gcn", "gat")
@@ -161,16 +162,16 @@ class ModelConfig:
         attn_dropout: GAT attention dropout, in [0, 1). Default 0.0.
     """
 
-    name: ModelName
     in_dim: int
-    hidden_dim: int
     num_classes: int
     num_layers: int
-    dropout: float = 0.5
-    input_dropout: float = 0.0
-    heads: int = 8
+    name: ModelName = setting("sage", "the GNN", name="--model", choices=MODELS, aliases=("model",))
+    hidden_dim: int = setting(128, "hidden size (per head for GAT)", name="--hidden")
+    dropout: float = setting(0.5, "dropout between layers")
+    input_dropout: float = setting(0.0, "dropout on the input features")
+    heads: int = setting(8, "GAT attention heads in hidden layers")
     out_heads: int = 1
-    attn_dropout: float = 0.0
+    attn_dropout: float = setting(0.0, "GAT dropout on attention weights")
 
     def __post_init__(self) -> None:
         if self.name not in MODELS:

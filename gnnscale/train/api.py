@@ -15,7 +15,7 @@ from torch import nn
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import train_distributed
-from gnnscale.train.layouts import LayoutOptions
+from gnnscale.train.layouts import LayoutOptions, layout_options as options_for
 from gnnscale.train.run import RunOutputs, TrainReport, train_in_process
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -39,8 +39,9 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         config: fanouts, batch size (per worker), epochs, Adam's ``lr`` and ``weight_decay``, seed, threads,
             sampler, prefetch (:class:`~gnnscale.train.config.TrainConfig`; default its defaults).
         layout: a partition directory only: the layout's name (``"hybrid"``, ``"vanilla"``, ``"1d"``,
-            ``"1.5d"``, ``"split"``) or :class:`~gnnscale.train.layouts.LayoutOptions` (cache, replication,
-            DGS). Default ``"hybrid"``. ``"split"`` and DGS need a built-in model (split-aware layers).
+            ``"1.5d"``, ``"split"``) or :class:`~gnnscale.train.layouts.LayoutOptions` with the layout's own
+            options and DGS (``gnnscale.train.layouts.layout_options("split", shuffle_dtype="bfloat16")``).
+            Default ``"hybrid"``. ``"split"`` and DGS need a built-in model (split-aware layers).
         outputs: metrics file, checkpoint and resume, and for a built-in model its model file and full
             evaluation (:class:`~gnnscale.train.run.RunOutputs`; default: nothing written).
         progress: per-epoch lines (rank 0) and a progress bar on a terminal.
@@ -77,7 +78,7 @@ def layout_options(layout: str | LayoutOptions | None) -> LayoutOptions:
     if layout is None:
         return LayoutOptions()
     if isinstance(layout, str):
-        return LayoutOptions(layout=layout)
+        return options_for(layout)
     if not isinstance(layout, LayoutOptions):
         raise TypeError(f"layout: expected a layout name or a LayoutOptions, got {type(layout).__name__}")
     return layout

@@ -23,6 +23,10 @@ import torch
 from gnnscale.files import atomic_write
 from gnnscale.nn.model_file import DatasetFacts, save_model_file
 from gnnscale.nn.models import ModelConfig
+from gnnscale.settings import flag_names
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.dgs_config import DGSConfig
+from gnnscale.train.layouts.registry import option_classes
 
 CHECKPOINT_VERSION = 2
 MAGIC = b"GNNSCKP2"
@@ -186,20 +190,24 @@ def check_same_settings(path: Path, saved: dict, current: dict) -> None:
                          f"with the same {flag_of(key)} as the run that wrote it")
 
 
-# Settings whose command-line flag is not "--" + the field name with dashes.
-_FLAGS = {"dataset": "--dataset", "num_nodes": "--dataset (and -o options)", "name": "--model",
-          "hidden_dim": "--hidden", "in_dim": "--dataset", "num_classes": "--dataset",
-          "num_layers": "--fanouts/--layers", "evaluate": "--no-eval",
-          # A model of one's own (fit), identified by its class, input form and parameter shapes.
-          "module": "model", "parameters": "model", "inputs": "inputs"}
+# Signature entries that no config field's flag sets: the data's (single-process runs) and a model of
+# one's own (fit), identified by its class, input form and parameter shapes.
+_NOT_FLAGS = {"dataset": "--dataset", "num_nodes": "--dataset (and -o options)", "in_dim": "--dataset",
+              "num_classes": "--dataset", "num_layers": "--fanouts/--layers", "module": "model",
+              "parameters": "model", "inputs": "inputs"}
 
 
 def flag_of(key: str) -> str:
-    """The CLI flag that sets a run-signature entry (``train.lr`` -> ``--lr``)."""
-    leaf = key.rsplit(".", 1)[-1]
-    if key.startswith("dgs."):  # DGS's settings have flags of their own (dgs.period -> --dgs-period)
-        return "--dgs-" + leaf.replace("_", "-")
-    return _FLAGS.get(leaf, "--" + leaf.replace("_", "-"))
+    """The CLI flag that sets a run-signature entry (``train.lr`` -> ``--lr``, ``dgs.period`` ->
+    ``--dgs-period``), read from the config classes' own flags (:mod:`gnnscale.settings`)."""
+    section, _, leaf = key.rpartition(".")
+    classes = {"train": (TrainConfig,), "model": (ModelConfig,), "dgs": (DGSConfig,),
+               "layout_options": option_classes()}.get(section, ())
+    for cls in classes:
+        names = flag_names(cls)
+        if leaf in names:
+            return names[leaf]
+    return _NOT_FLAGS.get(leaf, "--" + leaf.replace("_", "-"))
 
 
 def first_difference(saved, current, prefix: str = "") -> tuple[str, object, object] | None:

@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gnnscale.sampling import check_fanouts
+from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
+                                        samplers_with)
+from gnnscale.settings import setting
 
-# fused and two_step sample one batch at a time; matrix (GraphSAGE) and ladies stack `bulk` batches
-# into one set of sparse products (gnnscale.sampling.matrix).
-SAMPLERS = ("fused", "two_step", "matrix", "ladies")
-BULK_SAMPLERS = ("matrix", "ladies")
-DEFAULT_LAYER_SIZE = 512  # LADIES nodes per layer (Tripathy et al., Table 4)
+__all__ = ["TrainConfig", "check_sampler_fits_model"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainConfig:
-    """How to train (the model's shape lives in ``gnnscale.nn.ModelConfig``).
+    """How to train (the model's shape lives in ``gnnscale.nn.ModelConfig``). Each field with a flag is
+    also a ``gnnscale train`` option (:mod:`gnnscale.settings`); its help is written beside it.
 
     Args:
         fanouts: neighbors per hop from the seeds outwards; one hop per GNN layer.
@@ -26,11 +26,10 @@ class TrainConfig:
         lr, weight_decay: Adam's step size and L2 penalty.
         seed: the root of every random choice (batch order, sampling keys, dropout, initialisation).
         threads: CPU threads for the sampling kernel and for torch.
-        sampler: ``"fused"``, ``"two_step"`` (the reference, for comparisons), ``"matrix"`` (GraphSAGE
-            sampling by sparse products over ``bulk`` batches; the same blocks as fused) or ``"ladies"``
-            (layer-wise LADIES sampling by sparse products; weighted blocks for GCN and GraphSAGE).
-        bulk: consecutive batches sampled by one set of products (``matrix`` and ``ladies`` only).
-        layer_size: LADIES nodes drawn per batch per layer (``ladies`` only; None: 512).
+        sampler: a registered sampler (:mod:`gnnscale.sampling.registry`): ``"fused"``, ``"two_step"``
+            (the reference, for comparisons), ``"matrix"`` or ``"ladies"``.
+        bulk: consecutive batches sampled by one set of products (bulk samplers only).
+        layer_size: nodes drawn per batch per layer (layer-wise samplers only; None: 512).
         replace: sample neighbors with replacement.
         evaluate: measure validation and test accuracy after every epoch (False: reported as NaN;
             for timing runs on graphs whose test split is large).
@@ -38,21 +37,25 @@ class TrainConfig:
             trains (0: none, everything on the training thread). Does not change the results.
     """
 
-    fanouts: tuple[int, ...] = (10, 5)
-    eval_fanouts: tuple[int, ...] | None = None
-    batch_size: int = 512
+    fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards")
+    eval_fanouts: tuple[int, ...] | None = setting(None, "inference fanouts", default_text="--fanouts")
+    batch_size: int = setting(512, "seed nodes per mini-batch (per worker)")
     eval_batch_size: int = 4096
-    epochs: int = 5
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    seed: int = 0
-    threads: int = 2
-    sampler: str = "fused"
-    bulk: int = 1
-    layer_size: int | None = None
-    replace: bool = False
-    evaluate: bool = True
-    prefetch: int = 1
+    epochs: int = setting(5, "passes over the training nodes")
+    lr: float = setting(0.003, "Adam learning rate")
+    weight_decay: float = setting(0.0, "Adam L2 penalty")
+    seed: int = setting(0, "root of every random choice")
+    threads: int = setting(2, "CPU threads for the sampler and torch")
+    sampler: str = setting("fused", "how blocks are drawn: " + "; ".join(f"{name} ({spec.summary})"
+                                                                         for name, spec in SAMPLERS.items()),
+                           choices=tuple(SAMPLERS))
+    bulk: int = setting(1, f"{' and '.join(samplers_with('bulk'))}: consecutive batches sampled by one set of "
+                           "sparse products")
+    layer_size: int | None = setting(None, f"{' and '.join(samplers_with('layerwise'))}: nodes drawn per batch per "
+                                           "layer", default_text=str(DEFAULT_LAYER_SIZE))
+    replace: bool = setting(False, "sample neighbors with replacement")
+    evaluate: bool = setting(True, "skip validation/test accuracy (timing runs)", negate="--no-eval")
+    prefetch: int = setting(1, "batches sampled and gathered ahead in a background thread while one trains (0: none)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
@@ -71,8 +74,7 @@ class TrainConfig:
             raise ValueError(f"lr: expected > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay: expected >= 0, got {self.weight_decay}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler: expected one of {SAMPLERS}, got {self.sampler!r}")
+        sampler_spec(self.sampler)
         self._check_bulk_options()
 
     def _check_bulk_options(self) -> None:
@@ -83,13 +85,15 @@ class TrainConfig:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1 ({flag}), got {value!r}")
-        if self.bulk != 1 and self.sampler not in BULK_SAMPLERS:
-            raise ValueError(f"bulk: --bulk {self.bulk} needs --sampler matrix or ladies (sampler {self.sampler!r} "
-                             "samples one batch at a time)")
-        if self.layer_size is not None and self.sampler != "ladies":
-            raise ValueError(f"layer_size: --layer-size applies to --sampler ladies, got sampler {self.sampler!r}")
-        if self.sampler == "ladies" and self.replace:
-            raise ValueError("replace: --replace applies to neighbor sampling, not to --sampler ladies")
+        spec = sampler_spec(self.sampler)
+        if self.bulk != 1 and not spec.bulk:
+            raise ValueError(f"bulk: --bulk {self.bulk} needs --sampler {' or '.join(samplers_with('bulk'))} (sampler "
+                             f"{self.sampler!r} samples one batch at a time)")
+        if self.layer_size is not None and not spec.layerwise:
+            raise ValueError(f"layer_size: --layer-size applies to --sampler {' or '.join(samplers_with('layerwise'))}, "
+                             f"got sampler {self.sampler!r}")
+        if self.replace and not spec.replace:
+            raise ValueError(f"replace: --replace applies to neighbor sampling, not to --sampler {self.sampler}")
 
     @property
     def num_layers(self) -> int:
@@ -102,10 +106,3 @@ class TrainConfig:
     @property
     def inference_fanouts(self) -> tuple[int, ...]:
         return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts
-
-
-def check_sampler_fits_model(sampler: str, model_name: str) -> None:
-    """LADIES' blocks are weighted (importance sampling), which attention cannot use."""
-    if sampler == "ladies" and model_name == "gat":
-        raise ValueError("sampler: --sampler ladies gives weighted blocks that --model gat (attention) cannot use; "
-                         "use --model gcn or sage")

@@ -40,7 +40,8 @@ from gnnscale.train.checkpoint import (CHECKPOINT_VERSION, KIND_DISTRIBUTED, che
                                        decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts.registry import layout_spec, layouts_with
+from gnnscale.train.layouts.base import LayoutOptions
+from gnnscale.train.layouts.registry import layout_spec, layouts_with, resolved
 from gnnscale.train.run import RESUMABLE_CHANGES
 
 
@@ -90,14 +91,17 @@ class DistCheckpoint:
     layout_state: dict
 
 
-def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig | dict, cfg: TrainConfig, layout: str,
-                 world_size: int, dgs=None) -> RunIdentity:
+def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig | dict, cfg: TrainConfig,
+                 options: LayoutOptions, world_size: int) -> RunIdentity:
     """``model``: a built-in model's config, or the model's :func:`~gnnscale.train.inputs.model_signature`;
-    ``dgs``: the run's DGS settings (a dataclass) or None; a resume must use the same."""
+    ``options``: the layout, its own options (recorded whole: each of them changes the numbers) and DGS's;
+    a resume must use the same."""
     train = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_CHANGES}
     model = asdict(model) if isinstance(model, ModelConfig) else model
-    signature = {"model": model, "train": train, "dgs": None if dgs is None else asdict(dgs)}
-    return RunIdentity(signature=signature, layout=layout, world_size=world_size,
+    settings = resolved(options).settings
+    signature = {"model": model, "train": train, "layout_options": asdict(settings),
+                 "dgs": None if options.dgs is None else asdict(options.dgs)}
+    return RunIdentity(signature=signature, layout=options.layout, world_size=world_size,
                        data=dataset_facts(manifest),
                        partition={"path": str(partition_dir),
                                   "manifest_sha256": sha256_file(Path(partition_dir) / MANIFEST)})
@@ -148,7 +152,8 @@ def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int
                          f"{run.partition['path']} has {key}={new!r}); resume with a partition of the same dataset")
     check_same_settings(path, was.signature, run.signature)
     if not same_partition(was, run):
-        where = f"{was.world_size} workers on --partitions {was.partition['path']}"
+        workers = f"{was.world_size} worker{'' if was.world_size == 1 else 's'}"
+        where = f"{workers} on --partitions {was.partition['path']}"
         if not layout_spec(run.layout).repartitionable:
             raise ValueError(f"checkpoint: {path} was written by {where} (another partition or worker count); "
                              f"--layout {run.layout} resumes only on the same partition with the same worker count "

@@ -38,7 +38,7 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs, model_inputs, model_signature, seeded_model
 from gnnscale.train.dist_checkpoint import (RunIdentity, Checkpointer, check_checkpoint_at_launch, receive_checkpoint,
                                             run_identity, same_partition)
-from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout,
+from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout, resolved,
                                     check_layout_options)
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
@@ -117,8 +117,7 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
                                           per_worker_batches=spec.per_worker_batches)
         if model_cfg is not None:
             check_builtin_fits(model_cfg, manifest, cfg, partition_dir)
-        identity = run_identity(partition_dir, manifest, model_signature(model, inputs), cfg, options.layout,
-                                world_size, options.dgs)
+        identity = run_identity(partition_dir, manifest, model_signature(model, inputs), cfg, options, world_size)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
                                                  overwrite=outputs.overwrite, every=outputs.checkpoint_every,
                                                  rank=rank_from_env(), run=identity, epochs=cfg.epochs)
@@ -166,6 +165,7 @@ def train_distributed(model: nn.Module, partition_dir: str | Path, inputs: str, 
         adapter = model_inputs(model, inputs)
     except (ValueError, TypeError) as err:
         raise LaunchError(str(err)) from err
+    options = resolved(options)  # the layout's own options filled in: recorded whole below
     launch = check_launch(partition_dir, options, model, adapter, cfg, outputs)
     with keep_caller_rng(launch.model_cfg is None):
         ctx = init_from_env(timeout_s=timeout_s)
@@ -182,9 +182,9 @@ def train_distributed(model: nn.Module, partition_dir: str | Path, inputs: str, 
                                                   partition_dir=Path(partition_dir)))
             loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
             header = {"partitions": str(partition_dir), "layout": options.layout, "world_size": ctx.world_size,
-                      "cache_fraction": options.cache_fraction,
+                      "layout_options": asdict(options.settings),
                       "dgs": None if options.dgs is None else asdict(options.dgs),
-                      "replication": options.replication, "model": launch.identity.signature["model"],
+                      "model": launch.identity.signature["model"],
                       "train": asdict(cfg)}
             write_metrics = metrics_writer(outputs.metrics_out if ctx.rank == 0 else None, header)
             report = train(model, adapter, strategy, part, comm, cfg, launch, outputs,

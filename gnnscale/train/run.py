@@ -33,6 +33,7 @@ from gnnscale.train.layouts.single import build_single_process
 from gnnscale.train.loop import Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import write_json_atomic
+from gnnscale.settings import setting
 
 
 # Settings a resumed run may change: they do not change what is computed.
@@ -74,12 +75,19 @@ class RunOutputs:
             validation and test nodes by layer-wise inference (built-in models); None: no such score.
     """
 
-    metrics_out: str | Path | None = None
-    model_out: str | Path | None = None
-    checkpoint: str | Path | None = None
-    resume: bool | str = False
-    checkpoint_every: int | None = None
-    overwrite: bool = False
+    metrics_out: str | Path | None = setting(None, "write per-epoch metrics as JSON here", metavar="FILE")
+    model_out: str | Path | None = setting(None, "write the trained model here: weights, model config and dataset "
+                                                 "facts (gnnscale.load_model and gnnscale predict --model read it)",
+                                           name="--save-model", metavar="FILE")
+    checkpoint: str | Path | None = setting(None, "save a checkpoint here after every epoch (distributed: rank 0 "
+                                                  "writes it)", metavar="FILE")
+    resume: bool | str = setting(False, "continue the run saved in --checkpoint (the newest complete one: a damaged "
+                                        "file falls back to the previous save); --resume auto also starts afresh "
+                                        "when there is none yet, so that torchrun --max-restarts can restart a "
+                                        "failed run with the same command", choices=("auto",), metavar="auto")
+    checkpoint_every: int | None = setting(None, "distributed: also save --checkpoint after every N iterations (a "
+                                                 "resume continues mid-epoch)", metavar="N")
+    overwrite: bool = setting(False, "replace an existing --checkpoint (without --resume) or --metrics-out file")
     full_eval: str | None = None
 
 

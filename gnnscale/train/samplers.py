@@ -5,7 +5,7 @@ from __future__ import annotations
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import BatchSampler, NeighborSampler
-from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+from gnnscale.sampling.registry import SamplerInputs, sampler_spec
 from gnnscale.train.config import TrainConfig
 
 
@@ -14,20 +14,17 @@ def build_samplers(graph: CSCGraph, model_cfg: ModelConfig | None,
     """The training sampler ``cfg.sampler`` names, and the inference sampler. ``model_cfg``: the built-in
     model's config, None for a model of one's own (LADIES then estimates GraphSAGE's operator).
 
-    Inference uses neighbor sampling with the inference fanouts: the fused kernel, or the two-step
-    reference when training with it. The matrix sampler draws the fused kernel's blocks, so it would
-    only be slower there; LADIES models are evaluated on (full, with fanouts above the largest
-    degree) neighborhoods, as the LADIES paper evaluates on the whole graph.
+    Inference uses neighbor sampling with the inference fanouts, by the spec's ``eval_method``: the fused
+    kernel, or the two-step reference when training with it. The matrix sampler draws the fused kernel's
+    blocks, so it would only be slower there; LADIES models are evaluated on (full, with fanouts above
+    the largest degree) neighborhoods, as the LADIES paper evaluates on the whole graph.
     """
-    eval_method = "two_step" if cfg.sampler == "two_step" else "fused"
-    eval_sampler = NeighborSampler(graph, cfg.inference_fanouts, method=eval_method)
-    if cfg.sampler == "matrix":
-        return MatrixSampler(graph, cfg.fanouts, bulk=cfg.bulk, replace=cfg.replace), eval_sampler
-    if cfg.sampler == "ladies":
-        # The operator LADIES estimates is the layer's own: D~^-1 (A + I) for GCN, D^-1 A for SAGE's mean.
-        sizes = (cfg.ladies_layer_size,) * cfg.num_layers
-        return LadiesSampler(graph, sizes, bulk=cfg.bulk, self_loops=is_gcn(model_cfg)), eval_sampler
-    return NeighborSampler(graph, cfg.fanouts, replace=cfg.replace, method=cfg.sampler), eval_sampler
+    spec = sampler_spec(cfg.sampler)
+    eval_sampler = NeighborSampler(graph, cfg.inference_fanouts, method=spec.eval_method)
+    # The operator LADIES estimates is the layer's own: D~^-1 (A + I) for GCN, D^-1 A for SAGE's mean.
+    inputs = SamplerInputs(graph=graph, fanouts=cfg.fanouts, bulk=cfg.bulk, replace=cfg.replace,
+                           layer_sizes=(cfg.ladies_layer_size,) * cfg.num_layers, self_loops=is_gcn(model_cfg))
+    return spec.build(inputs), eval_sampler
 
 
 def is_gcn(model_cfg: ModelConfig | None) -> bool:

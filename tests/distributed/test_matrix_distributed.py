@@ -16,7 +16,7 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.partition.book import PartitionBook
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts import LayoutOptions, check_layout_options
+from gnnscale.train.layouts import LayoutOptions, check_layout_options, layout_options
 from launch import run_launch, torchrun
 from test_distributed import spawn_ok
 
@@ -100,11 +100,11 @@ def test_bad_replication_is_refused_with_the_flag():
     with pytest.raises(TypeError, match="replication: expected an int"):
         check_replication(2.0, 4)
     with pytest.raises(ValueError, match="replication: expected a divisor"):
-        check_layout_options(LayoutOptions(layout="1.5d", replication=3), TrainConfig(sampler="matrix"), world_size=4)
-    check_layout_options(LayoutOptions(layout="1.5d", replication=3), TrainConfig(sampler="matrix"))  # the launch's size not known yet
+        check_layout_options(layout_options("1.5d", replication=3), TrainConfig(sampler="matrix"), world_size=4)
+    check_layout_options(layout_options("1.5d", replication=3), TrainConfig(sampler="matrix"))  # the launch's size not known yet
     cfg = TrainConfig(sampler="matrix", bulk=4)
-    with pytest.raises(ValueError, match=r"replication: --replication 2 applies to --layout 1.5d, got --layout 1d"):
-        check_layout_options(LayoutOptions(layout="1d", replication=2), cfg, world_size=4)
+    with pytest.raises(ValueError, match=r"replication: applies to --layout 1.5d, got --layout 1d"):
+        check_layout_options(layout_options("1d", replication=2), cfg, world_size=4)
     with pytest.raises(ValueError, match=r"sampler: --sampler matrix runs distributed with --layout 1d or 1.5d, got "
                                          r"--layout hybrid \(which samples with --sampler fused or two_step\)"):
         check_layout_options(LayoutOptions(layout="hybrid"), cfg, world_size=4)

@@ -351,7 +351,7 @@ def test_cli_converts_edge_files_and_names_the_bad_one(tmp_path, capsys):
     assert (ds.graph.num_nodes, ds.num_classes, ds.train_idx.size) == (100, 3, 60)
     assert f"{ds.graph.num_edges:,} directed edges" in printed and "indices.npy" in printed
     assert main(["convert", "--edges", str(tmp_path / "a.npy"), "--out", str(out)]) == 2
-    assert f"error: out: {out} already exists; pass --overwrite" in capsys.readouterr().err
+    assert f"error: --out: {out} already exists; pass --overwrite" in capsys.readouterr().err
     np.save(tmp_path / "bad.npy", np.array([[0, 1], [2, 100]]))
     assert main(["convert", "--edges", str(tmp_path / "bad.npy"), "--num-nodes", "100",
                  "--out", str(tmp_path / "g")]) == 2

@@ -167,7 +167,7 @@ def test_cli_generates_a_loadable_directory(tmp_path, capsys):
     assert (ds.feature_dim, ds.num_classes) == (8, 172)
     assert f"{ds.graph.num_edges:,} directed edges" in printed and "indices.npy" in printed
     assert main(["generate", "--preset", "papers100M", "--scale", "2e-5", "--out", str(out)]) == 2
-    assert f"error: out: {out} already exists; pass --overwrite" in capsys.readouterr().err
+    assert f"error: --out: {out} already exists; pass --overwrite" in capsys.readouterr().err
     assert main(["generate", "--preset", "papers100M", "--scale", "-1", "--out", str(tmp_path / "x")]) == 2
     assert "error: --scale: expected a finite number > 0, got -1.0" in capsys.readouterr().err
     assert main(["generate", "--preset", "papers100M", "--scale", "1e-4", "--out", str(tmp_path / "x"),

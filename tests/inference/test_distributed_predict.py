@@ -89,7 +89,7 @@ def test_dataset_flags_with_partitions_are_one_line(setup, tmp_path, capsys):
     assert main(["predict", "--model", str(models["gcn"]), "--partitions", str(parts[2]), "--out",
                  str(tmp_path / "o"), "--dataset", "cora"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error: partitions: --dataset cannot be used with --partitions" in err
+    assert err.count("\n") == 1 and "error: --partitions: --dataset cannot be used with --partitions" in err
 
 
 @pytest.mark.timeout(600)

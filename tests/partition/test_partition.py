@@ -396,7 +396,7 @@ def test_cli_partition_writes_a_loadable_directory(tmp_path, capsys):
     assert load_partition(out, 2, "own").features.shape[0] == 200
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err == f"gnnscale partition: error: out: {out} already exists; pass --overwrite to replace it, or choose " \
+    assert err == f"gnnscale partition: error: --out: {out} already exists; pass --overwrite to replace it, or choose " \
                   "another --out\n"
     # Checked before the dataset is loaded (a large one takes minutes): a dataset that cannot load is not reached.
     assert main(["partition", "--dataset", "npz", "--data-dir", str(tmp_path / "absent.npz"), "--parts", "2",

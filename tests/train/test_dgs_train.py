@@ -11,13 +11,14 @@ import re
 import pytest
 
 import dgs_train_workers
-from gnnscale.cli import EXIT_BAD_INPUT, build_parser, dgs_settings, main
+from gnnscale.cli import EXIT_BAD_INPUT, build_parser, main
+from gnnscale.cli.train import read_train_settings
 from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
 from gnnscale.train.checkpoint import flag_of
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts import LayoutOptions, check_layout_options
+from gnnscale.train.layouts import LayoutOptions, check_layout_options, layout_options
 from gnnscale.train.layouts.dgs import DGSConfig
 from gnnscale.train.layouts.dgs_config import DGSSchedule
 from launch import run_launch, torchrun
@@ -51,26 +52,31 @@ def test_dgs_needs_a_layout_that_fetches_features():
                                          r"vanilla\), got --layout split"):
         check_layout_options(LayoutOptions(layout="split", dgs=DGSConfig()), cfg)
     with pytest.raises(ValueError, match=r"dgs: --dgs and --cache-fraction"):
-        check_layout_options(LayoutOptions(layout="hybrid", cache_fraction=0.1, dgs=DGSConfig()), cfg)
+        check_layout_options(layout_options("hybrid", cache_fraction=0.1, dgs=DGSConfig()), cfg)
     check_layout_options(LayoutOptions(layout="vanilla", dgs=DGSConfig()), cfg)
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["--dgs"], r"dgs: --dgs cuts the feature fetch between workers, which only distributed runs have"),
-    (["--dgs-period", "5"], r"dgs: --dgs-period given without --dgs; add --dgs"),
-    (["--dgs-warmup", "7", "--dgs-lag", "2"], r"dgs: --dgs-warmup, --dgs-lag given without --dgs; add --dgs"),
-    (["--dgs-probes", "16"], r"dgs: --dgs-probes given without --dgs; add --dgs"),
-    (["--dgs-explain-steps", "10"], r"dgs: --dgs-explain-steps given without --dgs; add --dgs"),
+    (["--dgs"], r"--dgs: applies to a distributed run; add --partitions DIR"),
+    (["--dgs-period", "5"], r"--dgs-period: given without --dgs; add --dgs"),
+    (["--dgs-warmup", "7", "--dgs-lag", "2"], r"--dgs-warmup, --dgs-lag: given without --dgs; add --dgs"),
+    (["--dgs-probes", "16"], r"--dgs-probes: given without --dgs; add --dgs"),
+    (["--dgs-explain-steps", "10"], r"--dgs-explain-steps: given without --dgs; add --dgs"),
 ])
 def test_cli_refuses_dgs_without_partitions_or_dgs_flags_without_dgs(argv, match, capsys):
     assert main(["train", "--dataset", "synthetic", "-o", "num_nodes=200", *argv]) == EXIT_BAD_INPUT
     assert re.search(match, capsys.readouterr().err)
 
 
+def dgs_settings(args) -> DGSConfig:
+    return read_train_settings(args).layout.dgs
+
+
 def test_dgs_probes_reach_the_config_and_a_changed_dgs_setting_names_its_flag():
     args = build_parser().parse_args(["train", "--partitions", "P", "--dgs", "--dgs-probes", "16"])
     assert dgs_settings(args).probes == 16
     assert dgs_settings(build_parser().parse_args(["train", "--partitions", "P", "--dgs"])).probes is None
+    assert dgs_settings(build_parser().parse_args(["train", "--partitions", "P", "--dgs"])) == DGSConfig()
     args = build_parser().parse_args(["train", "--partitions", "P", "--dgs", "--dgs-explain-steps", "10",
                                       "--dgs-explain-lr", "0.3"])
     assert dgs_settings(args).explain_config(seed=4) == ExplainConfig(epochs=10, lr=0.3, seed=4)

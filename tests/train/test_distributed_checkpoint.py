@@ -21,6 +21,7 @@ from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
 from gnnscale.train.dist_checkpoint import check_resume, decode, run_identity
+from gnnscale.train.layouts import layout_options
 from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
@@ -185,9 +186,9 @@ def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, pa
          f"--checkpoint: {single} was written by a single-process run (--dataset synthetic); resume it without "
          "--partitions"),
         (["--partitions", str(partitions[1]), "--checkpoint-every", "0", "--checkpoint", str(tmp_path / "new.ckpt")],
-         "checkpoint_every: expected an int >= 1 (--checkpoint-every), got 0"),
+         "--checkpoint-every: expected an int >= 1, got 0"),
         (["--partitions", str(partitions[1]), "--checkpoint-every", "5"],
-         "checkpoint_every: --checkpoint-every needs --checkpoint FILE, where to save"),
+         "--checkpoint-every: --checkpoint-every needs --checkpoint FILE, where to save"),
     ]
     for argv, expected in cases:
         assert main(["train", *ARGS, "--epochs", str(EPOCHS), "--quiet", *argv]) == 2
@@ -200,7 +201,7 @@ def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, pa
     assert capsys.readouterr().err == (f"gnnscale train: error: --checkpoint: {ckpt} was written by a distributed run "
                                        "(2 workers, --layout hybrid); resume it with torchrun and --partitions\n")
     assert main(["train", "--dataset", "synthetic", "--checkpoint-every", "5", "--quiet"]) == 2
-    assert "checkpoint_every: --checkpoint-every is for distributed runs (--partitions)" in capsys.readouterr().err
+    assert "--checkpoint-every: applies to a distributed run" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +216,7 @@ def identity_for(partition: Path, layout: str = "hybrid", world_size: int = 2, *
     cfg = replace(TrainConfig(fanouts=(4, 3), batch_size=32, lr=0.01, seed=3, threads=1), **train)
     model = ModelConfig(name="sage", in_dim=manifest["feature_dim"], hidden_dim=16, num_classes=manifest["num_classes"],
                         num_layers=2, dropout=0.5)
-    return run_identity(partition, manifest, model, cfg, layout, world_size)
+    return run_identity(partition, manifest, model, cfg, layout_options(layout), world_size)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -242,8 +243,8 @@ def test_a_dgs_checkpoint_from_before_the_explanation_settings_resumes_with_the_
         manifest = read_manifest(partitions[2])
         model = ModelConfig(name="sage", in_dim=manifest["feature_dim"], hidden_dim=16,
                             num_classes=manifest["num_classes"], num_layers=2)
-        return run_identity(partitions[2], manifest, model, TrainConfig(fanouts=(4, 3), batch_size=32), "hybrid", 2,
-                            dgs)
+        return run_identity(partitions[2], manifest, model, TrainConfig(fanouts=(4, 3), batch_size=32),
+                            layout_options("hybrid", dgs=dgs), 2)
 
     old = identity(DGSConfig(explain_steps=10, explain_lr=0.3))
     fields = ("signature", "layout", "world_size", "data", "partition")
@@ -261,7 +262,9 @@ def test_a_dgs_checkpoint_from_before_the_explanation_settings_resumes_with_the_
 @pytest.mark.parametrize("layout", ["vanilla", "split"])
 def test_only_hybrid_moves_to_another_partition(saved, partitions, layout):
     path, ckpt = saved
-    theirs = replace(ckpt, identity=replace(ckpt.identity, layout=layout))
+    own_options = identity_for(partitions[2], layout).signature["layout_options"]  # the layout's own defaults
+    theirs = replace(ckpt, identity=replace(ckpt.identity, layout=layout,
+                                            signature={**ckpt.identity.signature, "layout_options": own_options}))
     check_resume(theirs, path, identity_for(partitions[2], layout), EPOCHS + 1)  # same partition: accepted
     with pytest.raises(ValueError, match=rf"--layout {layout} resumes only on the same partition with the same "
                                          r"worker count \(--layout hybrid can change them"):

@@ -296,7 +296,7 @@ def test_disagreeing_batch_counts_are_refused_with_a_batch_size_that_works(uneve
     assert sorted(train) == [2, 3]
     small, large = train.index(2), train.index(3)
     # --batch-size 1: the part with 3 training nodes needs 3 iterations, the other has only 2 seeds.
-    expected = (f"batch_size: with --batch-size 1, part {large} (3 training nodes) needs 3 iterations per epoch, but "
+    expected = (f"with --batch-size 1, part {large} (3 training nodes) needs 3 iterations per epoch, but "
                 f"part {small} has only 2 training nodes and every worker runs the same iterations; use --batch-size "
                 "2 or more")
     with pytest.raises(ValueError, match=re.escape(expected)):
@@ -312,6 +312,6 @@ def test_disagreeing_batch_counts_are_refused_with_a_batch_size_that_works(uneve
         monkeypatch.setenv(name, value)
     assert main(["train", "--partitions", str(uneven), "--batch-size", "1", "--quiet"]) == 2
     # Either --method balances training nodes to within one: only fewer parts give each more.
-    assert capsys.readouterr().err == f"gnnscale train: error: {expected}, or repartition with fewer --parts " \
+    assert capsys.readouterr().err == f"gnnscale train: error: --batch-size: {expected}, or repartition with fewer --parts " \
                                       "(gnnscale partition already gives each of the 2 parts 2 or 3 of the 5 " \
                                       "training nodes, with either --method)\n"

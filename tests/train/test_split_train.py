@@ -36,7 +36,7 @@ from gnnscale.nn import ModelConfig
 from gnnscale.partition import load_partition, write_partition_dir
 from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts import LayoutOptions, check_layout_options
+from gnnscale.train.layouts import LayoutOptions, check_layout_options, layout_options
 from gnnscale.train.layouts.data_parallel import UNION_ITERATIONS
 from gnnscale.train.batches import epoch_batches
 from gnnscale.train.layouts.split import exchanges_input_ahead
@@ -230,35 +230,36 @@ def check_data_parallel_edge_metrics(run: dict, partition_dir: Path, nproc: int,
 def test_split_sampling_outside_the_split_layout_is_one_clear_line(partitions, capsys):
     argv = ["train", "--partitions", str(partitions[2]), "--layout", "hybrid", "--split-sampling", "replicated"]
     assert cli_main(argv) == 2  # before any worker starts
-    assert "split_sampling: --split-sampling applies to --layout split, got --layout hybrid" in capsys.readouterr().err
+    assert "--split-sampling: applies to --layout split, got --layout hybrid" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"split_sampling: expected one of \('owner', 'replicated'\)"):
-        check_layout_options(LayoutOptions(layout="split", split_sampling="edges"), TrainConfig())
+        check_layout_options(layout_options("split", split_sampling="edges"), TrainConfig())
     assert cli_main(["train", "--split-sampling", "owner"]) == 2
-    assert "split_sampling: --split-sampling applies to distributed --layout split" in capsys.readouterr().err
+    assert "--split-sampling: applies to a distributed run" in capsys.readouterr().err
     argv = ["train", "--partitions", str(partitions[2]), "--layout", "vanilla", "--shuffle-dtype", "bfloat16"]
     assert cli_main(argv) == 2
-    assert "shuffle_dtype: --shuffle-dtype applies to --layout split, got --layout vanilla" in capsys.readouterr().err
+    assert "--shuffle-dtype: applies to --layout split, got --layout vanilla" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"shuffle_dtype: expected one of \('float32', 'bfloat16'\)"):
-        check_layout_options(LayoutOptions(layout="split", shuffle_dtype="float16"), TrainConfig())
+        check_layout_options(layout_options("split", shuffle_dtype="float16"), TrainConfig())
     assert cli_main(["train", "--shuffle-dtype", "bfloat16"]) == 2
-    assert "shuffle_dtype: --shuffle-dtype applies to distributed --layout split" in capsys.readouterr().err
+    assert "--shuffle-dtype: applies to a distributed run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--layout", "split", "--cache-fraction", "0.2"], "cache_fraction: --cache-fraction caches the feature rows a worker fetches, which --layout hybrid or vanilla do; --layout split has none to cache"),
-    (["--layout", "hybrid", "--cache-fraction", "1.5"], r"cache_fraction: expected a fraction of all nodes in \[0, 1\] "
-                                                        r"\(--cache-fraction\), got 1.5"),
+    (["--layout", "split", "--cache-fraction", "0.2"], "cache_fraction: applies to --layout hybrid or vanilla, got "
+                                                       "--layout split"),
+    (["--layout", "hybrid", "--cache-fraction", "1.5"], r"cache_fraction: expected a fraction of all nodes in \[0, 1\], "
+                                                        r"got 1.5"),
 ])
 def test_bad_cache_options_are_one_clear_line(partitions, capsys, argv, message):
     assert cli_main(["train", "--partitions", str(partitions[2]), *argv]) == 2  # before any worker starts
     assert capsys.readouterr().err.startswith("gnnscale train: error: ")
     with pytest.raises(ValueError, match=message):
-        check_layout_options(LayoutOptions(layout=argv[1], cache_fraction=float(argv[3])), TrainConfig())
+        check_layout_options(layout_options(argv[1], cache_fraction=float(argv[3])), TrainConfig())
 
 
 def test_cache_fraction_without_partitions_is_an_error(capsys):
     assert cli_main(["train", "--cache-fraction", "0.1"]) == 2
-    assert "cache_fraction: --cache-fraction caches remote features, which only distributed runs" in capsys.readouterr().err
+    assert "--cache-fraction: applies to a distributed run" in capsys.readouterr().err
 
 
 def test_a_worker_killed_during_split_training_stops_the_others(partitions, tmp_path):

@@ -33,6 +33,7 @@ from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.sampling.matrix.ladies import check_layer_sizes
 from gnnscale.sampling.matrix.products import StackedRows, operator_rows
 from gnnscale.sampling.matrix.sage import PHASES, check_bulk
+from gnnscale.sampling.registry import sampler_spec
 from gnnscale.sampling import check_fanouts
 from gnnscale.graph.csc import index_dtype
 
@@ -244,7 +245,7 @@ class Layout15D:
 def build_15d(partition_dir: str | Path, part: LocalPartition, comm: Comm, replication: int, *, sampler: str,
               fanouts, inference_fanouts, bulk: int, replace: bool, layer_sizes, self_loops: bool) -> Layout15D:
     """Load this worker's block row, create the column groups (collective over all workers) and build
-    the samplers and the feature store on its column. ``sampler``: ``"matrix"`` or ``"ladies"``."""
+    the samplers and the feature store on its column. ``sampler``: a bulk sampler's name (layer-wise: LADIES; else GraphSAGE's)."""
     grid = ProcessGrid(world_size=comm.world_size, replication=check_replication(replication, comm.world_size),
                        rank=comm.rank)
     block = load_block_row(partition_dir, part, grid)
@@ -253,7 +254,7 @@ def build_15d(partition_dir: str | Path, part: LocalPartition, comm: Comm, repli
     pattern = sp.csr_matrix((np.ones(block.indices.shape[0], dtype=np.bool_), block.indices, block.indptr),
                             shape=(block.num_rows, part.book.num_nodes), copy=False)
     pattern_rows = ColumnRows(pattern, book, column, with_values=False)
-    if sampler == "ladies":
+    if sampler_spec(sampler).layerwise:
         operator = operator_rows(block.indptr, block.indices, block.first_node, part.book.num_nodes,
                                  self_loops=self_loops)
         train = Ladies15DSampler(ColumnRows(operator, book, column, with_values=True), layer_sizes, bulk=bulk,

@@ -7,7 +7,8 @@ parallelism); :mod:`~gnnscale.train.layouts.registry` knows them all by name.
 """
 
 from gnnscale.train.layouts.base import DistBatch, Layout, LayoutContext, LayoutOptions, LayoutSpec, Step
-from gnnscale.train.layouts.registry import LAYOUTS, build_layout, check_layout_options, layout_spec
+from gnnscale.train.layouts.registry import (LAYOUTS, build_layout, check_layout_options, layout_options,
+                                            layout_spec, resolved)
 
 __all__ = ["LAYOUTS", "DistBatch", "Layout", "LayoutContext", "LayoutOptions", "LayoutSpec", "Step", "build_layout",
-           "check_layout_options", "layout_spec"]
+           "check_layout_options", "layout_options", "layout_spec", "resolved"]

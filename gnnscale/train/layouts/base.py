@@ -109,25 +109,27 @@ def add_counts(a: dict | None, b: dict) -> dict:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NoOptions:
+    """The options of a layout that has none of its own."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LayoutOptions:
     """The distributed options of a run, validated once against the layout's spec
     (:func:`gnnscale.train.layouts.registry.check_layout_options`).
 
     Args:
         layout: the registered layout's name (``--layout``).
-        cache_fraction: share of all nodes whose feature rows every worker caches (``--cache-fraction``).
-        replication: copies of every block row (``--replication``; 1 where the layout has none).
-        split_sampling: how split parallelism samples (``--split-sampling``; None: not given).
-        shuffle_dtype: the dtype split parallelism's exchanges travel in, ``"float32"`` or ``"bfloat16"``
-            (``--shuffle-dtype``; None: not given, float32).
+        settings: the layout's own options, an instance of its spec's ``options`` class (split:
+            :class:`~gnnscale.train.layouts.split.SplitOptions`; hybrid and vanilla:
+            :class:`~gnnscale.train.layouts.data_parallel.CacheOptions`; 1.5d:
+            :class:`~gnnscale.train.layouts.matrix.ReplicationOptions`); None: that class's defaults.
+            :func:`~gnnscale.train.layouts.registry.layout_options` builds both from keywords.
         dgs: explanation-guided sampling on top of the layout (``--dgs``), or None.
     """
 
     layout: str = "hybrid"
-    cache_fraction: float = 0.0
-    replication: int = 1
-    split_sampling: str | None = None
-    shuffle_dtype: str | None = None
+    settings: object | None = None
     dgs: DGSConfig | None = None
 
 
@@ -142,7 +144,7 @@ class LayoutContext:
             config, split and DGS, refuse when their options are checked).
         comm: the training step's Comm (split parallelism's shuffles, gradients).
         loader: the loading stage's Comm (sampling and fetching rounds).
-        options: the validated distributed options.
+        options: the validated distributed options (``options.settings`` never None: the layout's own).
         partition_dir: the partition directory (1.5D reads other parts' rows from it).
     """
 
@@ -212,13 +214,17 @@ class LayoutSpec:
         summary: one line for ``--help``.
         view: which topology a worker loads from the partition directory: ``"whole"`` (the replicated
             graph) or ``"own"`` (its part's in-edges) (:func:`gnnscale.partition.load_partition`).
-        samplers: the ``--sampler`` values it trains with.
+        samplers: the ``--sampler`` values it trains with (:mod:`gnnscale.sampling.registry`).
+        options: the dataclass of its own options, whose flagged fields are its flags
+            (:mod:`gnnscale.settings`; :class:`NoOptions` where it has none).
         per_worker_batches: ``--batch-size`` is each worker's micro-batch (data parallelism), not a
             worker's share of one mini-batch.
-        cache: takes ``--cache-fraction``; dgs: takes ``--dgs``; replication: takes ``--replication``;
-            split_sampling: takes ``--split-sampling`` and ``--shuffle-dtype``.
+        dgs: takes ``--dgs``.
+        layerwise_inference: a worker can run layer-wise inference over its partition view
+            (``--eval full``, ``gnnscale predict --partitions``).
         repartitionable: a checkpoint may resume on another partition (worker count) at an epoch boundary.
-        check: the layout's own option rules (beyond the fields above).
+        check: the layout's own option rules beyond its options' own validation (which needs the model
+            or the worker count).
         build: this worker's layout (collective on the context's Comms).
     """
 
@@ -228,9 +234,8 @@ class LayoutSpec:
     samplers: tuple[str, ...]
     per_worker_batches: bool
     build: Callable[[LayoutContext], Layout]
-    cache: bool = False
+    options: type = NoOptions
     dgs: bool = False
-    replication: bool = False
-    split_sampling: bool = False
+    layerwise_inference: bool = False
     repartitionable: bool = False
     check: OptionCheck = no_check

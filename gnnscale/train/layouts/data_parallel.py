@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import resource
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutSpec, Step, add_counts
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.settings import setting
 
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
 UNION_ITERATIONS = 8
@@ -231,14 +233,34 @@ def build_store(part: LocalPartition, loader: Comm, cache_fraction: float) -> Pa
     return CachedFeatureStore(part.book, loader.rank, part.features, loader, degrees=degrees, fraction=cache_fraction)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheOptions:
+    """The options of the data-parallel layouts that fetch feature rows (hybrid, vanilla).
+
+    Args:
+        cache_fraction: share of all nodes whose feature rows each worker caches, the highest in-degree
+            remote ones (0: no cache).
+    """
+
+    cache_fraction: float = setting(0.0, "each worker caches the features of the highest in-degree remote nodes, "
+                                          "this fraction of all nodes (0: no cache)")
+
+    def __post_init__(self) -> None:
+        fraction = self.cache_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1], got {fraction!r}")
+
+
 def _build(ctx: LayoutContext) -> DataParallel:
-    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.cache_fraction)
+    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.settings.cache_fraction)
 
 
 HYBRID = LayoutSpec(
     name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
-    samplers=("fused", "two_step"), per_worker_batches=True, cache=True, dgs=True, repartitionable=True,
+    samplers=("fused", "two_step"), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
+    repartitionable=True,
     build=_build)
 VANILLA = LayoutSpec(
     name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",
-    samplers=("fused",), per_worker_batches=True, cache=True, dgs=True, build=_build)
+    samplers=("fused",), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
+    build=_build)

@@ -4,9 +4,11 @@ and the DGS layout that acts on them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.distributed.dgs.sampling import check_epsilon
+from gnnscale.settings import setting
 
 DGS_MODES = ("both", "node", "feature")
 # Iterations before the first explanation: the earliest model whose explanation picks the dimensions a
@@ -49,15 +51,22 @@ class DGSConfig:
         wait_timeout_s: longest the loading stage waits for an explanation before it fails.
     """
 
-    period: int = 30
-    warmup: int = DEFAULT_WARMUP
-    lag: int | None = None
-    epsilon: float = 0.1
-    feature_rate: float = 0.85
-    mode: str = "both"
-    probes: int | None = None
-    explain_steps: int = ExplainConfig().epochs
-    explain_lr: float = ExplainConfig().lr
+    FLAG_PREFIX: ClassVar[str] = "dgs-"  # every flag of DGS reads --dgs-FIELD
+
+    period: int = setting(30, "iterations between explanations (T_ex)")
+    warmup: int = setting(DEFAULT_WARMUP, "training iterations before the first explanation")
+    lag: int | None = setting(None, "iterations between an explained model and the first batch sampled with its "
+                                    "masks, at most --dgs-period", default_text=f"the smaller of {DEFAULT_LAG} and "
+                                                                                "--dgs-period")
+    epsilon: float = setting(0.1, "share of each destination's samples moved from remote to local neighbors")
+    feature_rate: float = setting(0.85, "share of the feature dimensions that travel for remote nodes (N_f)")
+    mode: str = setting("both", "both samplings, node sampling only, or feature sampling only (ablation)",
+                        choices=DGS_MODES)
+    probes: int | None = setting(None, "training nodes each worker's explanation graph holds",
+                                 default_text="64, fewer when the fanouts make each one's sampled graph large: at "
+                                              "most 16,384 input rows")
+    explain_steps: int = setting(ExplainConfig().epochs, "Adam steps of each explanation")
+    explain_lr: float = setting(ExplainConfig().lr, "Adam's step size in each explanation")
     clusters_per_part: int = 32
     wait_timeout_s: float = 300.0
 

@@ -12,9 +12,13 @@ to the single-process matrix sampler:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.matrix.grid15d import build_15d, check_replication
-from gnnscale.train.config import BULK_SAMPLERS, TrainConfig
+from gnnscale.sampling.registry import samplers_with
+from gnnscale.settings import setting
+from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
 from gnnscale.train.samplers import build_samplers, is_gcn
@@ -32,7 +36,7 @@ def build_1d(ctx: LayoutContext) -> DataParallel:
 def build_15d_layout(ctx: LayoutContext) -> DataParallel:
     cfg = ctx.cfg
     sizes = (cfg.ladies_layer_size,) * cfg.num_layers
-    grid = build_15d(ctx.partition_dir, ctx.part, ctx.loader, ctx.options.replication, sampler=cfg.sampler,
+    grid = build_15d(ctx.partition_dir, ctx.part, ctx.loader, ctx.options.settings.replication, sampler=cfg.sampler,
                      fanouts=cfg.fanouts, inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
                      layer_sizes=sizes, self_loops=is_gcn(ctx.model))
     grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
@@ -43,12 +47,31 @@ def build_15d_layout(ctx: LayoutContext) -> DataParallel:
 def check_15d(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:
     """``--replication`` must divide the worker count (known once the launch is)."""
     if world_size is not None:
-        check_replication(options.replication, world_size)
+        check_replication(options.settings.replication, world_size)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicationOptions:
+    """The options of the 1.5D layout.
+
+    Args:
+        replication: C, copies of every block row of the adjacency and the features (C divides the worker
+            count; 1: fully partitioned, all workers: fully replicated).
+    """
+
+    replication: int = setting(1, "copies C of every block row of the adjacency and features (C divides the worker "
+                                  "count; 1: fully partitioned, all workers: fully replicated)")
+
+    def __post_init__(self) -> None:
+        value = self.replication
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"replication: expected an int >= 1, got {value!r}")
 
 
 ONE_D = LayoutSpec(
     name="1d", summary="matrix samplers, topology replicated: no sampling rounds", view="whole",
-    samplers=BULK_SAMPLERS, per_worker_batches=True, build=build_1d)
+    samplers=samplers_with("bulk"), per_worker_batches=True, build=build_1d)
 ONE_POINT_FIVE_D = LayoutSpec(
     name="1.5d", summary="matrix samplers, block rows of the adjacency on --replication workers each", view="own",
-    samplers=BULK_SAMPLERS, per_worker_batches=True, replication=True, check=check_15d, build=build_15d_layout)
+    samplers=samplers_with("bulk"), per_worker_batches=True, options=ReplicationOptions, check=check_15d,
+    build=build_15d_layout)

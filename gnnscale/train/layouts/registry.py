@@ -8,7 +8,10 @@ and one line in :data:`LAYOUTS`.
 
 from __future__ import annotations
 
-from gnnscale.train.config import TrainConfig, check_sampler_fits_model
+from dataclasses import fields, replace
+
+from gnnscale.sampling.registry import check_sampler_fits_model, sampler_spec, samplers_with
+from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import Layout, LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.data_parallel import HYBRID, VANILLA
 from gnnscale.train.layouts.dgs import DGSConfig, build_dgs_layout
@@ -16,6 +19,7 @@ from gnnscale.train.layouts.matrix import ONE_D, ONE_POINT_FIVE_D
 from gnnscale.train.layouts.split import SPLIT
 
 LAYOUTS: dict[str, LayoutSpec] = {spec.name: spec for spec in (HYBRID, VANILLA, SPLIT, ONE_D, ONE_POINT_FIVE_D)}
+DEFAULT_LAYOUT = HYBRID.name  # --layout when not given
 
 
 def layout_spec(name: str) -> LayoutSpec:
@@ -34,33 +38,54 @@ def layouts_sampling_with(sampler: str) -> str:
     return " or ".join(name for name, spec in LAYOUTS.items() if sampler in spec.samplers)
 
 
+def layouts_owning(option_class: type) -> tuple[str, ...]:
+    """The layouts whose own options are ``option_class``."""
+    return tuple(name for name, spec in LAYOUTS.items() if spec.options is option_class)
+
+
+def option_classes() -> tuple[type, ...]:
+    """Every layout's options dataclass, once each, in registry order (the CLI's layout flags)."""
+    return tuple(dict.fromkeys(spec.options for spec in LAYOUTS.values()))
+
+
+def layout_options(layout: str = "hybrid", *, dgs=None, **settings) -> LayoutOptions:
+    """``LayoutOptions`` for ``layout`` with its own options from keywords (``layout_options("split",
+    shuffle_dtype="bfloat16")``); a keyword the layout does not own is an error naming the layouts that do."""
+    spec = layout_spec(layout)
+    own = {f.name for f in fields(spec.options)}
+    for name in settings:
+        if name not in own:
+            owners = [owner for cls in option_classes() if name in {f.name for f in fields(cls)}
+                      for owner in layouts_owning(cls)]
+            where = f"applies to --layout {' or '.join(owners)}" if owners else "is no layout option"
+            raise ValueError(f"{name}: {where}, got --layout {layout}")
+    return LayoutOptions(layout=layout, settings=spec.options(**settings), dgs=dgs)
+
+
+def resolved(options: LayoutOptions) -> LayoutOptions:
+    """``options`` with the layout's own options filled in (its defaults where ``settings`` is None)."""
+    spec = layout_spec(options.layout)
+    if options.settings is None:
+        return replace(options, settings=spec.options())
+    if type(options.settings) is not spec.options:
+        raise TypeError(f"settings: --layout {spec.name} takes {spec.options.__name__}, got "
+                        f"{type(options.settings).__name__}")
+    return options
+
+
 def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: str | None = "sage",
                          world_size: int | None = None) -> LayoutSpec:
     """Reject an option combination that cannot run, before any worker starts; return the layout's spec.
     ``model_name``: the built-in model's name, None for a model of one's own. ``world_size`` is the
     launch's, once known (the flags alone are checked without it)."""
     spec = layout_spec(options.layout)
-    name = spec.name
-    for option, flag in (("split_sampling", "--split-sampling"), ("shuffle_dtype", "--shuffle-dtype")):
-        if getattr(options, option) is not None and not spec.split_sampling:
-            raise ValueError(f"{option}: {flag} applies to --layout {layouts_with('split_sampling')}, got --layout "
-                             f"{name}")
+    options = resolved(options)
     check_dgs(options, spec, cfg, model_name)
     check_sampler_fits_model(cfg.sampler, model_name)
     if cfg.sampler not in spec.samplers:
         raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout "
-                         f"{layouts_sampling_with(cfg.sampler)}, got --layout {name} (which samples with --sampler "
-                         f"{' or '.join(spec.samplers)})")
-    if options.replication != 1 and not spec.replication:
-        raise ValueError(f"replication: --replication {options.replication} applies to --layout "
-                         f"{layouts_with('replication')}, got --layout {name}")
-    fraction = options.cache_fraction
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1] (--cache-fraction), got "
-                         f"{fraction!r}")
-    if fraction > 0 and not spec.cache:
-        raise ValueError(f"cache_fraction: --cache-fraction caches the feature rows a worker fetches, which --layout "
-                         f"{layouts_with('cache')} do; --layout {name} has none to cache")
+                         f"{layouts_sampling_with(cfg.sampler)}, got --layout {spec.name} (which samples with "
+                         f"--sampler {' or '.join(spec.samplers)})")
     spec.check(options, cfg, model_name, world_size)
     return spec
 
@@ -77,15 +102,16 @@ def check_dgs(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig, model_
     if not spec.dgs:
         raise ValueError(f"dgs: --dgs needs a layout that fetches features (--layout {layouts_with('dgs')}), got "
                          f"--layout {spec.name}")
-    if cfg.sampler != "fused":
-        raise ValueError(f"dgs: --dgs samples with its own node-sampling kernel (the fused one with masks); drop "
-                         f"--sampler {cfg.sampler}")
-    if options.cache_fraction > 0:
+    if not sampler_spec(cfg.sampler).masked:
+        raise ValueError(f"dgs: --dgs samples with its own node-sampling kernel (the {' or '.join(samplers_with('masked'))} "
+                         f"one with masks); drop --sampler {cfg.sampler}")
+    if getattr(options.settings, "cache_fraction", 0) > 0:
         raise ValueError("dgs: --dgs and --cache-fraction both cut the feature fetch; use one of them")
 
 
 def build_layout(ctx: LayoutContext) -> Layout:
     """This worker's layout (collective on the context's Comms); DGS, where asked for, on top of it."""
+    ctx = replace(ctx, options=resolved(ctx.options))
     if ctx.options.dgs is not None:
         return build_dgs_layout(ctx)
     return layout_spec(ctx.options.layout).build(ctx)

@@ -28,6 +28,8 @@ fetched from their owners): inference has no gradients to share and no redundanc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -46,6 +48,7 @@ from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, La
 from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
 from gnnscale.train.batches import epoch_batches, num_batches_for
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.settings import setting
 
 # owner: each worker samples its own destinations and exchanges cross edges (default, measured faster:
 # benchmarks/README.md); replicated: every worker samples the whole mini-batch and splits it.
@@ -77,7 +80,8 @@ class SplitParallel:
                  sampling: str = "owner", input_ahead: bool = False, shuffle_dtype: str = "float32") -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
-        _check_shuffle_dtype(shuffle_dtype)
+        if shuffle_dtype not in WIRE_DTYPES:
+            raise ValueError(f"shuffle_dtype: expected one of {tuple(WIRE_DTYPES)}, got {shuffle_dtype!r}")
         # float32 rows on a float32 wire are sent as they are (bit for bit the single-process training).
         self.wire_dtype = None if shuffle_dtype == "float32" else WIRE_DTYPES[shuffle_dtype]
         self.input_ahead = input_ahead
@@ -232,27 +236,43 @@ def check_split_model(model_name: str | None) -> None:
         raise ValueError(f"model: expected one of {tuple(SHUFFLE_FOR_MODEL)} for --layout split, got {model_name!r}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitOptions:
+    """The options of split parallelism.
+
+    Args:
+        split_sampling: ``"owner"`` (each worker samples the destinations it owns and exchanges cross edges,
+            one round per hop) or ``"replicated"`` (each worker samples the whole mini-batch); the same
+            training either way.
+        shuffle_dtype: the dtype the exchanges travel in: ``"float32"`` (the same training as one process,
+            bit for bit) or ``"bfloat16"`` (half the bytes, summed in float32).
+    """
+
+    split_sampling: str = setting("owner", "owner: each worker samples the destinations it owns and exchanges "
+                                           "cross edges, one round per hop; replicated: each worker samples the whole "
+                                           "mini-batch; the same training either way", choices=SPLIT_SAMPLINGS)
+    shuffle_dtype: str = setting("float32", "the dtype split's exchanges travel in: float32 (the same training as "
+                                            "one process, bit for bit) or bfloat16 (half the bytes, summed in float32)",
+                                 choices=tuple(WIRE_DTYPES))
+
+    def __post_init__(self) -> None:
+        if self.split_sampling not in SPLIT_SAMPLINGS:
+            raise ValueError(f"split_sampling: expected one of {SPLIT_SAMPLINGS}, got {self.split_sampling!r}")
+        if self.shuffle_dtype not in WIRE_DTYPES:
+            raise ValueError(f"shuffle_dtype: expected one of {tuple(WIRE_DTYPES)}, got {self.shuffle_dtype!r}")
+
+
 def check_split(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:
-    if options.split_sampling is not None and options.split_sampling not in SPLIT_SAMPLINGS:
-        raise ValueError(f"split_sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got "
-                         f"{options.split_sampling!r}")
-    if options.shuffle_dtype is not None:
-        _check_shuffle_dtype(options.shuffle_dtype)
     check_split_model(model_name)
 
 
-def _check_shuffle_dtype(name: str) -> None:
-    if name not in WIRE_DTYPES:
-        raise ValueError(f"shuffle_dtype: expected one of {tuple(WIRE_DTYPES)} (--shuffle-dtype), got {name!r}")
-
-
 def _build(ctx: LayoutContext) -> SplitParallel:
-    return build_split_parallel(ctx.part, ctx.cfg, ctx.model, ctx.comm, ctx.loader,
-                                sampling=ctx.options.split_sampling or "owner",
-                                shuffle_dtype=ctx.options.shuffle_dtype or "float32")
+    settings = ctx.options.settings
+    return build_split_parallel(ctx.part, ctx.cfg, ctx.model, ctx.comm, ctx.loader, sampling=settings.split_sampling,
+                                shuffle_dtype=settings.shuffle_dtype)
 
 
 SPLIT = LayoutSpec(
     name="split", summary="one mini-batch of P x --batch-size seeds split across workers, no feature fetch",
-    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, split_sampling=True, check=check_split,
+    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, options=SplitOptions, check=check_split,
     build=_build)

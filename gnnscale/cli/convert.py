@@ -9,11 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from gnnscale.cli_common import HelpWithDefaults
-from gnnscale.cli_generate import TenthsProgress, print_written
+from gnnscale.cli.generate import TenthsProgress, print_written
 from gnnscale.graph.convert import DEFAULT_SPLIT, ConvertInputs, convert_dataset, npy_inputs, ogb_inputs
 from gnnscale.graph.generate import CHUNK_EDGES
 
+# Names the converters give settings in their errors, where they differ from the flag's dest.
+FLAG_ALIASES = {"root": "--ogb-root", "splits": "--train-idx", "out_dir": "--out"}
 # Flags that --ogb-root replaces: the archives hold the edges, features, labels and splits.
 NPY_FLAGS = ("edges", "src", "dst", "features", "labels", "train_idx", "val_idx", "test_idx", "num_nodes",
              "num_classes")
@@ -29,7 +30,7 @@ def fractions(text: str) -> tuple[float, ...]:
 
 def add_convert_parser(sub) -> None:
     p = sub.add_parser(
-        "convert", formatter_class=HelpWithDefaults,
+        "convert",
         help="edge lists (.npy files, or ogbn-papers100M's raw archives) into a dataset directory, in bounded memory",
         description="Edges from --edges files (each one int array [2, E], row 0 the sources, or [E, 2], one edge "
                     "per row) and/or --src/--dst pairs of 1-D files; or everything from --ogb-root. Without "

@@ -1,10 +1,9 @@
 """The command-line reference, ``docs/cli.md``, rendered from the argparse parser itself.
 
-A hand-written option table drifts from ``gnnscale/cli.py`` as soon as a flag is added or a default
-changes; rendering it from ``build_parser()`` makes the parser the single source, and
-``tests/test_docs.py`` fails when the committed file is stale. Regenerate with::
+The parser is made from the config dataclasses (:mod:`gnnscale.settings`, :mod:`gnnscale.cli.flags`), so
+this page is too, and ``tests/test_docs.py`` fails when the committed file is stale. Regenerate with::
 
-    python -m gnnscale.cli_reference > docs/cli.md
+    python -m gnnscale.cli.reference > docs/cli.md
 
 The output depends only on the parser: no terminal width, no usage lines wrapped by argparse's
 formatter, no environment.
@@ -14,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 
-from gnnscale.cli import build_parser
+from gnnscale.cli.common import shown_default
+from gnnscale.cli.entry import build_parser
 
-REGENERATE = "python -m gnnscale.cli_reference > docs/cli.md"
+REGENERATE = "python -m gnnscale.cli.reference > docs/cli.md"
 
 
 def markdown() -> str:
@@ -34,7 +34,8 @@ def markdown() -> str:
 def header() -> str:
     """Title and provenance, so that a reader knows not to edit the file by hand."""
     return ("# Command-line reference\n\n"
-            "Generated from the argparse parser in `gnnscale/cli.py`; do not edit by hand. Regenerate with\n"
+            "Generated from the parser of `gnnscale/cli/`, itself made from the config dataclasses; do not edit\n"
+            "by hand. Regenerate with "
             f"`{REGENERATE}` (`tests/test_docs.py` checks that it is current).\n"
             "`gnnscale SUBCOMMAND --help` prints the same options in the terminal.\n")
 
@@ -86,7 +87,7 @@ def metavar(action: argparse.Action) -> str:
     where a long ``{a,b,c}`` does not widen the first column)."""
     if isinstance(action.metavar, str):
         return action.metavar
-    return action.dest.upper()
+    return action.dest.rsplit(".", 1)[-1].upper()
 
 
 def default(action: argparse.Action) -> str:
@@ -94,15 +95,11 @@ def default(action: argparse.Action) -> str:
     if action.required:
         return "required"
     if action.nargs == 0:
-        if action.default is argparse.SUPPRESS:
+        if action.default is argparse.SUPPRESS and not hasattr(action, "shown_default"):
             return "-"  # an action that stops the program (--version): it has no value to be off
-        return "off" if action.default in (False, None) else f"`{action.default}`"
-    value = action.default
-    if value is None or value is argparse.SUPPRESS or value == []:
-        return "-"
-    if isinstance(value, (tuple, list)):
-        value = ",".join(str(v) for v in value)
-    return cell(f"`{value}`")
+        return "off"
+    words = shown_default(action)
+    return "-" if words is None else cell(f"`{words}`")
 
 
 def meaning(action: argparse.Action) -> str:

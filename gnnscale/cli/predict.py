@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from gnnscale.cli_common import DEFAULT_LAYOUT, DEFAULT_TIMEOUT_S, HelpWithDefaults, add_dataset_args, load_cli_dataset
+from gnnscale.cli.common import DEFAULT_TIMEOUT_S, add_dataset_args, dataset_flags, load_cli_dataset
+from gnnscale.cli.flags import whole_number
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, shutdown
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE
@@ -18,11 +19,12 @@ from gnnscale.nn.model_file import read_model_file
 from gnnscale.partition.directory import read_manifest
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.train.checks import LaunchError
+from gnnscale.train.layouts.registry import DEFAULT_LAYOUT, LAYOUTS, layout_spec
 
 
 def add_predict_parser(sub) -> None:
     p = sub.add_parser("predict", help="layer-wise inference of a trained model over every node; writes predictions, "
-                                       "probabilities and embeddings by node id", formatter_class=HelpWithDefaults)
+                                       "probabilities and embeddings by node id")
     p.add_argument("--model", required=True, metavar="FILE", help="a model file from gnnscale train --save-model")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder for predictions.npy, probabilities.npy (or logits.npy), embeddings.npy and meta.json")
@@ -30,31 +32,32 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--nodes", default=None, metavar="FILE",
                    help="predict only these node ids (.npy int array, or text with one id per line); row i of every "
                         "output is then the i-th id, and nodes.npy is written beside them")
-    p.add_argument("--embeddings", type=int, default=None, metavar="LAYER",
+    p.add_argument("--embeddings", type=whole_number, default=None, metavar="LAYER",
                    help="also write hidden layer LAYER's output (1 .. layers - 1, after its activation)")
     p.add_argument("--logits", action="store_true", help="write logits.npy instead of probabilities.npy")
     p.add_argument("--metric", default="accuracy", choices=METRICS,
                    help="reported per split on the full predictions (roc_auc: two classes only)")
-    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+    p.add_argument("--chunk-size", type=whole_number, default=DEFAULT_CHUNK_SIZE,
                    help="destination nodes per block (memory is bounded by one chunk's neighborhood)")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads for the kernels and torch")
+    p.add_argument("--threads", type=whole_number, default=2, help="CPU threads for the kernels and torch")
     p.add_argument("--overwrite", action="store_true", help="replace the outputs of an earlier run in --out")
     p.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (no --dataset); launch one worker per part "
                         "(or a divisor of the part count) with torchrun; every worker computes its part's nodes and "
                         "writes them by original id into --out, which all workers must see (one machine or a shared "
                         "file system)")
-    p.add_argument("--layout", default=None, choices=("hybrid", "vanilla"),
-                   help=f"distributed (default {DEFAULT_LAYOUT}): hybrid loads the whole topology on every worker, "
-                        "vanilla only its part's in-edges; a layer's remote rows are fetched from their owners either "
-                        "way")
+    p.add_argument("--layout", default=None,
+                   choices=tuple(name for name, spec in LAYOUTS.items() if spec.layerwise_inference),
+                   help=f"distributed (default: {DEFAULT_LAYOUT}): the layout whose partition view each worker loads "
+                        f"({'; '.join(f'{name}: {spec.summary}' for name, spec in LAYOUTS.items() if spec.layerwise_inference)});"
+                        " a layer's remote rows are fetched from their owners either way")
     p.add_argument("--timeout", type=float, default=None,
                    help=f"distributed: seconds a worker waits for its peers (default {DEFAULT_TIMEOUT_S:g})")
     old = p.add_argument_group("weight-only model files (written before files described themselves)")
     old.add_argument("--arch", default=None, choices=MODELS, help="the model the weights belong to")
-    old.add_argument("--hidden", type=int, default=128, help="hidden size it was trained with (per head for GAT)")
-    old.add_argument("--layers", type=int, default=2, help="its number of layers")
-    old.add_argument("--heads", type=int, default=8, help="GAT: its attention heads in hidden layers")
+    old.add_argument("--hidden", type=whole_number, default=128, help="hidden size it was trained with (per head for GAT)")
+    old.add_argument("--layers", type=whole_number, default=2, help="its number of layers")
+    old.add_argument("--heads", type=whole_number, default=8, help="GAT: its attention heads in hidden layers")
 
 
 def cmd_predict(args) -> None:
@@ -84,7 +87,8 @@ def cmd_predict(args) -> None:
 def predict_distributed(args) -> None:
     """``gnnscale predict --partitions DIR`` in one torchrun worker (see :mod:`gnnscale.inference.partitioned`)."""
     try:
-        given = [flag for flag, value in (("--dataset", args.dataset), ("--data-dir", args.data_dir),
+        flags = dataset_flags(args)
+        given = [flag for flag, value in (("--dataset", flags.dataset), ("--data-dir", flags.data_dir),
                                           ("-o", args.option), ("--nodes", args.nodes)) if value]
         if given:
             raise ValueError(f"partitions: {' and '.join(given)} cannot be used with --partitions (the partition "
@@ -100,7 +104,8 @@ def predict_distributed(args) -> None:
     set_sampler_threads(args.threads)
     ctx = init_from_env(timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
     try:
-        meta = predict_partitioned(model_file, args.partitions, args.layout or DEFAULT_LAYOUT, Comm(ctx), args.out,
+        spec = layout_spec(args.layout or DEFAULT_LAYOUT)
+        meta = predict_partitioned(model_file, args.partitions, spec.view, Comm(ctx), args.out, layout=spec.name,
                                    embeddings=args.embeddings, logits=args.logits, metric=args.metric,
                                    chunk_size=args.chunk_size, overwrite=args.overwrite)
     finally:

@@ -6,14 +6,17 @@ import sys
 import time
 from pathlib import Path
 
-from gnnscale.cli_common import HelpWithDefaults, key_value
+from gnnscale.cli.common import key_value
 from gnnscale.graph.generate import CHUNK_EDGES, check_generate_args, generate_dataset, memory_bound
 from gnnscale.graph.synthetic import PRESETS, preset_config
+
+# Names the generator gives settings in its errors, where they differ from the flag's dest.
+FLAG_ALIASES = {"out_dir": "--out"}
 
 
 def add_generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="write a synthetic dataset directory chunk by chunk (papers100M-sized "
-                                        "graphs in bounded memory)", formatter_class=HelpWithDefaults)
+                                        "graphs in bounded memory)")
     p.add_argument("--preset", required=True, choices=tuple(PRESETS),
                    help="the synthetic preset; papers100M streams as it is, the others need -o streaming=true "
                         "(their block-model variant, a different graph from --dataset synthetic -o preset=...)")

@@ -1,0 +1,185 @@
+"""``gnnscale train``: flags made from the run's configs, then :func:`gnnscale.train.api.fit`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict, dataclass, replace
+
+from gnnscale.cli.common import DEFAULT_TIMEOUT_S, add_dataset_args, dataset_flags, load_cli_dataset
+from gnnscale.cli.flags import add_settings, given_flags, read_settings, whole_number
+from gnnscale.inference.metrics import METRICS
+from gnnscale.nn import ModelConfig
+from gnnscale.settings import flag_fields
+from gnnscale.train.api import fit
+from gnnscale.train.checks import LaunchError, check_run_outputs
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.distributed import builtin_model_for
+from gnnscale.train.inputs import seeded_model
+from gnnscale.train.layouts import LAYOUTS, LayoutOptions
+from gnnscale.train.layouts.dgs_config import DGSConfig
+from gnnscale.train.layouts.registry import (DEFAULT_LAYOUT, layout_spec, layouts_owning, layouts_with,
+                                            option_classes)
+from gnnscale.train.memory import keep_freed_memory
+from gnnscale.train.run import RunOutputs, TrainReport
+
+# Model options come from ModelConfig; the dataset gives the rest (in_dim, num_classes, num_layers).
+MODEL_FROM_DATA = ("in_dim", "num_classes", "num_layers")
+
+
+def settings_classes() -> tuple[type, ...]:
+    """Every config whose flags ``gnnscale train`` takes (for naming a flag in an error)."""
+    return (ModelConfig, TrainConfig, RunOutputs, *option_classes(), DGSConfig)
+
+
+def add_train_parser(sub) -> None:
+    t = sub.add_parser("train", help="train a GNN by mini-batch neighbor sampling")
+    add_dataset_args(t)
+    add_settings(t.add_argument_group("model"), ModelConfig)
+    t.add_argument("--layers", type=whole_number, default=None, help="GNN layers (default: number of fanouts)")
+    add_settings(t.add_argument_group("training"), TrainConfig)
+    out = t.add_argument_group("outputs")
+    add_settings(out, RunOutputs)
+    out.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+    out.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="eval_mode",
+                     help="full: after the last epoch also score validation and test nodes by layer-wise inference "
+                          "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
+                          f"(distributed: --layout {layouts_with('layerwise_inference')})")
+    out.add_argument("--metric", default="accuracy", choices=METRICS,
+                     help="the score --eval full reports (roc_auc: two classes, single-process only)")
+    dist = t.add_argument_group("distributed (launch one worker per part with torchrun or python -m gnnscale.launch)")
+    dist.add_argument("--partitions", default=None, metavar="DIR",
+                      help="a directory from `gnnscale partition` (it holds the data: no --dataset); one worker per "
+                           "part, or a divisor of the part count (each worker then holds consecutive parts)")
+    dist.add_argument("--layout", default=None, choices=tuple(LAYOUTS),
+                      help="; ".join(f"{name} ({spec.summary})" for name, spec in LAYOUTS.items())
+                           + f" (default: {DEFAULT_LAYOUT})")
+    dist.add_argument("--timeout", type=float, default=None,
+                      help=f"seconds a worker waits for its peers before stopping with an error (default: "
+                           f"{DEFAULT_TIMEOUT_S:g})")
+    for cls in option_classes():
+        if flag_fields(cls):
+            add_settings(t.add_argument_group(f"--layout {' and '.join(layouts_owning(cls))}"), cls)
+    dgs = t.add_argument_group("explanation-guided sampling (docs/dgs.md)")
+    dgs.add_argument("--dgs", action="store_true",
+                     help=f"distributed --layout {layouts_with('dgs')}: fewer remote neighbors and fewer feature "
+                          "dimensions on the wire, guided by an online explanation; the --dgs-* flags tune it")
+    add_settings(dgs, DGSConfig)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainSettings:
+    """Everything ``gnnscale train`` was told, checked, before any data is read."""
+
+    train: TrainConfig
+    model: dict  # ModelConfig's fields but MODEL_FROM_DATA
+    outputs: RunOutputs
+    layout: LayoutOptions | None  # None: one process
+
+
+def fanouts_for(cfg: TrainConfig, layers: int | None) -> TrainConfig:
+    """``--layers`` with a single fanout repeats it; otherwise the two must agree."""
+    if layers is None or layers == len(cfg.fanouts):
+        return cfg
+    if len(cfg.fanouts) == 1:
+        return replace(cfg, fanouts=cfg.fanouts * layers)
+    raise ValueError(f"layers: {layers} layers but {len(cfg.fanouts)} fanouts ({cfg.fanouts})")
+
+
+def read_train_settings(args: argparse.Namespace) -> TrainSettings:
+    """The configs from the flags, every combination checked (a bad one: ValueError naming the field)."""
+    train = fanouts_for(read_settings(TrainConfig, args), args.layers)
+    # Checked now, with stand-ins for what the dataset gives; its own fields (all but those) are kept.
+    checked = read_settings(ModelConfig, args, in_dim=1, num_classes=2, num_layers=train.num_layers)
+    model = {name: value for name, value in asdict(checked).items() if name not in MODEL_FROM_DATA}
+    full_eval = args.metric if args.eval_mode == "full" else None
+    if args.metric != "accuracy" and full_eval is None:
+        raise ValueError(f"metric: {args.metric} scores the full predictions of --eval full; the sampled per-epoch "
+                         "evaluation counts accuracy only (add --eval full)")
+    outputs = read_settings(RunOutputs, args, full_eval=full_eval)
+    dgs_given = given_flags(DGSConfig, args)
+    if dgs_given and not args.dgs:
+        raise ValueError(f"{', '.join(dgs_given)}: given without --dgs; add --dgs")
+    if args.partitions is None:
+        check_single_process_flags(args, outputs)
+        return TrainSettings(train=train, model=model, outputs=outputs, layout=None)
+    typed = [flag for flag, value in (("--dataset", dataset_flags(args).dataset),
+                                      ("--data-dir", dataset_flags(args).data_dir), ("-o", args.option)) if value]
+    if typed:
+        raise ValueError(f"partitions: {' and '.join(typed)} cannot be used with --partitions (the partition "
+                         "directory holds the dataset); drop them")
+    return TrainSettings(train=train, model=model, outputs=outputs, layout=read_layout(args, train))
+
+
+def read_layout(args: argparse.Namespace, train: TrainConfig) -> LayoutOptions:
+    """``--layout`` and its own options; a layout option of another layout names the layouts it is for."""
+    spec = layout_spec(args.layout or DEFAULT_LAYOUT)
+    for cls in option_classes():
+        if cls is not spec.options and given_flags(cls, args):
+            raise ValueError(f"{given_flags(cls, args)[0]}: applies to --layout "
+                             f"{' or '.join(layouts_owning(cls))}, got --layout {spec.name}")
+    dgs = read_settings(DGSConfig, args) if args.dgs else None
+    if args.eval_mode == "full" and not spec.layerwise_inference:
+        raise ValueError(f"eval_mode: full evaluation over a partition runs with --layout "
+                         f"{layouts_with('layerwise_inference')}, not {spec.name}; run gnnscale predict --partitions "
+                         "on the saved model instead")
+    if args.metric == "roc_auc":
+        raise ValueError("metric: roc_auc ranks every score together, which a distributed full evaluation does not "
+                         "gather; use accuracy or f1_macro, or gnnscale predict --partitions on the saved model")
+    return LayoutOptions(layout=spec.name, settings=read_settings(spec.options, args), dgs=dgs)
+
+
+def check_single_process_flags(args: argparse.Namespace, outputs: RunOutputs) -> None:
+    """A flag that only a distributed run reads is an error without --partitions, not silently ignored."""
+    distributed_only = [flag for cls in option_classes() for flag in given_flags(cls, args)]
+    if args.layout is not None:
+        distributed_only.insert(0, f"--layout {args.layout}")
+    for flag, value in (("--timeout", args.timeout), ("--dgs", args.dgs),
+                        ("--checkpoint-every", outputs.checkpoint_every)):
+        if value:
+            distributed_only.append(flag)
+    if distributed_only:
+        raise ValueError(f"{', '.join(distributed_only)}: applies to a distributed run; add --partitions "
+                         "DIR (from gnnscale partition) and launch with torchrun, or drop it to train in this process")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    try:
+        settings = read_train_settings(args)
+    except (ValueError, TypeError) as err:
+        # Under torchrun every worker parses the same flags: the same error everywhere.
+        raise (LaunchError(str(err)) if args.partitions is not None else err) from None
+    progress = not args.quiet
+    if settings.layout is not None:
+        keep_freed_memory()  # the single-process trainer does this itself
+        model = builtin_model_for(args.partitions, settings.layout, settings.model, settings.train, settings.outputs)
+        report = fit(model, args.partitions, inputs="blocks", config=settings.train, layout=settings.layout,
+                     outputs=settings.outputs, progress=progress,
+                     timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
+        if os.environ.get("RANK", "0") != "0":
+            return  # every worker has the same report: rank 0 prints it
+    else:
+        outputs = settings.outputs
+        # Before loading the dataset (minutes for a large one): a bad output path fails at once.
+        check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
+                          overwrite=outputs.overwrite, model_out=outputs.model_out)
+        dataset = load_cli_dataset(args)
+        model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=dataset.num_classes,
+                                num_layers=settings.train.num_layers, **settings.model)
+        report = fit(seeded_model(model_cfg, settings.train.seed), dataset, inputs="blocks", config=settings.train,
+                     outputs=outputs, progress=progress)
+    print_report(report, settings.train)
+
+
+def print_report(report: TrainReport, cfg: TrainConfig) -> None:
+    last = report.history[-1]
+    if report.full_eval is not None:
+        full = report.full_eval
+        print(f"full-graph evaluation (layer-wise, every neighbor): validation {full['metric']} {full['val']:.4f}, "
+              f"test {full['metric']} {full['test']:.4f} ({full['seconds']:.1f} s)")
+    if not cfg.evaluate:
+        print(f"final: {len(report.history)} epochs trained, no evaluation (--no-eval)")
+        return
+    print(f"final: test accuracy {report.final_test_acc:.4f} (epoch {last['epoch']}); "
+          f"best validation {report.best_val_acc:.4f} at epoch {report.best_epoch} "
+          f"-> test accuracy {report.test_acc_at_best_val:.4f}")

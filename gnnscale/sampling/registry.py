@@ -1,0 +1,121 @@
+"""The registry of samplers: the one place that knows every sampler by name (``--sampler``).
+
+A :class:`SamplerSpec` says which built-in models a sampler serves, which options it takes (``--bulk``,
+``--layer-size``, ``--replace``), how inference samples for a model trained with it, and how it is built.
+The CLI's choices, the training config's checks, the trainer and the 1.5D layout all read it. Which
+distributed layouts run a sampler is said by each layout's spec (``LayoutSpec.samplers``): layouts sit
+above samplers, and a layout knows what its workers can sample with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gnnscale.graph.csc import CSCGraph
+from gnnscale.sampling import BatchSampler, NeighborSampler
+from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+
+DEFAULT_LAYER_SIZE = 512  # LADIES nodes per layer (Tripathy et al., Table 4)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplerInputs:
+    """What a sampler is built from.
+
+    Args:
+        graph: the topology it samples.
+        fanouts: neighbors per hop from the seeds outwards (neighbor samplers).
+        bulk: consecutive batches drawn by one set of sparse products (bulk samplers; 1 otherwise).
+        replace: draw neighbors with replacement.
+        layer_sizes: nodes drawn per layer, seeds outwards (layer-wise samplers).
+        self_loops: the layer's operator has self loops (GCN's D~^-1 (A + I)), else GraphSAGE's mean D^-1 A.
+    """
+
+    graph: CSCGraph
+    fanouts: tuple[int, ...]
+    bulk: int
+    replace: bool
+    layer_sizes: tuple[int, ...]
+    self_loops: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplerSpec:
+    """A sampler as the CLI, the checks and the trainer know it.
+
+    Args:
+        name: ``--sampler`` value.
+        summary: one line for ``--help``.
+        models: the built-in models it trains (LADIES' weighted blocks: not GAT's attention).
+        bulk: takes ``--bulk`` (samples several batches per call).
+        layerwise: draws ``--layer-size`` nodes per layer instead of ``--fanouts`` per node (LADIES).
+        replace: takes ``--replace``.
+        weighted: its blocks carry edge weights, which a PyG ``(x, edge_index)`` model cannot take.
+        masked: DGS's masked node-sampling kernel stands in for it (``--dgs``).
+        eval_method: the neighbor-sampling method inference uses for a model trained with it.
+        build: the training sampler.
+    """
+
+    name: str
+    summary: str
+    models: tuple[str, ...]
+    bulk: bool
+    layerwise: bool
+    replace: bool
+    weighted: bool
+    masked: bool
+    eval_method: str
+    build: Callable[[SamplerInputs], BatchSampler]
+
+
+def _neighbor(method: str) -> Callable[[SamplerInputs], BatchSampler]:
+    def build(inputs: SamplerInputs) -> BatchSampler:
+        return NeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, method=method)
+    return build
+
+
+def _matrix(inputs: SamplerInputs) -> BatchSampler:
+    return MatrixSampler(inputs.graph, inputs.fanouts, bulk=inputs.bulk, replace=inputs.replace)
+
+
+def _ladies(inputs: SamplerInputs) -> BatchSampler:
+    return LadiesSampler(inputs.graph, inputs.layer_sizes, bulk=inputs.bulk, self_loops=inputs.self_loops)
+
+
+ALL_MODELS = ("sage", "gcn", "gat")
+SAMPLERS: dict[str, SamplerSpec] = {spec.name: spec for spec in (
+    SamplerSpec(name="fused", summary="the fused kernel: each hop straight into a CSC block", models=ALL_MODELS,
+                bulk=False, layerwise=False, replace=True, weighted=False, masked=True, eval_method="fused",
+                build=_neighbor("fused")),
+    SamplerSpec(name="two_step", summary="the two-step reference (COO, relabel, CSC), for comparisons",
+                models=ALL_MODELS, bulk=False, layerwise=False, replace=True, weighted=False, masked=False,
+                eval_method="two_step", build=_neighbor("two_step")),
+    SamplerSpec(name="matrix", summary="GraphSAGE sampling by sparse products, --bulk batches at a time (the fused "
+                "blocks)", models=ALL_MODELS, bulk=True, layerwise=False, replace=True, weighted=False, masked=False,
+                eval_method="fused", build=_matrix),
+    SamplerSpec(name="ladies", summary="layer-wise LADIES sampling by sparse products (weighted blocks)",
+                models=("sage", "gcn"), bulk=True, layerwise=True, replace=False, weighted=True, masked=False,
+                eval_method="fused", build=_ladies),
+)}
+
+
+def sampler_spec(name: str) -> SamplerSpec:
+    """The registered sampler called ``name`` (``--sampler``)."""
+    if name not in SAMPLERS:
+        raise ValueError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
+    return SAMPLERS[name]
+
+
+def samplers_with(feature: str) -> tuple[str, ...]:
+    """The samplers whose spec has ``feature`` (a boolean field)."""
+    return tuple(name for name, spec in SAMPLERS.items() if getattr(spec, feature))
+
+
+def check_sampler_fits_model(sampler: str, model_name: str | None) -> None:
+    """A built-in model the sampler does not serve (``model_name`` None: a model of one's own, checked by
+    its input form instead)."""
+    spec = sampler_spec(sampler)
+    if model_name is not None and model_name not in spec.models:
+        raise ValueError(f"sampler: --sampler {sampler} trains --model {' or '.join(spec.models)}, not --model "
+                         f"{model_name}" + (" (its weighted blocks have no use for attention)" if spec.weighted else ""))
