@@ -76,6 +76,23 @@ def test_a_node_subset_gets_its_rows_in_the_order_given(trained, tmp_path):
     assert np.load(tmp_path / "text" / "predictions.npy").shape == (2,)
 
 
+@pytest.mark.parametrize("metric", ["accuracy", "f1_macro"])
+def test_the_metrics_of_a_node_subset_are_those_of_its_rows(trained, synthetic, tmp_path, metric):
+    """--nodes in no order, with nodes of every split among them: meta.json's metric of a split is the one
+    of the rows of predictions.npy whose node is in that split, against those nodes' labels."""
+    nodes = np.random.default_rng(4).permutation(600)[:400]
+    np.save(tmp_path / "nodes.npy", nodes)
+    assert run_predict(trained, tmp_path / "some", "--metric", metric, "--nodes", str(tmp_path / "nodes.npy")) == 0
+    meta = json.loads((tmp_path / "some" / "meta.json").read_text())
+    predictions = np.load(tmp_path / "some" / "predictions.npy")
+    by_rows = accuracy if metric == "accuracy" else f1_macro
+    for split in ("train", "val", "test"):
+        rows = np.flatnonzero(np.isin(nodes, getattr(synthetic, f"{split}_idx")))
+        assert 0 < rows.size < getattr(synthetic, f"{split}_idx").size and np.any(np.diff(nodes[rows]) < 0), split
+        want = by_rows(synthetic.labels[nodes[rows]], predictions[rows])
+        assert meta["metrics"][split] == {"nodes": int(rows.size), metric: want}, split
+
+
 def test_overwrite_replaces_earlier_outputs_and_drops_stale_ones(trained, tmp_path, capsys):
     out = tmp_path / "out"
     assert run_predict(trained, out, "--embeddings", "1") == 0
