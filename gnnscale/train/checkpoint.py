@@ -194,8 +194,16 @@ _FLAGS = {"dataset": "--dataset", "num_nodes": "--dataset (and -o options)", "na
           "module": "model", "parameters": "model", "inputs": "inputs"}
 
 
+# Settings that no flag sets (fit's TrainConfig and DGSConfig do): a message names the field instead.
+_WITHOUT_FLAG = {"train.eval_batch_size": "TrainConfig(eval_batch_size=...)",
+                 "dgs.clusters_per_part": "DGSConfig(clusters_per_part=...)",
+                 "dgs.wait_timeout_s": "DGSConfig(wait_timeout_s=...)"}
+
+
 def flag_of(key: str) -> str:
     """The CLI flag that sets a run-signature entry (``train.lr`` -> ``--lr``)."""
+    if key in _WITHOUT_FLAG:
+        return _WITHOUT_FLAG[key]
     leaf = key.rsplit(".", 1)[-1]
     if key.startswith("dgs."):  # DGS's settings have flags of their own (dgs.period -> --dgs-period)
         return "--dgs-" + leaf.replace("_", "-")
