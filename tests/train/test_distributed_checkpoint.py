@@ -11,20 +11,24 @@ import re
 import shutil
 import signal
 import time
-from dataclasses import replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gnnscale.cli import main
+from gnnscale.cli import build_parser, main, subcommand_parser
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
-from gnnscale.train.dist_checkpoint import check_resume, decode, run_identity
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete, read_payload
+from gnnscale.partition.directory import MANIFEST
+from gnnscale.train.dist_checkpoint import DistCheckpoint, check_resume, decode, run_identity
+from gnnscale.train.checkpoint import KIND_DISTRIBUTED, load_checkpoint, newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
+from gnnscale.train.run import RESUMABLE_CHANGES, run_signature
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -267,6 +271,155 @@ def test_only_hybrid_moves_to_another_partition(saved, partitions, layout):
                                          r"worker count \(--layout hybrid can change them"):
         check_resume(theirs, path, identity_for(partitions[1], layout, world_size=1), EPOCHS + 1)
     check_resume(ckpt, path, identity_for(partitions[1], world_size=1), EPOCHS + 1)  # hybrid: accepted
+
+
+# --- what a resume may change: every setting classified --------------------------------------------------
+#
+# Every field of TrainConfig, LayoutOptions and DGSConfig, classified: "resumable" (RESUMABLE_CHANGES: a
+# resume may change it), "refused" (a resume that changes it is refused with one line naming the setting
+# and its flag), or "free" (not recorded, and changing it cannot change what is computed: why beside it).
+# A new field fails test_every_setting_is_classified_for_resume until it has a row here.
+# Row: (group, field, kind, the checkpoint's run, the resuming run, flag). The two runs are overrides of
+# RESUME_TRAIN (group "train": TrainConfig), of LayoutOptions(layout="hybrid") (group "layout") or of
+# DGSConfig() under that layout (group "dgs").
+RESUME_TRAIN = dict(fanouts=(4, 3), batch_size=32, lr=0.01, seed=3, threads=1, epochs=5)
+
+
+def row(group: str, name: str, kind: str, before: dict, after: dict, flag: str, marks=()):
+    return pytest.param(group, name, kind, before, after, flag, marks=marks, id=f"{group}.{name}")
+
+
+def not_recorded(name: str):
+    """A setting that changes the numbers but is not in run_identity yet: the resume is not refused."""
+    return pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
+                             reason=f"{name} changes the numbers but is not in run_identity (issue 37)")
+
+
+RESUME_TABLE = [
+    row("train", "fanouts", "refused", {}, dict(fanouts=(5, 3)), "--fanouts"),
+    row("train", "eval_fanouts", "refused", {}, dict(eval_fanouts=(4, 4)), "--eval-fanouts"),
+    row("train", "batch_size", "refused", {}, dict(batch_size=64), "--batch-size"),
+    # No flag sets it (fit's TrainConfig does): the message names the field.
+    row("train", "eval_batch_size", "refused", {}, dict(eval_batch_size=1024), "TrainConfig(eval_batch_size=...)"),
+    row("train", "epochs", "resumable", {}, dict(epochs=8), "--epochs"),
+    row("train", "lr", "refused", {}, dict(lr=0.02), "--lr"),
+    row("train", "weight_decay", "refused", {}, dict(weight_decay=5e-4), "--weight-decay"),
+    row("train", "seed", "refused", {}, dict(seed=4), "--seed"),
+    row("train", "threads", "resumable", {}, dict(threads=2), "--threads"),
+    row("train", "sampler", "refused", {}, dict(sampler="two_step"), "--sampler"),
+    row("train", "bulk", "refused", dict(sampler="matrix"), dict(sampler="matrix", bulk=4), "--bulk"),
+    row("train", "layer_size", "refused", dict(sampler="ladies"), dict(sampler="ladies", layer_size=64),
+        "--layer-size"),
+    row("train", "replace", "refused", {}, dict(replace=True), "--replace"),
+    row("train", "evaluate", "refused", {}, dict(evaluate=False), "--no-eval"),
+    row("train", "prefetch", "resumable", {}, dict(prefetch=3), "--prefetch"),
+    row("layout", "layout", "refused", {}, dict(layout="vanilla"), "--layout"),
+    # The cache holds the owners' rows as stored: the same rows as the fetch (test_split_train.py's
+    # test_a_cache_changes_the_bytes_not_the_training: the same losses).
+    row("layout", "cache_fraction", "free", {}, dict(cache_fraction=0.2), "--cache-fraction"),
+    # 1.5D's blocks and features are 1D's for every C (test_matrix_distributed.py: the same losses).
+    row("layout", "replication", "free", dict(layout="1.5d"), dict(layout="1.5d", replication=2), "--replication"),
+    # Owner and replicated sampling give the same edges in another row order (docs/split_parallelism.md,
+    # "Canonical order"): the sums may add in another order, so a resume would not be bit for bit.
+    row("layout", "split_sampling", "refused", dict(layout="split"), dict(layout="split", split_sampling="replicated"),
+        "--split-sampling", marks=not_recorded("split_sampling")),
+    # bfloat16 on the wire rounds every exchanged row: other numbers than float32's.
+    row("layout", "shuffle_dtype", "refused", dict(layout="split"), dict(layout="split", shuffle_dtype="bfloat16"),
+        "--shuffle-dtype", marks=not_recorded("shuffle_dtype")),
+    row("layout", "dgs", "refused", {}, dict(dgs=DGSConfig()), "--dgs"),
+    row("dgs", "period", "refused", {}, dict(period=3), "--dgs-period"),
+    row("dgs", "warmup", "refused", {}, dict(warmup=2), "--dgs-warmup"),
+    row("dgs", "lag", "refused", {}, dict(lag=2), "--dgs-lag"),
+    row("dgs", "epsilon", "refused", {}, dict(epsilon=0.2), "--dgs-epsilon"),
+    row("dgs", "feature_rate", "refused", {}, dict(feature_rate=0.5), "--dgs-feature-rate"),
+    row("dgs", "mode", "refused", {}, dict(mode="node"), "--dgs-mode"),
+    row("dgs", "probes", "refused", {}, dict(probes=16), "--dgs-probes"),
+    row("dgs", "explain_steps", "refused", {}, dict(explain_steps=7), "--dgs-explain-steps"),
+    row("dgs", "explain_lr", "refused", {}, dict(explain_lr=0.1), "--dgs-explain-lr"),
+    # No flag sets these two (fit's DGSConfig does).
+    row("dgs", "clusters_per_part", "refused", {}, dict(clusters_per_part=8), "DGSConfig(clusters_per_part=...)"),
+    # Recorded with the other DGS settings, so refused, though a timeout changes no number.
+    row("dgs", "wait_timeout_s", "refused", {}, dict(wait_timeout_s=60.0), "DGSConfig(wait_timeout_s=...)"),
+]
+RESUME_GROUPS = {"train": TrainConfig, "layout": LayoutOptions, "dgs": DGSConfig}
+
+
+def test_every_setting_is_classified_for_resume():
+    rows = [p.values for p in RESUME_TABLE]
+    assert sorted((group, name) for group, name, *_ in rows) == \
+           sorted((group, f.name) for group, cls in RESUME_GROUPS.items() for f in fields(cls))
+    assert {name for _, name, kind, *_ in rows if kind == "resumable"} == set(RESUMABLE_CHANGES)
+    # Every flag the table names is one of gnnscale train's.
+    train = subcommand_parser(build_parser(), "train")
+    options = {option for action in train._actions for option in action.option_strings}
+    assert {flag for *_, flag in rows if flag.startswith("--")} <= options
+
+
+def resume_settings(group: str, overrides: dict) -> tuple[TrainConfig, LayoutOptions]:
+    cfg = TrainConfig(**{**RESUME_TRAIN, **(overrides if group == "train" else {})})
+    if group == "dgs":
+        return cfg, LayoutOptions(dgs=DGSConfig(**overrides))
+    return cfg, LayoutOptions(**(overrides if group == "layout" else {}))
+
+
+@pytest.fixture(scope="module")
+def tiny_partition_dir(tmp_path_factory):
+    """A partition directory as far as a run's identity reads it: the manifest (its facts and its sha256)."""
+    path = tmp_path_factory.mktemp("manifest")
+    manifest = {"dataset": "synthetic", "num_nodes": 100, "num_edges": 400, "feature_dim": 8, "num_classes": 4,
+                "split_sizes": {"train_idx": [30, 30], "val_idx": [10, 10], "test_idx": [10, 10]}}
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    return path, manifest
+
+
+def dist_identity(partition, cfg: TrainConfig, options: LayoutOptions):
+    """The identity check_launch gives a 2-worker run of these settings."""
+    path, manifest = partition
+    model = ModelConfig(name="sage", in_dim=8, hidden_dim=16, num_classes=4, num_layers=2)
+    return run_identity(path, manifest, model, cfg, options.layout, 2, options.dgs)
+
+
+def resume_outcome(path_kind: str, partition, before: tuple, after: tuple) -> None:
+    """Resume the run of settings ``before`` with settings ``after`` (single process or distributed), through
+    the check each path runs at start-up; ValueError where it refuses."""
+    (cfg0, options0), (cfg1, options1) = before, after
+    ckpt = Path("run.ckpt")
+    if path_kind == "single":
+        dataset = SimpleNamespace(name="synthetic", graph=SimpleNamespace(num_nodes=100))
+        model = {"name": "sage", "hidden_dim": 16}
+        payload = {"run_signature": run_signature(dataset, model, cfg0), "epochs_done": 1, "model_state": {},
+                   "optimizer_state": {}, "history": []}
+        load_checkpoint(ckpt, run_signature(dataset, model, cfg1), payload)
+        return
+    saved = DistCheckpoint(identity=dist_identity(partition, cfg0, options0), epoch=1, step=0, num_batches=3,
+                           model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})
+    check_resume(saved, ckpt, dist_identity(partition, cfg1, options1), cfg1.epochs)
+
+
+def resume_paths(group: str) -> list[str]:
+    return ["single", "distributed"] if group == "train" else ["distributed"]
+
+
+@pytest.mark.parametrize("group, name, kind, before, after, flag", RESUME_TABLE)
+def test_a_resume_that_changes_a_setting_is_refused_naming_it(tiny_partition_dir, group, name, kind, before,
+                                                               after, flag):
+    old, new = resume_settings(group, before), resume_settings(group, after)
+    for path_kind in resume_paths(group):
+        resume_outcome(path_kind, tiny_partition_dir, old, old)  # the same settings: accepted
+        if kind != "refused":
+            resume_outcome(path_kind, tiny_partition_dir, old, new)
+            continue
+        if name == "layout":
+            message = re.escape("was written with --layout hybrid, this run has --layout vanilla; resume with "
+                                "--layout hybrid")
+        elif group == "layout":  # dgs on or off; the others have no entry of their own yet
+            message = rf"was written with {name}=.*, this run has {name}=.*; resume with the same {flag} as"
+        else:
+            was, now = (asdict(s[0] if group == "train" else s[1].dgs)[name] for s in (old, new))
+            message = re.escape(f"was written with {group}.{name}={was!r}, this run has {group}.{name}={now!r}; "
+                                f"resume with the same {flag} as")
+        with pytest.raises(ValueError, match=message):
+            resume_outcome(path_kind, tiny_partition_dir, old, new)
 
 
 def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
