@@ -1,7 +1,8 @@
 """Distributed checkpoints end to end (real torchrun launches, gloo on 127.0.0.1): a run killed mid-epoch
 and resumed from rank 0's checkpoint ends exactly like an uninterrupted one (losses of every iteration,
 accuracies, final weights), the hybrid layout continues on another worker count at an epoch boundary,
-and what cannot be honoured is one line naming the setting before training starts."""
+and what cannot be honoured is one line naming the setting before training starts. Without launching:
+what a resume may change, every setting classified, and the steps --checkpoint-every saves at."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from gnnscale.cli import build_parser, main, subcommand_parser
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
 from gnnscale.partition.directory import MANIFEST
-from gnnscale.train.dist_checkpoint import DistCheckpoint, check_resume, decode, run_identity
+from gnnscale.train.dist_checkpoint import Checkpointer, DistCheckpoint, check_resume, decode, run_identity
 from gnnscale.train.checkpoint import KIND_DISTRIBUTED, load_checkpoint, newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
@@ -420,6 +421,38 @@ def test_a_resume_that_changes_a_setting_is_refused_naming_it(tiny_partition_dir
                                 f"resume with the same {flag} as")
         with pytest.raises(ValueError, match=message):
             resume_outcome(path_kind, tiny_partition_dir, old, new)
+
+
+# --- when --checkpoint-every saves ------------------------------------------------------------------------
+
+
+def saves_at(every: int | None, num_batches: int, epochs: int, start: tuple[int, int] = (0, 0)) -> tuple:
+    """(mid-epoch saves, epoch-end saves) as global steps, of a run resumed at ``start`` (epoch, steps done): the
+    loop asks Checkpointer.due after every iteration and saves anyway after every epoch."""
+    saver = Checkpointer(Path("run.ckpt"), every, identity=None, comm=None, num_batches=num_batches)
+    mid, ends = [], []
+    for epoch in range(start[0], epochs):
+        for steps_done in range(start[1] + 1 if epoch == start[0] else 1, num_batches + 1):
+            if saver.due(epoch, steps_done):
+                mid.append(epoch * num_batches + steps_done)
+        ends.append((epoch + 1) * num_batches)
+    return mid, ends
+
+
+def test_checkpoint_every_5_over_epochs_of_3_batches_saves_at_global_steps_5_10_15():
+    """Steps count from the run's first step, across epochs: 5 and 10 fall inside epochs 1 and 3, 15 is the end of
+    epoch 4 (saved there anyway, not twice), and so on."""
+    mid, ends = saves_at(5, 3, 7)
+    assert mid == [5, 10, 20]
+    assert ends == [3, 6, 9, 12, 15, 18, 21]
+    assert sorted(set(mid) | set(ends)) == [3, 5, 6, 9, 10, 12, 15, 18, 20, 21]
+    assert not set(mid) & set(ends)
+    assert {5, 10, 15, 20} <= set(mid) | set(ends)  # every 5th global step is saved
+    # Resumed mid-epoch at global step 5 (epoch 1, 2 of 3 steps done): the same steps after it.
+    assert saves_at(5, 3, 7, start=(1, 2)) == ([10, 20], ends[1:])
+    # every=1 saves after every iteration but the last of an epoch; no --checkpoint-every: epoch ends only.
+    assert saves_at(1, 3, 2)[0] == [1, 2, 4, 5]
+    assert saves_at(None, 3, 2)[0] == []
 
 
 def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
