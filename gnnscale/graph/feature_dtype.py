@@ -13,7 +13,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnscale.graph.pages import release_pages
+
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")
+# The least float32 magnitude each half dtype rounds to Inf (rounding to nearest even: the tie above its
+# largest finite value): float16's largest is 65504; bfloat16 has float32's range but for the top half ULP.
+OVERFLOWS_AT = {"float16": 65520.0, "bfloat16": float(np.array(0x7F7F8000, dtype=np.uint32).view(np.float32))}
 _NUMPY = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16)}
 _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -52,6 +57,26 @@ def encode(rows: np.ndarray, name: str) -> np.ndarray:
     if name == "bfloat16":
         narrow = narrow.view(torch.uint16)
     return narrow.numpy()
+
+
+def check_fits(features: np.ndarray, name: str, chunk_rows: int = 1 << 16) -> None:
+    """ValueError naming the first rows of finite float32 ``features`` that ``name`` would store as Inf
+    (float16: a value beyond +-65504), which would train a NaN model as a NaN feature does. Read in chunks
+    of ``chunk_rows`` rows, so a memory-mapped matrix is scanned once without being held in memory."""
+    limit = OVERFLOWS_AT.get(check_feature_dtype(name))
+    if limit is None:
+        return
+    bad: list[int] = []
+    count = 0
+    for start in range(0, features.shape[0], chunk_rows):
+        rows = np.flatnonzero((np.abs(features[start:start + chunk_rows]) >= limit).any(axis=1)) + start
+        release_pages(features)  # a scan, not a load: a mapped matrix must not stay resident
+        count += rows.size
+        bad.extend(rows[:max(0, 5 - len(bad))].tolist())
+    if count:
+        shown = ", ".join(map(str, bad)) + (", ..." if count > len(bad) else "")
+        raise ValueError(f"feature_dtype: {count} rows hold values that {name} stores as Inf (magnitude {limit:g} "
+                         f"or more; rows {shown}); store them as bfloat16 or float32, or scale the features")
 
 
 def stored_array(rows: np.ndarray | Tensor) -> np.ndarray:

@@ -163,6 +163,26 @@ def test_a_partitions_half_precision_rows_are_torchs_conversion_bit_for_bit(data
         assert_same_bits(decode(got.features), torch_rounded(features[new_to_old[lo:hi]], HALF[name]))
 
 
+def test_a_feature_that_half_precision_would_store_as_inf_is_refused_before_partitioning(dataset, tmp_path):
+    """65504 is float16's largest value and 65520 the tie above it, which rounds to Inf: a partition would
+    hold an Inf feature (a NaN model) though the float32 features are finite. bfloat16 keeps it (65536)."""
+    features = dataset.features.copy()
+    features[[7, 300], 1] = [65520.0, -70000.0]
+    features[9, 2] = 65504.0
+    big = replace(dataset, features=features)
+    with pytest.raises(ValueError, match=r"feature_dtype: 2 rows hold values that float16 stores as Inf \(magnitude "
+                                         r"65520 or more; rows 7, 300\); store them as bfloat16 or float32"):
+        write_partition_dir(big, 2, "random", tmp_path / "p16", feature_dtype="float16")
+    assert not (tmp_path / "p16").exists()
+    write_partition_dir(big, 2, "random", tmp_path / "pb", feature_dtype="bfloat16")
+    stored = np.concatenate([decode(load_partition(tmp_path / "pb", p).features).numpy() for p in range(2)])
+    assert sorted(stored[np.abs(stored) > 1000].tolist()) == [-70144.0, 65536.0, 65536.0]
+    features[7, 1] = features[300, 1] = 65519.0  # below the tie: 65504
+    write_partition_dir(replace(dataset, features=features), 2, "random", tmp_path / "ok", feature_dtype="float16")
+    stored = np.concatenate([decode(load_partition(tmp_path / "ok", p).features).numpy() for p in range(2)])
+    assert sorted(stored[np.abs(stored) > 1000].tolist()) == [65504.0] * 3
+
+
 def test_a_manifest_naming_an_unknown_feature_dtype_is_refused_with_its_path(dataset, tmp_path):
     write_partition_dir(dataset, 2, "random", tmp_path / "p")
     path = tmp_path / "p" / "manifest.json"
