@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnscale.graph.pages import release_pages
+from gnnscale.graph.dataset import flagged_rows
 
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")
 # The least float32 magnitude each half dtype rounds to Inf (rounding to nearest even: the tie above its
@@ -59,24 +59,17 @@ def encode(rows: np.ndarray, name: str) -> np.ndarray:
     return narrow.numpy()
 
 
-def check_fits(features: np.ndarray, name: str, chunk_rows: int = 1 << 16) -> None:
-    """ValueError naming the first rows of finite float32 ``features`` that ``name`` would store as Inf
-    (float16: a value beyond +-65504), which would train a NaN model as a NaN feature does. Read in chunks
-    of ``chunk_rows`` rows, so a memory-mapped matrix is scanned once without being held in memory."""
-    limit = OVERFLOWS_AT.get(check_feature_dtype(name))
+def check_features_fit(features: np.ndarray, feature_dtype: str, chunk_rows: int = 1 << 16) -> None:
+    """ValueError naming the first rows of finite float32 ``features`` that ``feature_dtype`` would store as
+    Inf (float16: a value beyond +-65504), which would train a NaN model as a NaN feature does. Read in
+    chunks, as :func:`~gnnscale.graph.dataset.check_finite_features`."""
+    limit = OVERFLOWS_AT.get(check_feature_dtype(feature_dtype))
     if limit is None:
         return
-    bad: list[int] = []
-    count = 0
-    for start in range(0, features.shape[0], chunk_rows):
-        rows = np.flatnonzero((np.abs(features[start:start + chunk_rows]) >= limit).any(axis=1)) + start
-        release_pages(features)  # a scan, not a load: a mapped matrix must not stay resident
-        count += rows.size
-        bad.extend(rows[:max(0, 5 - len(bad))].tolist())
+    count, shown = flagged_rows(features, lambda rows: (np.abs(rows) >= limit).any(axis=1), chunk_rows)
     if count:
-        shown = ", ".join(map(str, bad)) + (", ..." if count > len(bad) else "")
-        raise ValueError(f"feature_dtype: {count} rows hold values that {name} stores as Inf (magnitude {limit:g} "
-                         f"or more; rows {shown}); store them as bfloat16 or float32, or scale the features")
+        raise ValueError(f"feature_dtype: {count} rows hold values that {feature_dtype} stores as Inf (magnitude "
+                         f"{limit:g} or more; rows {shown}); store them as bfloat16 or float32, or scale the features")
 
 
 def stored_array(rows: np.ndarray | Tensor) -> np.ndarray:
