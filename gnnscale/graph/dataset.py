@@ -150,14 +150,19 @@ def check_finite_features(features: np.ndarray, chunk_rows: int = 1 << 16) -> No
     """ValueError naming the first rows that hold NaN or Inf: such a row trains a NaN model that still
     prints a plausible accuracy. Read in chunks of ``chunk_rows`` rows, so a memory-mapped matrix is
     scanned once without being held in memory."""
+    count, shown = flagged_rows(features, lambda rows: ~np.isfinite(rows).all(axis=1), chunk_rows)
+    if count:
+        raise ValueError(f"features: {count} rows hold NaN or Inf (rows {shown}); clean or drop them (e.g. "
+                         "numpy.nan_to_num) before training")
+
+
+def flagged_rows(features: np.ndarray, flag, chunk_rows: int) -> tuple[int, str]:
+    """(how many rows ``flag(rows)`` marks, the first five of them as text), ``chunk_rows`` rows at a time."""
     bad: list[int] = []
     count = 0
     for start in range(0, features.shape[0], chunk_rows):
-        rows = np.flatnonzero(~np.isfinite(features[start:start + chunk_rows]).all(axis=1)) + start
+        rows = np.flatnonzero(flag(features[start:start + chunk_rows])) + start
         release_pages(features)  # a scan, not a load: a mapped matrix must not stay resident
         count += rows.size
         bad.extend(rows[:max(0, 5 - len(bad))].tolist())
-    if count:
-        shown = ", ".join(map(str, bad)) + (", ..." if count > len(bad) else "")
-        raise ValueError(f"features: {count} rows hold NaN or Inf (rows {shown}); clean or drop them (e.g. "
-                         "numpy.nan_to_num) before training")
+    return count, ", ".join(map(str, bad)) + (", ..." if count > len(bad) else "")

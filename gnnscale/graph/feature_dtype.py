@@ -13,7 +13,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnscale.graph.dataset import flagged_rows
+
 FEATURE_DTYPES = ("float32", "float16", "bfloat16")
+# The least float32 magnitude each half dtype rounds to Inf (rounding to nearest even: the tie above its
+# largest finite value): float16's largest is 65504; bfloat16 has float32's range but for the top half ULP.
+OVERFLOWS_AT = {"float16": 65520.0, "bfloat16": float(np.array(0x7F7F8000, dtype=np.uint32).view(np.float32))}
 _NUMPY = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16)}
 _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -52,6 +57,19 @@ def encode(rows: np.ndarray, name: str) -> np.ndarray:
     if name == "bfloat16":
         narrow = narrow.view(torch.uint16)
     return narrow.numpy()
+
+
+def check_features_fit(features: np.ndarray, feature_dtype: str, chunk_rows: int = 1 << 16) -> None:
+    """ValueError naming the first rows of finite float32 ``features`` that ``feature_dtype`` would store as
+    Inf (float16: a value beyond +-65504), which would train a NaN model as a NaN feature does. Read in
+    chunks, as :func:`~gnnscale.graph.dataset.check_finite_features`."""
+    limit = OVERFLOWS_AT.get(check_feature_dtype(feature_dtype))
+    if limit is None:
+        return
+    count, shown = flagged_rows(features, lambda rows: (np.abs(rows) >= limit).any(axis=1), chunk_rows)
+    if count:
+        raise ValueError(f"feature_dtype: {count} rows hold values that {feature_dtype} stores as Inf (magnitude "
+                         f"{limit:g} or more; rows {shown}); store them as bfloat16 or float32, or scale the features")
 
 
 def stored_array(rows: np.ndarray | Tensor) -> np.ndarray:

@@ -104,21 +104,35 @@ def evaluate_full_distributed(model: nn.Module, part: LocalPartition, comm: Comm
         logits = np.load(distributed_layerwise(model, part, comm, tmp, chunk_size=chunk_size)[-1], mmap_mode="r")
         for split in ("val", "test"):
             rows = getattr(part, f"{split}_idx") - part.node_offset
-            predicted = torch.from_numpy(np.asarray(logits[rows]).argmax(axis=1))
-            labels = torch.from_numpy(np.asarray(part.labels[rows]))
-            hit = predicted == labels
-            counts = torch.cat([torch.bincount(labels[hit], minlength=c),     # true positives per class
-                                torch.bincount(predicted[~hit], minlength=c),  # false positives
-                                torch.bincount(labels[~hit], minlength=c),     # false negatives
-                                torch.tensor([int(hit.sum()), rows.shape[0]])]).to(torch.float64)
+            counts = metric_counts(np.asarray(part.labels[rows]), np.asarray(logits[rows]).argmax(axis=1), c)
             comm.all_reduce_(counts, dist.ReduceOp.SUM, "eval")  # collective: the global counts
-            tp, fp, fn, (correct, total) = counts[:c], counts[c:2 * c], counts[2 * c:3 * c], counts[3 * c:].tolist()
-            if total == 0:
-                result[split] = float("nan")
-            elif metric == "accuracy":
-                result[split] = correct / total
-            else:  # classes that occur in the labels or the predictions, as f1_macro
-                seen = (tp + fp + fn) > 0
-                result[split] = float((2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])).mean())
+            result[split] = metric_from_counts(metric, counts, c)
     result["seconds"] = time.perf_counter() - started
     return result
+
+
+def metric_counts(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> torch.Tensor:
+    """float64 [3 * num_classes + 2]: one worker's counts of its nodes' ``predicted`` classes against their
+    ``labels``, which summed over workers give :func:`metric_from_counts` the whole split: per class the
+    true positives, false positives and false negatives, then the correct answers and the nodes."""
+    c = num_classes
+    predicted, labels = torch.from_numpy(np.asarray(predicted)), torch.from_numpy(np.asarray(labels))
+    hit = predicted == labels
+    return torch.cat([torch.bincount(labels[hit], minlength=c),     # true positives per class
+                      torch.bincount(predicted[~hit], minlength=c),  # false positives
+                      torch.bincount(labels[~hit], minlength=c),     # false negatives
+                      torch.tensor([int(hit.sum()), labels.shape[0]])]).to(torch.float64)
+
+
+def metric_from_counts(metric: str, counts: torch.Tensor, num_classes: int) -> float:
+    """``metric`` (accuracy or f1_macro) of a split from its :func:`metric_counts` summed over workers:
+    what :func:`~gnnscale.inference.metrics.accuracy` and ``f1_macro`` give on the whole split's
+    predictions; NaN for no nodes."""
+    c = num_classes
+    tp, fp, fn, (correct, total) = counts[:c], counts[c:2 * c], counts[2 * c:3 * c], counts[3 * c:].tolist()
+    if total == 0:
+        return float("nan")
+    if metric == "accuracy":
+        return correct / total
+    seen = (tp + fp + fn) > 0  # classes that occur in the labels or the predictions, as f1_macro
+    return float((2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])).mean())

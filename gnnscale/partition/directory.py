@@ -37,7 +37,8 @@ import numpy as np
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
 from gnnscale.graph.external_csc import NpyWriter
-from gnnscale.graph.feature_dtype import FEATURE_DTYPES, check_feature_dtype, encode, numpy_dtype
+from gnnscale.graph.feature_dtype import (FEATURE_DTYPES, check_feature_dtype, check_features_fit, encode,
+                                         numpy_dtype)
 from gnnscale.graph.pages import release_pages
 from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_directory, finish_directory,
                                     read_versioned_json)
@@ -103,6 +104,7 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
         raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     check_finite_features(dataset.features)  # before minutes of partitioning: NaN rows would train a NaN model
+    check_features_fit(dataset.features, feature_dtype)  # nor may half precision round a finite one to Inf
     part, coarsening = assign_parts_reported(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed,
                                              threads=threads, memory_gb=memory_gb)
     ids = new_ids(dataset.graph, part, num_parts)

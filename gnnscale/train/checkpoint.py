@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -207,6 +207,8 @@ def flag_of(key: str) -> str:
         names = flag_names(cls)
         if leaf in names:
             return names[leaf]
+        if leaf in {field.name for field in fields(cls)}:  # set by fit's config only: name the field
+            return f"{cls.__name__}({leaf}=...)"
     return _NOT_FLAGS.get(leaf, "--" + leaf.replace("_", "-"))
 
 

@@ -1,7 +1,7 @@
 """Online splitting and the edge metrics, in one process: the numba kernel against a pure-Python
 reference, every worker's exchange simulated with numpy against the whole mini-batch's aggregation, a
-hand-checked tiny graph, and errors. The cooperative layers on real processes are in
-tests/distributed/test_split_distributed.py."""
+hand-checked tiny graph, errors, and the bfloat16 wire's rounding both ways (a process group of this
+process alone). The cooperative layers on real processes are in tests/distributed/test_split_distributed.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import torch
 
 from gnnscale.distributed import (SHUFFLE_KINDS, EdgeMetrics, data_parallel_edge_metrics, split_blocks,
                                   split_edge_metrics)
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.context import init_single_process, shutdown
+from gnnscale.distributed.split.shuffle import PartialSums, Shuffle, exchange
 from gnnscale.distributed.edge_metrics import (epoch_edge_metrics, minibatch_signature, split_edge_counts,
                                                 union_minibatch_edges)
 from gnnscale.graph.csc import csc_from_coo
@@ -18,6 +21,7 @@ from gnnscale.nn import ModelConfig, aggregate_sum, build_model
 from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, sample_blocks
+from test_feature_dtype import CRAFTED, assert_same_bits, torch_rounded
 
 # The tiny graph (messages flow src -> dst), parts: {0, 1, 2} | {3, 4, 5}
 #
@@ -371,3 +375,58 @@ def test_layers_aggregate_through_the_split_hook(name, hook):
     assert [w.calls[hook] for w in wrapped] == [1, 1, 1]
     with pytest.raises(TypeError, match="block: expected a Block or a SplitAwareBlock, got dict"):
         model([{}] * 3, x)
+
+
+# --- the bfloat16 wire ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def solo_comm():
+    """The Comm of a process group of this process alone: a real all_to_all, which moves the bytes to itself."""
+    ctx = init_single_process()
+    try:
+        yield Comm(ctx)
+    finally:
+        shutdown()
+
+
+def crafted_rows() -> torch.Tensor:
+    """float32 [10, 4]: the crafted values (tests/graph/test_feature_dtype.py: ties, subnormals, inf, NaN)."""
+    return torch.from_numpy(CRAFTED.copy())
+
+
+@pytest.mark.parametrize("category", ["shuffle", "feature"])  # split's shuffles; layer 0's exchange ahead
+def test_the_bfloat16_wire_is_torchs_rounding_bit_for_bit(solo_comm, category):
+    rows = crafted_rows()
+    n = rows.shape[0]
+    narrow = exchange(solo_comm, rows, (n,), (n,), category, torch.bfloat16)
+    assert_same_bits(narrow, torch_rounded(rows, torch.bfloat16))
+    assert_same_bits(exchange(solo_comm, rows, (n,), (n,), category, None), rows)  # float32 travels as it is
+    assert exchange(solo_comm, rows[:0], (0,), (0,), category, torch.bfloat16).shape == (0, 4)
+
+
+def test_a_shuffle_rounds_its_rows_forward_and_their_gradients_backward_as_torch_does(solo_comm):
+    rows = crafted_rows().requires_grad_()
+    n = rows.shape[0]
+    out = Shuffle.apply(rows, solo_comm, (n,), (n,), torch.bfloat16)
+    assert_same_bits(out.detach(), torch_rounded(rows, torch.bfloat16))
+    grad = crafted_rows().flip(0)  # other crafted values as the gradients
+    out.backward(grad)
+    assert_same_bits(rows.grad, torch_rounded(grad, torch.bfloat16))
+
+
+def test_partial_sums_round_the_rows_sent_and_the_gradients_returned_as_torch_does(solo_comm):
+    """The owned destinations start at -0.0, which adds nothing (-0 + x is x, -0 included): the sums are the
+    received rows, rounded, placed by ``recv_index``; the backward returns each destination's gradient,
+    rounded, to the row that was sent for it."""
+    reference = crafted_rows()
+    n = reference.shape[0]
+    partial = torch.cat([torch.full((n, 4), -0.0), reference]).requires_grad_()
+    recv_index = torch.arange(n).flip(0)
+    out = PartialSums.apply(partial, solo_comm, n, recv_index, (n,), (n,), torch.bfloat16)
+    sums = torch.full((n, 4), -0.0).index_add(0, recv_index, torch_rounded(reference, torch.bfloat16))
+    assert_same_bits(out.detach(), sums)
+    grad = crafted_rows().roll(1, 0)
+    out.backward(grad)
+    assert_same_bits(partial.grad[:n], grad)  # the owned rows' own gradient: not sent, not rounded
+    assert_same_bits(partial.grad[n:], torch_rounded(grad[recv_index], torch.bfloat16))

@@ -12,7 +12,8 @@ import torch
 import gnnscale
 from gnnscale.cli import main
 from gnnscale.graph.datasets import load_dataset
-from gnnscale.inference.metrics import check_metric, f1_macro, roc_auc, score
+from gnnscale.inference.distributed import evaluate_full_distributed, metric_counts, metric_from_counts
+from gnnscale.inference.metrics import accuracy, check_metric, f1_macro, roc_auc, score
 
 from test_inference import CORA_DIR, needs_cora, pyg_forward
 
@@ -73,6 +74,23 @@ def test_a_node_subset_gets_its_rows_in_the_order_given(trained, tmp_path):
     (tmp_path / "ids.txt").write_text("599\n3\n")
     assert run_predict(trained, tmp_path / "text", "--nodes", str(tmp_path / "ids.txt")) == 0
     assert np.load(tmp_path / "text" / "predictions.npy").shape == (2,)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "f1_macro"])
+def test_the_metrics_of_a_node_subset_are_those_of_its_rows(trained, synthetic, tmp_path, metric):
+    """--nodes in no order, with nodes of every split among them: meta.json's metric of a split is the one
+    of the rows of predictions.npy whose node is in that split, against those nodes' labels."""
+    nodes = np.random.default_rng(4).permutation(600)[:400]
+    np.save(tmp_path / "nodes.npy", nodes)
+    assert run_predict(trained, tmp_path / "some", "--metric", metric, "--nodes", str(tmp_path / "nodes.npy")) == 0
+    meta = json.loads((tmp_path / "some" / "meta.json").read_text())
+    predictions = np.load(tmp_path / "some" / "predictions.npy")
+    by_rows = accuracy if metric == "accuracy" else f1_macro
+    for split in ("train", "val", "test"):
+        rows = np.flatnonzero(np.isin(nodes, getattr(synthetic, f"{split}_idx")))
+        assert 0 < rows.size < getattr(synthetic, f"{split}_idx").size and np.any(np.diff(nodes[rows]) < 0), split
+        want = by_rows(synthetic.labels[nodes[rows]], predictions[rows])
+        assert meta["metrics"][split] == {"nodes": int(rows.size), metric: want}, split
 
 
 def test_overwrite_replaces_earlier_outputs_and_drops_stale_ones(trained, tmp_path, capsys):
@@ -144,6 +162,83 @@ def test_roc_auc_by_hand():
     probs = np.array([[0.9, 0.1], [0.6, 0.4], [0.65, 0.35], [0.2, 0.8]])
     assert score("roc_auc", labels, probs) == pytest.approx(0.75)
     assert score("accuracy", labels, probs) == pytest.approx(0.75)
+
+
+# (labels, predicted, num_classes, accuracy, f1_macro), every value by hand. Per class F1 = 2 TP / (2 TP + FP + FN),
+# averaged over the classes that occur in the labels or the predictions (never over the other classes).
+BY_HAND = [
+    # class 0: TP 1, FN 1 -> 2/3; class 1, predicted but never a label: FP 1 -> 0.
+    pytest.param([0, 0], [0, 1], 2, 1 / 2, (2 / 3 + 0) / 2, id="predicted-never-a-label"),
+    # the same with classes 2 and 3 in neither: they do not count.
+    pytest.param([0, 0], [0, 1], 4, 1 / 2, (2 / 3 + 0) / 2, id="classes-in-neither-ignored"),
+    # class 0: TP 1, FP 1, FN 1 -> 1/2; class 1: TP 2, FP 1 -> 4/5; class 2, a label never predicted: FN 1 -> 0.
+    pytest.param([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], 3, 3 / 5, (1 / 2 + 4 / 5 + 0) / 3, id="label-never-predicted"),
+    # class 1: FN 2 -> 0; class 2: FP 2 -> 0; class 3: TP 1 -> 1.
+    pytest.param([1, 1, 3], [2, 2, 3], 4, 1 / 3, (0 + 0 + 1) / 3, id="all-wrong-but-one"),
+    pytest.param([2, 0, 1], [2, 0, 1], 3, 1.0, 1.0, id="all-right"),
+]
+
+
+@pytest.mark.parametrize("labels, predicted, num_classes, acc, f1", BY_HAND)
+def test_accuracy_and_f1_macro_by_hand_on_both_paths(labels, predicted, num_classes, acc, f1):
+    """The single-process metrics and the distributed counts (one worker) give the values by hand."""
+    labels, predicted = np.array(labels), np.array(predicted)
+    assert accuracy(labels, predicted) == pytest.approx(acc, rel=1e-15)
+    assert f1_macro(labels, predicted) == pytest.approx(f1, rel=1e-15)
+    counts = metric_counts(labels, predicted, num_classes)
+    assert metric_from_counts("accuracy", counts, num_classes) == pytest.approx(acc, rel=1e-15)
+    assert metric_from_counts("f1_macro", counts, num_classes) == pytest.approx(f1, rel=1e-15)
+
+
+def test_no_nodes_score_nan_on_both_paths():
+    none = np.zeros(0, dtype=np.int64)
+    assert np.isnan(accuracy(none, none)) and np.isnan(f1_macro(none, none))
+    counts = metric_counts(none, none, 3)
+    assert np.isnan(metric_from_counts("accuracy", counts, 3)) and np.isnan(metric_from_counts("f1_macro", counts, 3))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_distributed_counts_summed_over_workers_equal_the_single_process_metrics(workers, seed):
+    """Each worker's counts of its share of the nodes, summed (the all-reduce), give the metric of all of
+    them: classes 0 .. 4, class 4 predicted but never a label, class 5 of 6 in neither."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 4, 200)
+    predicted = np.where(rng.random(200) < 0.6, labels, rng.integers(0, 5, 200))
+    assert 4 in predicted and 4 not in labels
+    shares = np.array_split(np.arange(200), workers)
+    counts = sum(metric_counts(labels[s], predicted[s], 6) for s in shares)
+    assert metric_from_counts("accuracy", counts, 6) == accuracy(labels, predicted)
+    assert metric_from_counts("f1_macro", counts, 6) == pytest.approx(f1_macro(labels, predicted), rel=1e-15)
+
+
+def test_the_distributed_path_refuses_roc_auc_by_name():
+    with pytest.raises(ValueError, match=r"metric: a distributed --eval full reports accuracy or f1_macro, got "
+                                         r"'roc_auc' \(for roc_auc, run gnnscale predict --partitions"):
+        evaluate_full_distributed(None, None, None, "roc_auc")
+
+
+@pytest.mark.parametrize("labels, scores, auc", [
+    # every pair (positive, negative): 1 when the positive scores higher, 1/2 for a tie, 0 otherwise.
+    pytest.param([0, 1, 0, 1], [0.2, 0.2, 0.7, 0.7], (1 / 2 + 0 + 1 + 1 / 2) / 4, id="ties-across-classes"),
+    # positives 0.5, 0.5, 0.9 against negatives 0.1, 0.5: (1 + 1/2) + (1 + 1/2) + (1 + 1) over 6 pairs.
+    pytest.param([0, 0, 1, 1, 1], [0.1, 0.5, 0.5, 0.5, 0.9], 5 / 6, id="ties-within-and-across"),
+    pytest.param([1, 0, 1, 0], [0.3, 0.3, 0.3, 0.3], 1 / 2, id="all-tied"),
+    pytest.param([1, 1, 0], [0.1, 0.2, 0.3], 0.0, id="reversed"),
+])
+def test_roc_auc_with_ties_by_hand(labels, scores, auc):
+    labels, scores = np.array(labels), np.array(scores)
+    assert roc_auc(labels, scores) == pytest.approx(auc, rel=1e-15)
+    # score() ranks the second column, the positive class's probability.
+    assert score("roc_auc", labels, np.stack([1 - scores, scores], axis=1)) == pytest.approx(auc, rel=1e-15)
+
+
+@pytest.mark.parametrize("labels", [[1, 1, 1], [0, 0], []])
+def test_roc_auc_of_a_split_without_both_classes_is_nan_not_a_number_that_looks_like_a_score(labels):
+    """No (positive, negative) pair to rank: undefined, reported as NaN (as accuracy of no nodes), never
+    0, 1/2 or 1; the distributed path refuses roc_auc altogether (above)."""
+    labels = np.array(labels, dtype=np.int64)
+    assert np.isnan(roc_auc(labels, np.linspace(0, 1, labels.size)))
 
 
 def test_check_metric_names_what_is_wrong():

@@ -175,6 +175,77 @@ def test_label_propagation_respects_the_bound_and_is_deterministic(max_weight, w
     assert np.all(np.diff(first) > 0)  # numbered in order of first appearance
 
 
+def adjacency(n: int, edges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(xadj, adjncy) of the undirected unit-weight graph with ``edges``: both directions, rows sorted."""
+    rows = [sorted({b for a, b in edges if a == v} | {a for a, b in edges if b == v}) for v in range(n)]
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=xadj[1:])
+    return xadj, np.array([u for r in rows for u in r], dtype=np.int64)
+
+
+def clusters_of(label: np.ndarray) -> list[list[int]]:
+    """The clusters as sorted lists of nodes, in order of their smallest node."""
+    return sorted(np.flatnonzero(label == c).tolist() for c in np.unique(label))
+
+
+PATH6 = [(v, v + 1) for v in range(5)]
+STAR6 = [(0, leaf) for leaf in range(1, 6)]
+
+
+def clique(n: int) -> list[tuple[int, int]]:
+    return [(a, b) for a in range(n) for b in range(a + 1, n)]
+
+
+# One block (n < BLOCK_NODES): every pass visits 0, 1, ... in order. A node joins the neighbor cluster with the
+# most edges to it while that cluster stays within max_weight; on a tie it stays, or takes the heavier cluster.
+#
+# The path 0 - 1 - 2 - 3 - 4 - 5, max_weight 2: 0 joins 1 ({0, 1} full), 1 stays, 2 cannot join {0, 1} and
+# joins 3, 4 joins 5: three clusters of exactly 2, and nothing moves in the second pass.
+# max_weight 3: 0 joins 1; 2 ties between {0, 1} and {3} and takes the heavier: {0, 1, 2} full; 3 joins 4,
+# then 5 joins {3, 4}. max_weight 1: nobody moves. The path 0 - 1 - 2 - 3 - 4, max_weight 2: 4 is left alone.
+@pytest.mark.parametrize("n, max_weight, want", [
+    (6, 1, [[0], [1], [2], [3], [4], [5]]),
+    (6, 2, [[0, 1], [2, 3], [4, 5]]),
+    (6, 3, [[0, 1, 2], [3, 4, 5]]),
+    (5, 2, [[0, 1], [2, 3], [4]]),
+    (6, 6, [[0, 1, 2, 3, 4, 5]]),
+])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_label_propagation_on_a_path_forms_the_clusters_by_hand(n, max_weight, want, seed):
+    label = label_propagation(*adjacency(n, PATH6[:n - 1]), max_weight, seed=seed)
+    assert clusters_of(label) == want
+    assert all(label[c[0]] in c for c in want)  # named by one of its nodes
+
+
+# A clique of n: 0 joins one of the others (a tie the hash breaks), and every later node has more edges into
+# that cluster than into any other, so it joins while there is room. max_weight n: one cluster of exactly n.
+# Below that the cluster fills up to exactly max_weight (K4, max_weight 2: two pairs, which pairs the hash
+# decides; K5, max_weight 4: four and one).
+@pytest.mark.parametrize("n, max_weight, sizes", [(4, 4, [4]), (5, 5, [5]), (4, 2, [2, 2]), (5, 4, [1, 4]),
+                                                  (4, 3, [1, 3])])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_label_propagation_fills_a_clique_up_to_max_weight_exactly(n, max_weight, sizes, seed):
+    label = label_propagation(*adjacency(n, clique(n)), max_weight, seed=seed)
+    assert sorted(len(c) for c in clusters_of(label)) == sizes
+
+
+#       1
+#       |
+#   5 - 0 - 2       The star: the center joins one leaf (the hash breaks the tie), then every other leaf's
+#      / \          only neighbor is the center's cluster, which it joins while there is room: one cluster of
+#     4   3         exactly max_weight holding the center, the other leaves alone (max_weight >= 6: all).
+@pytest.mark.parametrize("max_weight", [2, 3, 5, 6, 7])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_label_propagation_gathers_a_star_around_its_center_up_to_max_weight(max_weight, seed):
+    label = label_propagation(*adjacency(6, STAR6), max_weight, seed=seed)
+    hub = np.flatnonzero(label == label[0]).tolist()
+    assert 0 in hub and len(hub) == min(max_weight, 6)
+    alone = [c for c in clusters_of(label) if c != hub]
+    assert all(len(c) == 1 for c in alone)
+    # The leaves join in id order: only the center's partner may have a higher id than a leaf left alone.
+    assert not alone or sum(leaf > alone[0][0] for leaf in hub if leaf != 0) <= 1
+
+
 # --- contraction ---------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 """Distributed checkpoints end to end (real torchrun launches, gloo on 127.0.0.1): a run killed mid-epoch
 and resumed from rank 0's checkpoint ends exactly like an uninterrupted one (losses of every iteration,
 accuracies, final weights), the hybrid layout continues on another worker count at an epoch boundary,
-and what cannot be honoured is one line naming the setting before training starts."""
+and what cannot be honoured is one line naming the setting before training starts. Without launching:
+what a resume may change, every setting classified, and the steps --checkpoint-every saves at."""
 
 from __future__ import annotations
 
@@ -11,21 +12,26 @@ import re
 import shutil
 import signal
 import time
-from dataclasses import replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gnnscale.cli import main
+from gnnscale.cli import build_parser, main, subcommand_parser
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
-from gnnscale.train.dist_checkpoint import check_resume, decode, run_identity
+from gnnscale.partition.directory import MANIFEST
+from gnnscale.train.dist_checkpoint import Checkpointer, DistCheckpoint, check_resume, decode, run_identity
 from gnnscale.train.layouts import layout_options
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete, read_payload
+from gnnscale.train.layouts.registry import option_classes
+from gnnscale.train.checkpoint import KIND_DISTRIBUTED, load_checkpoint, newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
+from gnnscale.train.run import RESUMABLE_CHANGES, run_signature
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -270,6 +276,189 @@ def test_only_hybrid_moves_to_another_partition(saved, partitions, layout):
                                          r"worker count \(--layout hybrid can change them"):
         check_resume(theirs, path, identity_for(partitions[1], layout, world_size=1), EPOCHS + 1)
     check_resume(ckpt, path, identity_for(partitions[1], world_size=1), EPOCHS + 1)  # hybrid: accepted
+
+
+# --- what a resume may change: every setting classified --------------------------------------------------
+#
+# Every field of TrainConfig, LayoutOptions, every layout's own options class and DGSConfig, classified:
+# "resumable" (RESUMABLE_CHANGES: a resume may change it), "refused" (a resume that changes it is refused
+# with one line naming the setting and its flag), or "free" (not recorded, and changing it cannot change
+# what is computed: why beside it). A new field fails test_every_setting_is_classified_for_resume until it
+# has a row here. Row: (group, field, kind, the checkpoint's run, the resuming run, flag). The two runs are
+# overrides of RESUME_TRAIN (group "train": TrainConfig), of layout_options("hybrid") (group "layout", and
+# "layout_options" for a layout's own options, recorded whole) or of DGSConfig() under hybrid (group "dgs").
+RESUME_TRAIN = dict(fanouts=(4, 3), batch_size=32, lr=0.01, seed=3, threads=1, epochs=5)
+
+
+def row(group: str, name: str, kind: str, before: dict, after: dict, flag: str, marks=()):
+    return pytest.param(group, name, kind, before, after, flag, marks=marks, id=f"{group}.{name}")
+
+
+RESUME_TABLE = [
+    row("train", "fanouts", "refused", {}, dict(fanouts=(5, 3)), "--fanouts"),
+    row("train", "eval_fanouts", "refused", {}, dict(eval_fanouts=(4, 4)), "--eval-fanouts"),
+    row("train", "batch_size", "refused", {}, dict(batch_size=64), "--batch-size"),
+    # No flag sets it (fit's TrainConfig does): the message names the field.
+    row("train", "eval_batch_size", "refused", {}, dict(eval_batch_size=1024), "TrainConfig(eval_batch_size=...)"),
+    row("train", "epochs", "resumable", {}, dict(epochs=8), "--epochs"),
+    row("train", "lr", "refused", {}, dict(lr=0.02), "--lr"),
+    row("train", "weight_decay", "refused", {}, dict(weight_decay=5e-4), "--weight-decay"),
+    row("train", "seed", "refused", {}, dict(seed=4), "--seed"),
+    row("train", "threads", "resumable", {}, dict(threads=2), "--threads"),
+    row("train", "sampler", "refused", {}, dict(sampler="two_step"), "--sampler"),
+    row("train", "bulk", "refused", dict(sampler="matrix"), dict(sampler="matrix", bulk=4), "--bulk"),
+    row("train", "layer_size", "refused", dict(sampler="ladies"), dict(sampler="ladies", layer_size=64),
+        "--layer-size"),
+    row("train", "replace", "refused", {}, dict(replace=True), "--replace"),
+    row("train", "evaluate", "refused", {}, dict(evaluate=False), "--no-eval"),
+    row("train", "prefetch", "resumable", {}, dict(prefetch=3), "--prefetch"),
+    row("layout", "layout", "refused", {}, dict(layout="vanilla"), "--layout"),
+    # A layout's own options are recorded whole: each is refused, even the two that change no number (the
+    # cache holds the owners' rows as stored: test_split_train.py's test_a_cache_changes_the_bytes_not_the_
+    # training; 1.5D's blocks are 1D's for every C: test_matrix_distributed.py).
+    row("layout_options", "cache_fraction", "refused", {}, dict(cache_fraction=0.2), "--cache-fraction"),
+    row("layout_options", "replication", "refused", dict(layout="1.5d"), dict(layout="1.5d", replication=2),
+        "--replication"),
+    # Owner and replicated sampling give the same edges in another row order (docs/split_parallelism.md,
+    # "Canonical order"): the sums may add in another order, so a resume would not be bit for bit.
+    row("layout_options", "split_sampling", "refused", dict(layout="split"),
+        dict(layout="split", split_sampling="replicated"), "--split-sampling"),
+    # bfloat16 on the wire rounds every exchanged row: other numbers than float32's.
+    row("layout_options", "shuffle_dtype", "refused", dict(layout="split"), dict(layout="split", shuffle_dtype="bfloat16"),
+        "--shuffle-dtype"),
+    row("layout", "dgs", "refused", {}, dict(dgs=DGSConfig()), "--dgs"),
+    row("dgs", "period", "refused", {}, dict(period=3), "--dgs-period"),
+    row("dgs", "warmup", "refused", {}, dict(warmup=2), "--dgs-warmup"),
+    row("dgs", "lag", "refused", {}, dict(lag=2), "--dgs-lag"),
+    row("dgs", "epsilon", "refused", {}, dict(epsilon=0.2), "--dgs-epsilon"),
+    row("dgs", "feature_rate", "refused", {}, dict(feature_rate=0.5), "--dgs-feature-rate"),
+    row("dgs", "mode", "refused", {}, dict(mode="node"), "--dgs-mode"),
+    row("dgs", "probes", "refused", {}, dict(probes=16), "--dgs-probes"),
+    row("dgs", "explain_steps", "refused", {}, dict(explain_steps=7), "--dgs-explain-steps"),
+    row("dgs", "explain_lr", "refused", {}, dict(explain_lr=0.1), "--dgs-explain-lr"),
+    # No flag sets these two (fit's DGSConfig does).
+    row("dgs", "clusters_per_part", "refused", {}, dict(clusters_per_part=8), "DGSConfig(clusters_per_part=...)"),
+    # Recorded with the other DGS settings, so refused, though a timeout changes no number.
+    row("dgs", "wait_timeout_s", "refused", {}, dict(wait_timeout_s=60.0), "DGSConfig(wait_timeout_s=...)"),
+]
+# LayoutOptions.settings is the layout's own options class: its fields are the "layout_options" rows.
+RESUME_GROUPS = {"train": (TrainConfig,), "layout": (LayoutOptions,), "layout_options": option_classes(),
+                 "dgs": (DGSConfig,)}
+
+
+def test_every_setting_is_classified_for_resume():
+    rows = [p.values for p in RESUME_TABLE]
+    assert sorted((group, name) for group, name, *_ in rows) == \
+           sorted({(group, f.name) for group, classes in RESUME_GROUPS.items() for cls in classes for f in fields(cls)
+                   if (cls, f.name) != (LayoutOptions, "settings")})
+    assert {name for _, name, kind, *_ in rows if kind == "resumable"} == set(RESUMABLE_CHANGES)
+    # Every flag the table names is one of gnnscale train's.
+    train = subcommand_parser(build_parser(), "train")
+    options = {option for action in train._actions for option in action.option_strings}
+    assert {flag for *_, flag in rows if flag.startswith("--")} <= options
+
+
+def resume_settings(group: str, overrides: dict) -> tuple[TrainConfig, LayoutOptions]:
+    cfg = TrainConfig(**{**RESUME_TRAIN, **(overrides if group == "train" else {})})
+    if group == "dgs":
+        return cfg, layout_options("hybrid", dgs=DGSConfig(**overrides))
+    return cfg, layout_options(**(overrides if group in ("layout", "layout_options") else {}))
+
+
+@pytest.fixture(scope="module")
+def tiny_partition_dir(tmp_path_factory):
+    """A partition directory as far as a run's identity reads it: the manifest (its facts and its sha256)."""
+    path = tmp_path_factory.mktemp("manifest")
+    manifest = {"dataset": "synthetic", "num_nodes": 100, "num_edges": 400, "feature_dim": 8, "num_classes": 4,
+                "split_sizes": {"train_idx": [30, 30], "val_idx": [10, 10], "test_idx": [10, 10]}}
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    return path, manifest
+
+
+def dist_identity(partition, cfg: TrainConfig, options: LayoutOptions):
+    """The identity check_launch gives a 2-worker run of these settings."""
+    path, manifest = partition
+    model = ModelConfig(name="sage", in_dim=8, hidden_dim=16, num_classes=4, num_layers=2)
+    return run_identity(path, manifest, model, cfg, options, 2)
+
+
+def resume_outcome(path_kind: str, partition, before: tuple, after: tuple) -> None:
+    """Resume the run of settings ``before`` with settings ``after`` (single process or distributed), through
+    the check each path runs at start-up; ValueError where it refuses."""
+    (cfg0, options0), (cfg1, options1) = before, after
+    ckpt = Path("run.ckpt")
+    if path_kind == "single":
+        dataset = SimpleNamespace(name="synthetic", graph=SimpleNamespace(num_nodes=100))
+        model = {"name": "sage", "hidden_dim": 16}
+        payload = {"run_signature": run_signature(dataset, model, cfg0), "epochs_done": 1, "model_state": {},
+                   "optimizer_state": {}, "history": []}
+        load_checkpoint(ckpt, run_signature(dataset, model, cfg1), payload)
+        return
+    saved = DistCheckpoint(identity=dist_identity(partition, cfg0, options0), epoch=1, step=0, num_batches=3,
+                           model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})
+    check_resume(saved, ckpt, dist_identity(partition, cfg1, options1), cfg1.epochs)
+
+
+def resume_paths(group: str) -> list[str]:
+    return ["single", "distributed"] if group == "train" else ["distributed"]
+
+
+@pytest.mark.parametrize("group, name, kind, before, after, flag", RESUME_TABLE)
+def test_a_resume_that_changes_a_setting_is_refused_naming_it(tiny_partition_dir, group, name, kind, before,
+                                                               after, flag):
+    old, new = resume_settings(group, before), resume_settings(group, after)
+    for path_kind in resume_paths(group):
+        resume_outcome(path_kind, tiny_partition_dir, old, old)  # the same settings: accepted
+        if kind != "refused":
+            resume_outcome(path_kind, tiny_partition_dir, old, new)
+            continue
+        if name == "layout":
+            message = re.escape("was written with --layout hybrid, this run has --layout vanilla; resume with "
+                                "--layout hybrid")
+        elif group == "layout":  # dgs on or off
+            message = rf"was written with {name}=.*, this run has {name}=.*; resume with the same {flag} as"
+        elif group == "layout_options":
+            was, now = (asdict(s[1].settings)[name] for s in (old, new))
+            message = re.escape(f"was written with layout_options.{name}={was!r}, this run has "
+                                f"layout_options.{name}={now!r}; resume with the same {flag} as")
+        else:
+            was, now = (asdict(s[0] if group == "train" else s[1].dgs)[name] for s in (old, new))
+            message = re.escape(f"was written with {group}.{name}={was!r}, this run has {group}.{name}={now!r}; "
+                                f"resume with the same {flag} as")
+        with pytest.raises(ValueError, match=message):
+            resume_outcome(path_kind, tiny_partition_dir, old, new)
+
+
+# --- when --checkpoint-every saves ------------------------------------------------------------------------
+
+
+def saves_at(every: int | None, num_batches: int, epochs: int, start: tuple[int, int] = (0, 0)) -> tuple:
+    """(mid-epoch saves, epoch-end saves) as global steps, of a run resumed at ``start`` (epoch, steps done): the
+    loop asks Checkpointer.due after every iteration and saves anyway after every epoch."""
+    saver = Checkpointer(Path("run.ckpt"), every, identity=None, comm=None, num_batches=num_batches)
+    mid, ends = [], []
+    for epoch in range(start[0], epochs):
+        for steps_done in range(start[1] + 1 if epoch == start[0] else 1, num_batches + 1):
+            if saver.due(epoch, steps_done):
+                mid.append(epoch * num_batches + steps_done)
+        ends.append((epoch + 1) * num_batches)
+    return mid, ends
+
+
+def test_checkpoint_every_5_over_epochs_of_3_batches_saves_at_global_steps_5_10_15():
+    """Steps count from the run's first step, across epochs: 5 and 10 fall inside epochs 1 and 3, 15 is the end of
+    epoch 4 (saved there anyway, not twice), and so on."""
+    mid, ends = saves_at(5, 3, 7)
+    assert mid == [5, 10, 20]
+    assert ends == [3, 6, 9, 12, 15, 18, 21]
+    assert sorted(set(mid) | set(ends)) == [3, 5, 6, 9, 10, 12, 15, 18, 20, 21]
+    assert not set(mid) & set(ends)
+    assert {5, 10, 15, 20} <= set(mid) | set(ends)  # every 5th global step is saved
+    # Resumed mid-epoch at global step 5 (epoch 1, 2 of 3 steps done): the same steps after it.
+    assert saves_at(5, 3, 7, start=(1, 2)) == ([10, 20], ends[1:])
+    # every=1 saves after every iteration but the last of an epoch; no --checkpoint-every: epoch ends only.
+    assert saves_at(1, 3, 2)[0] == [1, 2, 4, 5]
+    assert saves_at(None, 3, 2)[0] == []
 
 
 def torchrun_restarting(nproc: int, max_restarts: int, *args: str) -> list[str]:
