@@ -336,8 +336,8 @@ RESUME_TABLE = [
     row("dgs", "probes", "refused", {}, dict(probes=16), "--dgs-probes"),
     row("dgs", "explain_steps", "refused", {}, dict(explain_steps=7), "--dgs-explain-steps"),
     row("dgs", "explain_lr", "refused", {}, dict(explain_lr=0.1), "--dgs-explain-lr"),
-    # No flag sets these two (fit's DGSConfig does).
-    row("dgs", "clusters_per_part", "refused", {}, dict(clusters_per_part=8), "DGSConfig(clusters_per_part=...)"),
+    row("dgs", "clusters_per_part", "refused", {}, dict(clusters_per_part=8), "--dgs-clusters-per-part"),
+    # No flag sets it (fit's DGSConfig does).
     # Recorded with the other DGS settings, so refused, though a timeout changes no number.
     row("dgs", "wait_timeout_s", "refused", {}, dict(wait_timeout_s=60.0), "DGSConfig(wait_timeout_s=...)"),
 ]

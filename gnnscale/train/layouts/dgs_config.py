@@ -47,7 +47,7 @@ class DGSConfig:
         explain_steps, explain_lr: Adam steps and step size of each explanation (``--dgs-explain-steps``,
             >= 1; ``--dgs-explain-lr``, > 0; :class:`~gnnscale.distributed.dgs.explainer.ExplainConfig`'s 5
             and 0.6).
-        clusters_per_part: super-node clusters per part (>= 2; 32).
+        clusters_per_part: super-node clusters per part (``--dgs-clusters-per-part``, >= 2; 32).
         wait_timeout_s: longest the loading stage waits for an explanation before it fails.
     """
 
@@ -67,7 +67,7 @@ class DGSConfig:
                                               "most 16,384 input rows")
     explain_steps: int = setting(ExplainConfig().epochs, "Adam steps of each explanation")
     explain_lr: float = setting(ExplainConfig().lr, "Adam's step size in each explanation")
-    clusters_per_part: int = 32
+    clusters_per_part: int = setting(32, "super-node clusters of each part in the explanation graph (>= 2)")
     wait_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
