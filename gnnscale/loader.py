@@ -13,7 +13,7 @@ A PyG training script changes its import line and nothing else::
 Batches are PyG ``Data`` objects with PyG's conventions (see :class:`NeighborLoader`). They are
 sampled by :class:`~gnnscale.sampling.nodewise.NodewiseSampler` (no PyG sampling backend needed)
 and prepared ``prefetch`` batches ahead by a background thread (the trainer's
-:class:`~gnnscale.train.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
+:class:`~gnnscale.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
 step)``: the same seed gives the same batches whatever the thread count or prefetch depth.
 """
 
@@ -34,11 +34,10 @@ from torch_geometric.loader.utils import filter_data
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.features import take_rows
-from gnnscale.sampling import derive_key
-from gnnscale.sampling.keys import STREAM_ORDER
+from gnnscale.keys import STREAM_ORDER, derive_key
+from gnnscale.prefetch import Prefetcher
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
 from gnnscale.sampling.pyg import describe_batch
-from gnnscale.train.prefetch import Prefetcher
 
 # torch DataLoader options about worker processes and memory pinning: accepted, with one note, and
 # ignored (sampling runs in numba threads of this process; the background stage is ``prefetch``).

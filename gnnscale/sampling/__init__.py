@@ -10,11 +10,11 @@ import numpy as np
 import torch
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.keys import derive_key
 from gnnscale.sampling.block import Block
 from gnnscale.sampling.fused import SamplerWorkspace, fused_hops
-from gnnscale.sampling.keys import derive_key
-from gnnscale.sampling.parallel import THREADSAFE_LAYERS, check_threadsafe_layer, choose_threading_layer
 from gnnscale.sampling.reference import two_step_hops
+from gnnscale.threading_layer import THREADSAFE_LAYERS, check_threadsafe_layer, choose_threading_layer
 
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")

@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 from gnnscale.intrinsics import prefetch
-from gnnscale.sampling.keys import node_stream, uniform_below
+from gnnscale.keys import node_stream, uniform_below
 
 # Measured on the products-shaped graph (benchmarks/README.md): prefetching the first 4 cache lines
 # of the neighborhood 8 destinations ahead, and row pointers 16 ahead, halves the choose pass.

@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
+from gnnscale.keys import GOLDEN, MASK64, mix64_py, node_stream_py
 from gnnscale.sampling.choose import choose_all, count_and_offsets
-from gnnscale.sampling.keys import (DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW, GOLDEN, MASK64, mix64_py,
-                                   node_stream_py)
+from gnnscale.sampling.keys import DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW
 
 
 def sample_neighbors_coo(indptr, indices, seeds, fanout, key, hop, replace) -> tuple[np.ndarray, np.ndarray]:

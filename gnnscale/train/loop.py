@@ -29,15 +29,14 @@ from tqdm import tqdm
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.gradients import all_reduce_gradients
+from gnnscale.keys import STREAM_DROPOUT, derive_key
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.sampling import derive_key
-from gnnscale.sampling.keys import STREAM_DROPOUT
+from gnnscale.prefetch import stream_in_groups
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts.base import Layout, Step, add_counts
 from gnnscale.train.layouts.data_parallel import worker_memory
 from gnnscale.train.metrics import PhaseTimer
-from gnnscale.train.prefetch import stream_in_groups
 
 
 class Saver(Protocol):

@@ -15,7 +15,7 @@ from scipy.stats import chisquare
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import Block, NeighborSampler, SamplerWorkspace, derive_key, sample_blocks, set_sampler_threads
 from gnnscale.sampling.fused import pipeline_chunks
-from gnnscale.sampling.keys import GOLDEN, mix64_py
+from gnnscale.keys import GOLDEN, mix64_py
 
 P_MIN = 1e-3  # chi-square p-value threshold; keys are fixed, so every test is deterministic
 

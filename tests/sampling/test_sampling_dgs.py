@@ -15,7 +15,7 @@ from scipy import stats
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.sampling.dgs import DGSPolicy, rows_sorted, sample_blocks_dgs, sample_rows
-from gnnscale.sampling.keys import node_stream_py
+from gnnscale.keys import node_stream_py
 from gnnscale.sampling.reference import dgs_reference_rows, remote_draws
 
 # A significance level for chi-square tests on fixed keys: deterministic, so never flaky; small enough

@@ -36,11 +36,11 @@ from torch import Tensor
 from gnnscale.distributed.comm import Comm
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.graph.feature_dtype import decode
+from gnnscale.keys import STREAM_EXPLAIN, derive_key
 from gnnscale.partition.assign import assign_parts
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.keys import STREAM_EXPLAIN, derive_key
 
 DEFAULT_CLUSTERS_PER_PART = 32
 DEFAULT_PROBES = 64
