@@ -65,7 +65,8 @@ class NeighborLoader:
     Args:
         data: a ``torch_geometric.data.Data`` (``edge_index`` int [2, num_edges], source in row 0) or
             a gnnscale :class:`~gnnscale.graph.dataset.NodeDataset`.
-        num_neighbors: neighbors sampled per node per hop, seeds outwards; -1 takes every neighbor.
+        num_neighbors: neighbors sampled per node per hop, seeds outwards; -1 takes every neighbor, 0 none
+            (:func:`gnnscale.sampling.check_fanouts`, the rule of TrainConfig's fanouts too).
             Hop ``k`` samples only the nodes hop ``k - 1`` added (PyG's node-wise sampling).
         input_nodes: the seed nodes: int64 tensor/array of unique ids, a bool mask [num_nodes], or
             None for every node (default).

@@ -25,6 +25,7 @@ from gnnscale.graph.csc import CSCGraph, validate_csc
 from gnnscale.keys import mix64_py
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import BatchSampler, Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
 from gnnscale.sampling.choose import choose_neighbors, count_and_offsets
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 

@@ -64,7 +64,8 @@ from gnnscale.keys import GOLDEN, mix64, node_stream, uniform_below
 # gnnscale.sampling's __init__ does not import this module, so importing the package here is no cycle.
 from gnnscale.sampling import blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.choose import PIECE_NODES, PREFETCH_DISTANCE, count_and_offsets, floyd_subset
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
+from gnnscale.sampling.choose import ALL_NEIGHBORS, PIECE_NODES, PREFETCH_DISTANCE, count_and_offsets, floyd_subset
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.keys import DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW
 
@@ -300,7 +301,7 @@ def choose_neighbors_dgs(indptr, indices, row, v, fanout, replace, key, hop, lo,
     degree = indptr[row + 1] - start
     if degree == 0:
         return
-    if not replace and degree <= fanout:
+    if fanout == ALL_NEIGHBORS or (not replace and degree <= fanout):
         for q in range(degree):
             out[offset + q] = indices[start + q]
         return
