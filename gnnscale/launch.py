@@ -20,8 +20,9 @@ so that a stopped run ends in one line per cause:
 - torchrun's own log lines (its start-up banner, a failed worker's exit code, "closing signal" as it
   stops the workers) are hidden; set ``LOGLEVEL=WARNING`` (torchrun's variable) to see them.
 
-Plain ``torchrun`` prints each failure 3 times (the worker's line, its summary, the summary again in
-its traceback), retries a usage error ``--max-restarts`` times, and shows a traceback on Ctrl-C.
+Plain ``torchrun`` adds its log lines, its failure summary (the cause again, from each worker's error
+file) and its own traceback to each failure, retries a usage error ``--max-restarts`` times, and shows a
+traceback on Ctrl-C: 35 to 62 lines.
 """
 
 from __future__ import annotations
