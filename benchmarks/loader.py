@@ -38,8 +38,8 @@ import torch
 from gnnscale.graph.features import gather_rows
 from gnnscale.graph.synthetic import make_synthetic, products_like_config
 from gnnscale.loader import NeighborLoader, to_pyg_data
+from gnnscale.prefetch import Prefetcher
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
-from gnnscale.train.prefetch import Prefetcher
 
 
 def time_in_turns(rows: list[dict], repeat: int) -> None:

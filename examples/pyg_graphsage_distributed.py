@@ -4,11 +4,11 @@ worker per part (torchrun), or in one process.
 The model is plain PyG; ``gnnscale.train.fit`` samples, fetches features across workers, averages
 gradients, evaluates, checkpoints and writes metrics. Partition once, then launch one worker per part::
 
-    python -m gnnscale partition --parts 2 --out parts/synthetic            # the built-in synthetic graph
-    torchrun --nproc-per-node 2 examples/pyg_graphsage_distributed.py --partitions parts/synthetic --layout hybrid
+    python -m gnnscale partition --parts 2 --out runs/parts/synthetic            # the built-in synthetic graph
+    torchrun --nproc-per-node 2 examples/pyg_graphsage_distributed.py --partitions runs/parts/synthetic --layout hybrid
 
-    python -m gnnscale partition --dataset cora --data-dir ../shared/data/cora_planetoid --parts 2 --out parts/cora
-    torchrun --nproc-per-node 2 examples/pyg_graphsage_distributed.py --partitions parts/cora --batch-size 32
+    python -m gnnscale partition --dataset cora --data-dir ../shared/data/cora_planetoid --parts 2 --out runs/parts/cora
+    torchrun --nproc-per-node 2 examples/pyg_graphsage_distributed.py --partitions runs/parts/cora --batch-size 32
 
 Without ``--partitions`` it trains in this process (no torchrun) on ``--dataset``.
 """

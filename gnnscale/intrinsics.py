@@ -1,9 +1,9 @@
 """Two LLVM primitives for numba kernels: a software prefetch and an atomic fetch-add.
 
-They sit at the top of the package, below every stage (graph -> sampling -> nn -> partition ->
-distributed -> train), like :mod:`gnnscale.files`: the feature gather (graph), the samplers (sampling)
-and the aggregation kernels (nn) all prefetch, and a module may only import from its own stage or a
-lower one.
+They sit at the top of the package, below every stage (graph -> sampling -> partition -> nn ->
+distributed -> inference -> train; tests/test_layering.py), like :mod:`gnnscale.files`: the feature
+gather (graph), the samplers (sampling) and the aggregation kernels (nn) all prefetch, and a module may
+only import from its own stage or a lower one.
 
 Sampling is bound by memory latency: each destination costs a miss on ``indptr[v]`` and then
 misses into its neighborhood in ``indices``, each depending on the one before. A loop over

@@ -13,7 +13,7 @@ A PyG training script changes its import line and nothing else::
 Batches are PyG ``Data`` objects with PyG's conventions (see :class:`NeighborLoader`). They are
 sampled by :class:`~gnnscale.sampling.nodewise.NodewiseSampler` (no PyG sampling backend needed)
 and prepared ``prefetch`` batches ahead by a background thread (the trainer's
-:class:`~gnnscale.train.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
+:class:`~gnnscale.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
 step)``: the same seed gives the same batches whatever the thread count or prefetch depth.
 """
 
@@ -34,11 +34,10 @@ from torch_geometric.loader.utils import filter_data
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.features import take_rows
-from gnnscale.sampling import derive_key
-from gnnscale.sampling.keys import STREAM_ORDER
+from gnnscale.keys import STREAM_ORDER, derive_key
+from gnnscale.prefetch import Prefetcher
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
 from gnnscale.sampling.pyg import describe_batch
-from gnnscale.train.prefetch import Prefetcher
 
 # torch DataLoader options about worker processes and memory pinning: accepted, with one note, and
 # ignored (sampling runs in numba threads of this process; the background stage is ``prefetch``).
@@ -66,7 +65,8 @@ class NeighborLoader:
     Args:
         data: a ``torch_geometric.data.Data`` (``edge_index`` int [2, num_edges], source in row 0) or
             a gnnscale :class:`~gnnscale.graph.dataset.NodeDataset`.
-        num_neighbors: neighbors sampled per node per hop, seeds outwards; -1 takes every neighbor.
+        num_neighbors: neighbors sampled per node per hop, seeds outwards; -1 takes every neighbor, 0 none
+            (:func:`gnnscale.sampling.check_fanouts`, the rule of TrainConfig's fanouts too).
             Hop ``k`` samples only the nodes hop ``k - 1`` added (PyG's node-wise sampling).
         input_nodes: the seed nodes: int64 tensor/array of unique ids, a bool mask [num_nodes], or
             None for every node (default).

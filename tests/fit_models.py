@@ -13,7 +13,7 @@ from torch_geometric.nn import GraphSAGE as PygGraphSAGE
 from gnnscale.graph.feature_dtype import decode
 from gnnscale.partition import load_partition
 from gnnscale.sampling import derive_key, sample_blocks
-from gnnscale.sampling.keys import STREAM_DROPOUT
+from gnnscale.keys import STREAM_DROPOUT
 from gnnscale.sampling.nodewise import NodewiseSampler
 from gnnscale.train.batches import epoch_batches, num_batches_for
 from gnnscale.train.config import TrainConfig

@@ -143,7 +143,8 @@ def test_progress_bars_only_on_a_terminal(monkeypatch, capsys):
 
 @pytest.mark.parametrize("sampler, bulk_text", [
     (["--sampler", "fused"], None),
-    (["--sampler", "matrix", "--bulk", "2"], "ms per bulk of 2"),
+    # 4 batches of 120 seeds, so that a bulk holds 2 (an epoch of one batch samples a bulk of 1).
+    (["--sampler", "matrix", "--bulk", "2", "--batch-size", "120"], "ms per bulk of 2"),
 ], ids=["fused", "matrix-bulk-2"])
 def test_the_epoch_line_mentions_bulks_only_when_sampling_in_bulks(capsys, sampler, bulk_text):
     assert main([*TRAIN, *sampler]) == 0

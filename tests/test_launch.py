@@ -1,18 +1,23 @@
-"""``python -m gnnscale.launch``: torchrun without its own noise. Ctrl-C on a 2-worker run is the one
-line of the workers (no launcher traceback, exit 130); a killed worker is torchrun's failure summary
-naming it, without the launcher's traceback around it (exit 1); a machine of ``--nnodes`` that never
-joins is one line once the rendezvous times out."""
+"""``python -m gnnscale.launch``: torchrun without its own noise, one line per cause. Ctrl-C on a
+2-worker run is the one line of the workers (no launcher traceback, exit 130); a killed worker is the
+survivor's line and one of the launcher's naming the dead worker (exit 1); a bad flag is one line before
+any worker starts, and a usage error the workers find one line, never restarted (exit 2); a machine of
+``--nnodes`` that never joins is one line once the rendezvous times out."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
 import pytest
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.launch import unexplained_failures
 from gnnscale.partition import write_partition_dir
 from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete
 from launch import ENV, LAUNCH_TIMEOUT_S, rendezvous_port
@@ -70,7 +75,9 @@ def test_ctrl_c_under_the_launcher_is_the_workers_one_line(partition, tmp_path):
     assert newest_complete(ckpt, KIND_DISTRIBUTED).payload["epoch"] >= 1
 
 
-def test_a_killed_worker_is_the_failure_summary_without_a_launcher_traceback(partition):
+def test_a_killed_worker_is_one_line_beside_the_survivors_line(partition):
+    # torchrun's summary (20 lines) and its log line are gone: the survivor says why it stopped, the
+    # launcher says which worker died and how, since that worker could not.
     proc = start("--partitions", str(partition), *ARGS)
     try:
         wait_for_epochs(proc, 1)
@@ -82,9 +89,57 @@ def test_a_killed_worker_is_the_failure_summary_without_a_launcher_traceback(par
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 1, err
-    assert "Traceback" not in err, err
-    assert "gnnscale train: stopped: rank 0 of 2" in err and "another worker died" in err, err
-    assert f"exitcode  : -9 (pid: {workers[-1]})" in err and "(SIGKILL)" in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    assert re.fullmatch(r"gnnscale train: stopped: rank 0 of 2: collective .+ \(category '\w+'\) failed: .+; another "
+                        r"worker died or did not answer within --timeout\. Stopping the run\.", lines[0]), err
+    assert lines[1] == f"torchrun: worker rank 1 (pid {workers[-1]}) was killed by SIGKILL", err
+
+
+def test_a_bad_flag_is_one_line_before_any_worker_starts(partition, monkeypatch, capsys):
+    import gnnscale.launch as launch_module
+    started = []
+    monkeypatch.setattr(launch_module, "run", started.append)
+    code = launch_module.main(["--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "-m", "gnnscale",
+                               "train", "--partitions", str(partition), "--batch-size", "0"])
+    assert (code, capsys.readouterr().err, started) == (
+        2, "gnnscale train: error: --batch-size: expected an int >= 1, got 0\n", [])
+
+
+def test_a_workers_usage_error_is_one_line_and_not_restarted(tmp_path):
+    # Found by the workers (the flags are fine): every worker finds it, the first of the machine says it,
+    # and --max-restarts does not run it twice more (plain torchrun: 3 times, 48 lines).
+    cmd = [sys.executable, "-m", "gnnscale.launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+           "-m", "gnnscale", "train", "--partitions", str(tmp_path / "none"), *ARGS]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=LAUNCH_TIMEOUT_S)
+    assert (run.returncode, run.stdout, run.stderr) == (
+        2, "", f"gnnscale train: error: --partitions: expected a partition directory (`gnnscale partition --out DIR` "
+               f"writes one), got {tmp_path / 'none'}, which is missing\n")
+
+
+def failure(tmp_path, rank: int, exitcode: int, line: str | None) -> ProcessFailure:
+    """What torchrun's agent makes of a stopped worker: its exit code and, if it wrote one, gnnscale's line."""
+    error_file = tmp_path / f"error-{rank}.json"
+    if line is not None:
+        error_file.write_text(json.dumps({"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                                      "timestamp": "100"}}}))
+    return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file=str(error_file))
+
+
+@pytest.mark.parametrize("workers, expected", [
+    # Every worker found the bad input: rank 0 said it, rank 1 wrote it and was stopped by torchrun.
+    ([(0, 2, "gnnscale train: error: x"), (1, -15, "gnnscale train: error: x")], []),
+    # A killed worker cannot speak: the launcher says it; its peer said its own line.
+    ([(0, 1, "gnnscale train: stopped: rank 0 of 2: ..."), (1, -9, None)],
+     ["torchrun: worker rank 1 (pid 1001) was killed by SIGKILL"]),
+    # A crash (a traceback above, no gnnscale line); the other worker was stopped by torchrun: no cause.
+    ([(0, 1, None), (1, -15, None)], ["torchrun: worker rank 0 (pid 1000) exited with status 1"]),
+])
+def test_one_line_per_worker_that_has_not_said_why(tmp_path, workers, expected):
+    failures = {rank: failure(tmp_path, rank, code, line) for rank, code, line in workers}
+    for rank, worker in failures.items():  # the first failure is rank 0's
+        worker.timestamp = 100 + rank
+    assert unexplained_failures(ChildFailedError("gnnscale", failures)) == expected
 
 
 def test_a_machine_that_never_joins_is_one_line_after_the_rendezvous_timeout(partition):

@@ -20,6 +20,7 @@ from gnnscale import loader as loader_module
 from gnnscale.loader import NeighborLoader
 from gnnscale.sampling import sample_blocks
 from gnnscale.sampling.nodewise import NodewiseSampler
+from gnnscale.train.config import TrainConfig
 
 from conftest import TINY_DST, TINY_NUM_NODES, TINY_SRC
 
@@ -102,6 +103,32 @@ def test_tiny_graph_all_neighbors_is_exact() -> None:
     assert batch.x.view(-1).tolist() == [1, 0, 4, 3, 2]
 
 
+def test_fanout_zero_samples_no_neighbor_as_pyg() -> None:
+    # PyG: a hop of fanout 0 adds no edges and no nodes, so the hops after it have no frontier.
+    batch = next(iter(NeighborLoader(tiny_data(), [0, -1], input_nodes=torch.tensor([1, 2]), batch_size=2, seed=0)))
+    assert batch.n_id.tolist() == [1, 2] and tuple(batch.edge_index.shape) == (2, 0)
+    assert batch.num_sampled_nodes == [2, 0, 0] and batch.num_sampled_edges == [0, 0]
+
+
+ACCEPTED = [[-1], [0], [-1, 0], [5, 0, -1]]
+
+
+@pytest.mark.parametrize("fanouts", ACCEPTED + [[-2], [3, -3], [], [2.5], "3"], ids=str)
+def test_the_loader_and_the_trainer_take_the_same_fanouts(fanouts) -> None:
+    # One rule (gnnscale.sampling.check_fanouts, PyG's): -1 every neighbor, 0 none, below -1 an error;
+    # the same outcome and message whether it is NeighborLoader's num_neighbors or TrainConfig's fanouts.
+    def outcome(build, name):
+        try:
+            build()
+        except (TypeError, ValueError) as err:
+            return type(err).__name__, str(err).replace(name, "NAME", 1)
+        return "accepted"
+
+    loader = outcome(lambda: NeighborLoader(tiny_data(), fanouts, batch_size=2), "num_neighbors")
+    assert loader == outcome(lambda: TrainConfig(fanouts=fanouts), "fanouts")
+    assert (loader == "accepted") == (fanouts in ACCEPTED)
+
+
 def test_seed_without_in_edges_gives_an_empty_edge_index() -> None:
     batch = next(iter(NeighborLoader(tiny_data(), [3, 3], input_nodes=torch.tensor([5]), seed=0)))
     assert batch.n_id.tolist() == [5] and tuple(batch.edge_index.shape) == (2, 0) and batch.e_id.numel() == 0
@@ -109,7 +136,7 @@ def test_seed_without_in_edges_gives_an_empty_edge_index() -> None:
     assert batch.edge_index.dtype == torch.int64 and tuple(batch.edge_attr.shape) == (0,)
 
 
-@pytest.mark.parametrize("fanouts", [[5, 3], [-1, 4], [50, 50], [2, 2, 2]])
+@pytest.mark.parametrize("fanouts", [[5, 3], [-1, 4], [50, 50], [2, 2, 2], [3, 0], [0, 3]])
 @pytest.mark.parametrize("replace", [False, True])
 def test_batches_follow_pyg_conventions(fanouts, replace) -> None:
     data = random_data()
@@ -270,8 +297,8 @@ def test_transform_and_ignored_worker_options_note_once(monkeypatch) -> None:
     (dict(input_nodes=torch.tensor([1, 2, 1])), ValueError, "input_nodes: expected unique"),
     (dict(subgraph_type="induced"), ValueError, "subgraph_type: .* only 'directional', got 'induced'"),
     (dict(subgraph_type="bidirectional"), ValueError, "subgraph_type"),
-    (dict(num_neighbors=[2, -2]), ValueError, r"num_neighbors: expected every entry >= 1 or -1 .* got -2 at position 1"),
-    (dict(num_neighbors=[0]), ValueError, "num_neighbors"),
+    (dict(num_neighbors=[2, -2]), ValueError,
+     r"num_neighbors: expected every entry >= 0, or -1 for every neighbor, got -2 at position 1"),
     (dict(num_neighbors=[]), ValueError, "num_neighbors: expected a non-empty list"),
     (dict(num_neighbors=[2.5]), TypeError, "num_neighbors: expected ints"),
     (dict(disjoint=True), ValueError, "disjoint: .* supports only False"),

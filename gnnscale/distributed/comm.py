@@ -30,7 +30,9 @@ from torch import Tensor
 from gnnscale.distributed.context import DistContext
 from gnnscale.partition.book import PartitionBook
 
-CATEGORIES = ("sample", "feature", "shuffle", "grad", "setup", "eval")
+# What each round is for; a failed collective names its category, so a category is also the phase a
+# worker was in when a peer died: "checkpoint" (the saves during training), not "setup" (before it).
+CATEGORIES = ("sample", "feature", "shuffle", "grad", "setup", "eval", "checkpoint")
 AGREE_BYTES = 1024  # fixed size of one worker's encoded agree() message (status byte + utf-8 text)
 _SIZE_BYTES = 8  # one int64 message size in the size exchange of all_to_allv
 

@@ -6,7 +6,7 @@
   replies with the count and the chosen neighbors (global ids) of each. ``2(L - 1)`` rounds for L hops.
 * Hybrid: the topology is replicated, so sampling is local: 0 rounds.
 
-Neighbor choice depends only on ``(key, hop, node)`` (:mod:`gnnscale.sampling.keys`) and the relabel
+Neighbor choice depends only on ``(key, hop, node)`` (:mod:`gnnscale.keys`) and the relabel
 is the fused sampler's, so both return blocks identical to
 ``sample_blocks(full_graph, seeds, fanouts, key=key)``.
 """
@@ -22,11 +22,12 @@ import torch.distributed as dist
 
 from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.graph.csc import CSCGraph, validate_csc
+from gnnscale.keys import mix64_py
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import BatchSampler, Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
 from gnnscale.sampling.choose import choose_neighbors, count_and_offsets
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
-from gnnscale.sampling.keys import mix64_py
 
 CATEGORY = "sample"
 

@@ -21,7 +21,7 @@ import math
 import numba
 import numpy as np
 
-from gnnscale.sampling.keys import GOLDEN, mix64
+from gnnscale.keys import GOLDEN, mix64
 
 
 @numba.njit(cache=True, nogil=True)

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnscale.keys import GOLDEN, MASK64, mix64_py
 from gnnscale.nn import attention_kernels, kernels
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.keys import GOLDEN, MASK64, mix64_py
 
 NORMS = {"sum": kernels.NORM_SUM, "mean": kernels.NORM_MEAN, "gcn": kernels.NORM_GCN}
 SELF_MODES = {None: kernels.SELF_NONE, "concat": kernels.SELF_CONCAT, "add": kernels.SELF_ADD}

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from gnnscale.intrinsics import prefetch
-from gnnscale.sampling.keys import GOLDEN, mix64
+from gnnscale.keys import GOLDEN, mix64
 
 # How each destination's sum is scaled (w_i) and whether its own row is in the sum.
 NORM_SUM = 0  # w_i = 1

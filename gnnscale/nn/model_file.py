@@ -20,11 +20,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gnnscale.files import atomic_write
+from gnnscale.files import atomic_write, load_data
 from gnnscale.nn.models import ModelConfig, build_model
 
 FORMAT = "gnnscale-model"
 VERSION = 1
+NOT_OURS = "not a gnnscale model file (those are written by train --save-model)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,11 +102,9 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
     if not path.is_file():
         raise ValueError(f"model: no model file at {path}" + ("" if not path.exists() else " (not a regular file)"))
     try:
-        # weights_only: a model file is data, never code to run.
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for foreign files
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"model: {path} is not a model file written by --save-model ({first})") from None
+        payload = load_data(path)  # a model file is data, never code to run
+    except ValueError as err:
+        raise ValueError(f"model: {path} is {NOT_OURS}: {err}") from None
     if isinstance(payload, Mapping) and payload.get("format") == FORMAT:
         if payload.get("version") != VERSION:
             raise ValueError(f"model: {path} is a model file of version {payload.get('version')!r}; this gnnscale "
@@ -122,8 +121,7 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
                              "model's flags (--arch, --hidden, --layers, --heads) to load it")
         facts, state = None, payload
     else:
-        raise ValueError(f"model: {path} is not a model file written by --save-model (a {type(payload).__name__} "
-                         "of other contents)")
+        raise ValueError(f"model: {path} is {NOT_OURS}: it holds a {type(payload).__name__} of other contents")
     model = build_model(config)
     try:
         model.load_state_dict(state)

@@ -41,8 +41,8 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.pages import release_pages
+from gnnscale.keys import GOLDEN, mix64
 from gnnscale.partition.rows import compact_rows, dedupe_rows
-from gnnscale.sampling.keys import GOLDEN, mix64
 
 HEADER_BYTES = 24
 # 2**25 staged int64 entries: 256 MiB, about 4 ranges (4 edge scans) for a products-sized graph.

@@ -10,29 +10,33 @@ import numpy as np
 import torch
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.keys import derive_key
 from gnnscale.sampling.block import Block
+from gnnscale.sampling.choose import ALL_NEIGHBORS
 from gnnscale.sampling.fused import SamplerWorkspace, fused_hops
-from gnnscale.sampling.keys import derive_key
-from gnnscale.sampling.parallel import THREADSAFE_LAYERS, check_threadsafe_layer, choose_threading_layer
 from gnnscale.sampling.reference import two_step_hops
+from gnnscale.threading_layer import THREADSAFE_LAYERS, check_threadsafe_layer, choose_threading_layer
 
 Method = Literal["fused", "two_step"]
 METHODS = ("fused", "two_step")
 
-__all__ = ["BatchSampler", "Block", "NeighborSampler", "SamplerWorkspace", "THREADSAFE_LAYERS", "blocks_from_hops",
-           "check_fanouts", "check_key", "check_seeds", "check_threadsafe_layer", "choose_threading_layer",
-           "derive_key", "sample_blocks", "set_sampler_threads"]
+__all__ = ["ALL_NEIGHBORS", "BatchSampler", "Block", "NeighborSampler", "SamplerWorkspace", "THREADSAFE_LAYERS",
+           "blocks_from_hops", "check_fanouts", "check_key", "check_seeds", "check_threadsafe_layer",
+           "choose_threading_layer", "derive_key", "sample_blocks", "set_sampler_threads"]
 
 
-def check_fanouts(fanouts: Sequence[int]) -> tuple[int, ...]:
-    """Validate fanouts (seeds outwards): a non-empty sequence of positive ints."""
-    if isinstance(fanouts, (int, np.integer)) or not isinstance(fanouts, Sequence) or len(fanouts) == 0:
-        raise ValueError(f"fanouts: expected a non-empty list of positive ints, got {fanouts!r}")
+def check_fanouts(fanouts: Sequence[int], name: str = "fanouts") -> tuple[int, ...]:
+    """Validate fanouts (seeds outwards): a non-empty sequence of ints, by PyG's rule, the one rule of
+    every gnnscale sampler, the trainer's config and the PyG-compatible loader: ``k >= 1`` samples up
+    to ``k`` in-neighbors per node, -1 takes every in-neighbor, 0 takes none (the hop adds no edges),
+    anything below -1 is an error. ``name`` is what the error calls them (``num_neighbors`` in the loader)."""
+    if isinstance(fanouts, (int, np.integer, str, bytes)) or not isinstance(fanouts, Sequence) or len(fanouts) == 0:
+        raise ValueError(f"{name}: expected a non-empty list of ints (-1 = every neighbor), got {fanouts!r}")
     for i, f in enumerate(fanouts):
         if not isinstance(f, (int, np.integer)) or isinstance(f, bool):
-            raise TypeError(f"fanouts: expected ints, got {type(f).__name__} at position {i}")
-        if f <= 0:
-            raise ValueError(f"fanouts: expected every fanout >= 1, got {f} at position {i}")
+            raise TypeError(f"{name}: expected ints, got {type(f).__name__} at position {i}")
+        if f < ALL_NEIGHBORS:
+            raise ValueError(f"{name}: expected every entry >= 0, or -1 for every neighbor, got {f} at position {i}")
     return tuple(int(f) for f in fanouts)
 
 
@@ -72,9 +76,11 @@ def sample_blocks(
     Args:
         graph: the topology.
         seeds: int tensor/array [batch], unique node ids in [0, num_nodes).
-        fanouts: neighbors per node per hop, listed from the seeds outwards (``fanouts[0]`` for the seeds).
+        fanouts: neighbors per node per hop, listed from the seeds outwards (``fanouts[0]`` for the seeds);
+            -1 takes every neighbor, 0 none (:func:`check_fanouts`).
         key: the batch's random key (:func:`derive_key`); same key, same blocks, whatever the thread count.
-        replace: sample with replacement (every node with in-edges gets exactly ``fanout`` edges).
+        replace: sample with replacement (every node with in-edges gets exactly ``fanout`` edges; a hop
+            of fanout -1 still takes each in-edge once).
         method: ``"fused"`` (the fast kernel) or ``"two_step"`` (the reference: COO, relabel, CSC).
         workspace: the fused kernel's reusable mapping array; without one, an O(num_nodes) array is
             allocated for this call (use :class:`NeighborSampler` to avoid that per batch).

@@ -6,6 +6,11 @@ sampler repeats live here once, so that a change to one reaches all: the block's
 (:func:`count_and_offsets`: fused, two-step, matrix, DGS and the vanilla layout's owners), the Floyd
 draw (:func:`floyd_subset`: plain and DGS choice) and the prefetching ahead of the destination loop
 (:func:`prefetch_ahead`: fused and matrix choice).
+
+numba caches a kernel under its own file's timestamp, not under those of the functions it inlines from
+here: a change to these functions must also change the files whose cached kernels inline them
+(fused.py, nodewise.py, dgs.py, matrix/kernels.py, gnnscale/distributed/sampling.py), or their stale
+kernels keep running (the fused kernel compiled before fanout -1 existed crashes on it).
 """
 
 from __future__ import annotations
@@ -14,20 +19,26 @@ import numba
 import numpy as np
 
 from gnnscale.intrinsics import prefetch
-from gnnscale.sampling.keys import node_stream, uniform_below
+from gnnscale.keys import node_stream, uniform_below
 
 # Measured on the products-shaped graph (benchmarks/README.md): prefetching the first 4 cache lines
 # of the neighborhood 8 destinations ahead, and row pointers 16 ahead, halves the choose pass.
 PREFETCH_DISTANCE = 8
+# A fanout of -1 takes every in-neighbor of the node, once, with or without replacement; 0 takes none
+# (PyG's convention; see gnnscale.sampling.check_fanouts).
+ALL_NEIGHBORS = -1
 PREFETCH_LINES = 4
 CACHE_LINE_BYTES = 64
 
 
 @numba.njit(inline="always")
 def num_chosen(degree, fanout, replace):
-    """How many neighbors a node with ``degree`` in-edges gets: min(fanout, degree), or fanout with replacement."""
+    """How many neighbors a node with ``degree`` in-edges gets: min(fanout, degree), or fanout with
+    replacement; every one for ``ALL_NEIGHBORS``."""
     if degree == 0:
         return 0
+    if fanout == ALL_NEIGHBORS:
+        return degree
     if replace:
         return fanout
     return min(fanout, degree)
@@ -68,12 +79,12 @@ def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, of
     degree = indptr[row + 1] - start
     if degree == 0:
         return
-    if replace:
+    if replace and fanout != ALL_NEIGHBORS:
         state = node_stream(key, hop, v)
         for q in range(fanout):
             out[offset + q] = indices[start + uniform_below(state, q, degree)]
         return
-    if degree <= fanout:
+    if degree <= fanout or fanout == ALL_NEIGHBORS:
         for q in range(degree):
             out[offset + q] = indices[start + q]
         return
@@ -94,12 +105,12 @@ def choose_positions(indptr, row, v, fanout, replace, key, hop, out, offset):
     degree = indptr[row + 1] - indptr[row]
     if degree == 0:
         return
-    if replace:
+    if replace and fanout != ALL_NEIGHBORS:
         state = node_stream(key, hop, v)
         for q in range(fanout):
             out[offset + q] = uniform_below(state, q, degree)
         return
-    if degree <= fanout:
+    if degree <= fanout or fanout == ALL_NEIGHBORS:
         for q in range(degree):
             out[offset + q] = q
         return

@@ -41,7 +41,7 @@ The work per destination is proportional to its draws, not to its degree:
   tries it switches at: each accepted neighbor is independent of the tries it took, and inversion
   draws the rest from the same state (docs/dgs.md).
 
-Every random number is counter-based (:mod:`gnnscale.sampling.keys`): a function of ``(key, hop, v)``
+Every random number is counter-based (:mod:`gnnscale.keys`): a function of ``(key, hop, v)``
 and a draw index (the Floyd draw, the quota, the try, the inversion draw: disjoint ranges of one
 stream), so the same key and the same policy give the same blocks whatever the thread count, and on
 whichever worker samples ``v`` (the vanilla layout's owners sample remote hops with the requester's
@@ -60,13 +60,14 @@ import numpy as np
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.intrinsics import prefetch
+from gnnscale.keys import GOLDEN, mix64, node_stream, uniform_below
 # gnnscale.sampling's __init__ does not import this module, so importing the package here is no cycle.
 from gnnscale.sampling import blocks_from_hops, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.choose import PIECE_NODES, PREFETCH_DISTANCE, count_and_offsets, floyd_subset
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
+from gnnscale.sampling.choose import ALL_NEIGHBORS, PIECE_NODES, PREFETCH_DISTANCE, count_and_offsets, floyd_subset
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
-from gnnscale.sampling.keys import (DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW, GOLDEN, mix64, node_stream,
-                                   uniform_below)
+from gnnscale.sampling.keys import DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,7 +239,7 @@ def _try_remote(indices, start, first, num_local, num_remote, m, replace, sorted
     """Rejection: up to ``budget`` tries to draw the ``m`` remote indices (ranks among the remote
     neighbors, in row order) into ``out[base:base + m]``; returns how many it drew. Try ``t`` is the
     stream's 64-bit draw ``DGS_TRY_DRAW + t``: its high half picks a uniform remote index (Lemire's
-    multiply-shift, as :func:`gnnscale.sampling.keys.uniform_below`), its low half accepts it with
+    multiply-shift, as :func:`gnnscale.keys.uniform_below`), its low half accepts it with
     probability ``w / weight_max``; without replacement an index already drawn is rejected."""
     filled = 0
     t = 0
@@ -300,7 +301,7 @@ def choose_neighbors_dgs(indptr, indices, row, v, fanout, replace, key, hop, lo,
     degree = indptr[row + 1] - start
     if degree == 0:
         return
-    if not replace and degree <= fanout:
+    if fanout == ALL_NEIGHBORS or (not replace and degree <= fanout):
         for q in range(degree):
             out[offset + q] = indices[start + q]
         return

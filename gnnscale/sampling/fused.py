@@ -24,6 +24,7 @@ import numpy as np
 
 from gnnscale.graph.csc import index_dtype
 from gnnscale.intrinsics import atomic_fetch_add, prefetch
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
 from gnnscale.sampling.choose import PIECE_NODES, choose_range, count_and_offsets
 
 RELABEL_PREFETCH = 16  # edges ahead: the mapping-array lookups of the relabel pass are random reads

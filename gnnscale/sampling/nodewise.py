@@ -32,26 +32,11 @@ import torch
 from torch import Tensor
 
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.sampling import check_key, check_seeds
+from gnnscale.sampling import check_fanouts, check_key, check_seeds
 from gnnscale.sampling.block import Block
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
 from gnnscale.sampling.choose import PIECE_NODES, choose_positions, count_and_offsets, prefetch_ahead
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
-
-ALL_NEIGHBORS = -1  # a fanout of -1 keeps every in-edge of the node (PyG's convention)
-
-
-def check_num_neighbors(num_neighbors: Sequence[int]) -> tuple[int, ...]:
-    """Validate per-hop fanouts, seeds outwards: a non-empty list of ints, each >= 1 or -1 (all neighbors)."""
-    if isinstance(num_neighbors, (int, np.integer, str, bytes)) or not isinstance(num_neighbors, Sequence) \
-            or len(num_neighbors) == 0:
-        raise ValueError(f"num_neighbors: expected a non-empty list of ints (-1 = all neighbors), got {num_neighbors!r}")
-    for i, f in enumerate(num_neighbors):
-        if not isinstance(f, (int, np.integer)) or isinstance(f, bool):
-            raise TypeError(f"num_neighbors: expected ints, got {type(f).__name__} at position {i}")
-        if f < 1 and f != ALL_NEIGHBORS:
-            raise ValueError(f"num_neighbors: expected every entry >= 1 or -1 (all neighbors), got {f} at position {i}")
-    return tuple(int(f) for f in num_neighbors)
-
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _sample_frontier(indptr, indices, edge_ids, frontier, first_local, offsets, fanout, replace, key, hop):
@@ -132,7 +117,8 @@ class NodewiseSampler:
 
     Args:
         graph: the topology (in-edges per node).
-        fanouts: neighbors per frontier node per hop, seeds outwards; -1 keeps every in-edge.
+        fanouts: neighbors per frontier node per hop, seeds outwards; -1 keeps every in-edge, 0 none
+            (:func:`gnnscale.sampling.check_fanouts`).
         replace: sample with replacement (hops with fanout -1 still take every in-edge once).
         edge_ids: optional int64 array [num_edges]: the id to report for the edge at each CSC position
             (e.g. its column in a PyG ``edge_index`` that is not sorted by target). Default None: the
@@ -151,13 +137,10 @@ class NodewiseSampler:
                              f"{getattr(edge_ids, 'dtype', type(edge_ids).__name__)} of shape "
                              f"{getattr(edge_ids, 'shape', None)}")
         self.graph = graph
-        self.fanouts = check_num_neighbors(fanouts)
+        self.fanouts = check_fanouts(fanouts, "num_neighbors")
         self.replace = bool(replace)
         self.edge_ids = edge_ids
         self.workspace = SamplerWorkspace(graph.num_nodes)
-        # -1 becomes a fanout no degree exceeds, without replacement: min(fanout, degree) = degree.
-        max_degree = int(graph.in_degrees().max()) if graph.num_nodes else 0
-        self._kernel_fanouts = tuple(max(max_degree, 1) if f == ALL_NEIGHBORS else f for f in self.fanouts)
 
     def sample(self, seeds, key: int) -> NodewiseSample:
         """The subgraph of ``seeds`` (unique int node ids, tensor or numpy array) under ``key``."""
@@ -168,12 +151,11 @@ class NodewiseSampler:
         targets, ids = [], []
 
         def sample_hop(nodes, num_dst, num_known, fanout, hop):
-            replace = self.replace and self.fanouts[hop] != ALL_NEIGHBORS
             first = frontier_start[0]
             frontier = nodes[first:num_dst]
-            offsets = count_and_offsets(indptr, frontier, 0, fanout, replace)
+            offsets = count_and_offsets(indptr, frontier, 0, fanout, self.replace)
             sources, hop_targets, hop_ids = _sample_frontier(indptr, indices, self.edge_ids, frontier, first, offsets,
-                                                             fanout, replace, key, hop)
+                                                             fanout, self.replace, key, hop)
             nodes = grow_nodes(nodes, num_known, num_known + sources.shape[0])
             num_known = relabel_all(sources, self.workspace.node_map, nodes, num_known)  # in place: local ids
             frontier_start[0] = num_dst
@@ -181,7 +163,7 @@ class NodewiseSampler:
             ids.append(hop_ids)
             return offsets, sources, nodes, num_known
 
-        nodes, hops = expand_hops(seeds, self._kernel_fanouts, self.workspace, sample_hop)
+        nodes, hops = expand_hops(seeds, self.fanouts, self.workspace, sample_hop)
         num_sampled_edges = [int(local.shape[0]) for _, local, _, _ in hops]
         # One [2, num_edges] array, written in place: a PyG batch's edge_index without a stack's copy.
         edge_index = np.empty((2, sum(num_sampled_edges)), dtype=np.int64)

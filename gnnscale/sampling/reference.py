@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from gnnscale.sampling.choose import choose_all, count_and_offsets
-from gnnscale.sampling.keys import (DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW, GOLDEN, MASK64, mix64_py,
-                                   node_stream_py)
+from gnnscale.keys import GOLDEN, MASK64, mix64_py, node_stream_py
+from gnnscale.sampling.choose import ALL_NEIGHBORS, choose_all, count_and_offsets
+from gnnscale.sampling.keys import DGS_EXACT_DRAW, DGS_QUOTA_DRAW, DGS_TRY_DRAW
 
 
 def sample_neighbors_coo(indptr, indices, seeds, fanout, key, hop, replace) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +148,7 @@ def dgs_reference_choice(row: list[int], v: int, fanout: int, replace: bool, key
     d = len(row)
     if d == 0:
         return []
-    if not replace and d <= fanout:
+    if fanout == ALL_NEIGHBORS or (not replace and d <= fanout):
         return list(row)
     local = [p for p in range(d) if lo <= row[p] < hi]
     remote = [p for p in range(d) if not lo <= row[p] < hi]

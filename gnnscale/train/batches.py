@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnscale.sampling import derive_key
-from gnnscale.sampling.keys import STREAM_ORDER
+from gnnscale.keys import STREAM_ORDER, derive_key
 
 # Keys of inference batches live in their own "epoch" so they never collide with training keys.
 EVAL_EPOCH = 2**31 - 1

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from gnnscale.files import atomic_write
+from gnnscale.files import atomic_write, load_data
 from gnnscale.nn.model_file import DatasetFacts, save_model_file
 from gnnscale.nn.models import ModelConfig
 from gnnscale.settings import flag_names
@@ -96,10 +96,9 @@ def decode_payload(data: bytes, path: str | Path) -> dict:
     if hashlib.sha256(body).digest() != data[len(MAGIC):head]:
         raise ValueError(f"checkpoint: {path} is damaged (its checksum does not match: truncated or altered)")
     try:
-        # weights_only: a checkpoint is data, never code to run.
-        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for foreign payloads
-        raise ValueError(f"checkpoint: {path} is not a readable gnnscale checkpoint ({err})") from err
+        payload = load_data(io.BytesIO(body))  # a checkpoint is data, never code to run
+    except ValueError as err:
+        raise ValueError(f"checkpoint: {path} is not a readable gnnscale checkpoint: {err}") from None
     if not isinstance(payload, dict) or payload.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint: {path} has no gnnscale checkpoint version {CHECKPOINT_VERSION}")
     return payload

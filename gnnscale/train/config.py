@@ -18,7 +18,8 @@ class TrainConfig:
     also a ``gnnscale train`` option (:mod:`gnnscale.settings`); its help is written beside it.
 
     Args:
-        fanouts: neighbors per hop from the seeds outwards; one hop per GNN layer.
+        fanouts: neighbors per hop from the seeds outwards; one hop per GNN layer. -1 takes every neighbor,
+            0 none (PyG's rule, :func:`gnnscale.sampling.check_fanouts`).
         eval_fanouts: fanouts for validation/test inference; ``None`` uses ``fanouts``.
         batch_size: seed nodes per training mini-batch.
         eval_batch_size: seed nodes per inference mini-batch.

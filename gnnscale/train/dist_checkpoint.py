@@ -234,10 +234,10 @@ def _from_bytes(data: torch.Tensor):
 
 def gather_to_rank0(comm: Comm, obj) -> list | None:
     """Every worker's ``obj`` (tensors, numbers, strings, containers), in rank order, on rank 0; None
-    elsewhere. Collective: one all-to-all (category ``"setup"``)."""
+    elsewhere. Collective: one all-to-all (category ``"checkpoint"``)."""
     mine, nothing = _to_bytes(obj), torch.zeros(0, dtype=torch.uint8)
     # Collective: each worker's bytes to rank 0.
-    received = comm.all_to_allv([mine if q == 0 else nothing for q in range(comm.world_size)], "setup")
+    received = comm.all_to_allv([mine if q == 0 else nothing for q in range(comm.world_size)], "checkpoint")
     return [_from_bytes(r) for r in received] if comm.rank == 0 else None
 
 
@@ -281,8 +281,8 @@ class Checkpointer:
              layout_state: dict) -> None:
         """Check that every worker holds rank 0's model and optimizer, then rank 0 writes the checkpoint
         (with every worker's ``worker_state`` when ``step`` > 0). Every worker stops with rank 0's
-        message if either fails. Collective: one all-to-all and one agree (category ``"setup"``), left out
-        of the iterations' accounting."""
+        message if either fails. Collective: one all-to-all and one agree (category ``"checkpoint"``: a peer
+        that dies meanwhile is reported as dying during a save), left out of the iterations' accounting."""
         fingerprint = state_fingerprint(model, optimizer)
         gathered = gather_to_rank0(self.comm, {"fingerprint": fingerprint, "state": worker_state if step else {}})
         error = ""
@@ -299,5 +299,5 @@ class Checkpointer:
                         workers=[got["state"] for got in gathered] if step else [], layout_state=layout_state))
                 except OSError as err:
                     error = f"checkpoint: cannot write {self.path}: {err}"
-        self.comm.agree(not error, error)  # collective: every worker stops if rank 0 could not save
+        self.comm.agree(not error, error, "checkpoint")  # collective: every worker stops if rank 0 could not save
         self.comm.stats.snapshot_and_reset()  # a save belongs to no iteration's communication

@@ -22,9 +22,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from gnnscale.keys import STREAM_INIT, derive_key
 from gnnscale.nn.models import ModelConfig, build_model, builtin_config
-from gnnscale.sampling import derive_key
-from gnnscale.sampling.keys import STREAM_INIT
 from gnnscale.train.layouts.base import DistBatch
 
 INPUTS = ("blocks", "pyg")

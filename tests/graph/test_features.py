@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gnnscale.graph.features import gather_rows, take_columns, take_rows
-from gnnscale.train.prefetch import stream_in_groups
+from gnnscale.prefetch import stream_in_groups
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -132,6 +132,16 @@ def test_a_missing_model_file_fails_before_the_dataset_loads(tmp_path, capsys):
     assert f"--model: no model file at {tmp_path / 'none.pt'}" in capsys.readouterr().err
 
 
+def test_a_file_that_is_not_a_model_is_one_line_without_weights_only(tmp_path, capsys):
+    not_a_model = tmp_path / "NOT_A_MODEL"
+    torch.save(torch.nn.Linear(2, 2), not_a_model)
+    assert main(["predict", "--model", str(not_a_model), "--out", str(tmp_path / "o"), *SYNTH]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"gnnscale predict: error: --model: {not_a_model} is not a gnnscale model file (those are written "
+                   "by train --save-model): it holds Python objects other than tensors and plain data, which "
+                   "gnnscale never loads (loading them could run code)\n")
+
+
 def test_a_weight_only_file_predicts_with_its_flags(trained, tmp_path, capsys):
     old = tmp_path / "old.pt"
     torch.save(torch.load(trained)["state_dict"], old)

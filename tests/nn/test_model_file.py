@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -72,9 +74,9 @@ def test_a_wrong_file_or_shape_is_one_line_naming_it(tmp_path):
     model = random_model(cfg)
     cases = {}
     (tmp_path / "text.pt").write_text("not a model\n")
-    cases["text.pt"] = r"model: \S+text.pt is not a model file written by --save-model"
+    cases["text.pt"] = r"model: \S+text.pt is not a gnnscale model file .*: it is not a file torch.save wrote$"
     torch.save({"epoch": 3}, tmp_path / "dict.pt")
-    cases["dict.pt"] = r"model: \S+dict.pt is not a model file written by --save-model"
+    cases["dict.pt"] = r"model: \S+dict.pt is not a gnnscale model file .*: it holds a dict of other contents$"
     cases["missing.pt"] = r"model: no model file at \S+missing.pt"
     torch.save(model.state_dict(), tmp_path / "old.pt")
     for file, pattern in cases.items():
@@ -93,6 +95,19 @@ def test_a_wrong_file_or_shape_is_one_line_naming_it(tmp_path):
     with pytest.raises(ValueError, match=r"model: \S+new.pt was trained on tiny \(5 features, 3 classes\), but "
                                          r"dataset cora has 1433 features and 7 classes"):
         read_model_file(tmp_path / "new.pt").check_fits(name="cora", feature_dim=1433, num_classes=7)
+
+
+@pytest.mark.parametrize("payload", [torch.nn.Linear(2, 2), {"ratio": Fraction(1, 3)}],
+                         ids=["a pickled module", "a pickled object"])
+def test_a_file_of_pickled_objects_is_refused_without_torchs_advice(tmp_path, recwarn, payload):
+    # torch's own message tells the user to retry with weights_only=False, which would run the file's code.
+    torch.save(payload, tmp_path / "pickled.pt")
+    with pytest.raises(ValueError) as err:
+        gnnscale.load_model(tmp_path / "pickled.pt")
+    assert str(err.value) == (f"model: {tmp_path / 'pickled.pt'} is not a gnnscale model file (those are written by "
+                              "train --save-model): it holds Python objects other than tensors and plain data, "
+                              "which gnnscale never loads (loading them could run code)")
+    assert not [w for w in recwarn if "pickle" in str(w.message)]
 
 
 def test_save_model_file_refuses_what_is_not_a_regular_file(tmp_path):

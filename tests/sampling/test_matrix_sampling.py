@@ -41,7 +41,7 @@ def restore_threads():
 
 
 @pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
-@pytest.mark.parametrize("fanouts", [(1,), (3, 2, 2), (10, 25)], ids=str)
+@pytest.mark.parametrize("fanouts", [(1,), (3, 2, 2), (10, 25), (-1, 0, 2)], ids=str)
 def test_matrix_equals_fused(random_graph, fanouts, replace):
     # Same per-node stream, and P's rows are A's rows in A's order: the same blocks, bit for bit.
     seeds, keys = random_stack(400, 5, 60, seed=3)

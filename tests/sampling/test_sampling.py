@@ -15,7 +15,7 @@ from scipy.stats import chisquare
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import Block, NeighborSampler, SamplerWorkspace, derive_key, sample_blocks, set_sampler_threads
 from gnnscale.sampling.fused import pipeline_chunks
-from gnnscale.sampling.keys import GOLDEN, mix64_py
+from gnnscale.keys import GOLDEN, mix64_py
 
 P_MIN = 1e-3  # chi-square p-value threshold; keys are fixed, so every test is deterministic
 
@@ -73,12 +73,15 @@ def check_blocks(graph: CSCGraph, seeds, fanouts, blocks: list[Block], replace: 
         np.testing.assert_array_equal(used[used >= b.num_dst], np.arange(b.num_dst, b.num_src))
 
         dst_deg = degrees[b.dst_ids.numpy()]
-        expected = np.where(dst_deg > 0, fanout, 0) if replace else np.minimum(dst_deg, fanout)
+        if fanout == -1:  # every neighbor, with or without replacement
+            expected = dst_deg
+        else:
+            expected = np.where(dst_deg > 0, fanout, 0) if replace else np.minimum(dst_deg, fanout)
         np.testing.assert_array_equal(b.in_degrees().numpy(), expected)
 
         src, dst = global_edges(b)
         assert np.isin(dst * n + src, graph_keys).all(), "a sampled edge is not in the graph"
-        if not replace:
+        if not replace or fanout == -1:
             assert np.unique(dst * n + src).shape[0] == b.num_edges, "repeated neighbor without replacement"
 
 
@@ -136,7 +139,32 @@ def test_full_neighborhood_when_fanout_covers_degree(random_graph):
 
 
 @pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
-@pytest.mark.parametrize("fanouts", [(1,), (5, 3), (2, 2, 2), (10, 25)], ids=str)
+@pytest.mark.parametrize("fanouts", [(-1, 3), (2, -1)], ids=str)
+def test_fanout_minus_one_takes_every_neighbor_in_row_order(random_graph, method, replace, fanouts):
+    # PyG's rule: -1 is every in-neighbor, each once, in the graph's order, with or without replacement.
+    seeds = torch.tensor([3, 0, 55, 12, 399, 200, 101])  # 0 .. 9 are isolated
+    blocks = sample_blocks(random_graph, seeds, list(fanouts), key=4, replace=replace, method=method)
+    check_blocks(random_graph, seeds, fanouts, blocks, replace)
+    every = blocks[-1 - fanouts.index(-1)]
+    src, dst = global_edges(every)
+    for v in every.dst_ids.tolist():
+        assert src[dst == v].tolist() == in_neighbors(random_graph, v).tolist()
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
+def test_fanout_zero_gives_a_block_without_edges(random_graph, method, replace):
+    seeds = torch.tensor([3, 55, 12, 399])
+    inner_zero = sample_blocks(random_graph, seeds, [0, 3], key=4, replace=replace, method=method)
+    check_blocks(random_graph, seeds, [0, 3], inner_zero, replace)
+    assert inner_zero[-1].num_edges == 0 and torch.equal(inner_zero[-1].src_ids, seeds)
+    assert inner_zero[-1].indptr.tolist() == [0] * 5
+    outer_zero = sample_blocks(random_graph, seeds, [3, 0], key=4, replace=replace, method=method)
+    check_blocks(random_graph, seeds, [3, 0], outer_zero, replace)
+    assert outer_zero[0].num_edges == 0 and outer_zero[0].num_src == outer_zero[0].num_dst
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
+@pytest.mark.parametrize("fanouts", [(1,), (5, 3), (2, 2, 2), (10, 25), (-1, 0, 4)], ids=str)
 def test_fused_equals_two_step_for_any_fanout(random_graph, replace, fanouts):
     # Both samplers share the per-node choice, so equality holds beyond the determined case.
     seeds = torch.from_numpy(np.random.default_rng(3).choice(400, 60, replace=False))
@@ -396,7 +424,7 @@ def test_workspace_of_wrong_size_rejected(random_graph):
 SEEDS = torch.tensor([1, 2, 3])
 
 
-@pytest.mark.parametrize("fanouts", [[0], [3, -1], [], 3, (2, 0)], ids=str)
+@pytest.mark.parametrize("fanouts", [[-2], [3, -5], [], 3, "3"], ids=str)
 def test_bad_fanout_values(random_graph, method, fanouts):
     with pytest.raises(ValueError, match="fanouts"):
         sample_blocks(random_graph, SEEDS, fanouts, key=0, method=method)

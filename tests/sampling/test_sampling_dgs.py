@@ -15,7 +15,7 @@ from scipy import stats
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.sampling.dgs import DGSPolicy, rows_sorted, sample_blocks_dgs, sample_rows
-from gnnscale.sampling.keys import node_stream_py
+from gnnscale.keys import node_stream_py
 from gnnscale.sampling.reference import dgs_reference_rows, remote_draws
 
 # A significance level for chi-square tests on fixed keys: deterministic, so never flaky; small enough
@@ -243,7 +243,7 @@ WEIGHTS = {"flat": [1.0], "ramp": np.linspace(0.1, 1.0, 8), "masks": [0.04, 0.96
 def test_kernel_equals_the_plain_reference(idx_dtype, replace, weights):
     """The numba kernel and the Python reference (gnnscale/sampling/reference.py) choose the same
     neighbors in the same order: every local range (none, all, a middle part), epsilon, fanouts from 1
-    to beyond the largest degree, whole-graph and part rows, sorted rows and rows in random order."""
+    to beyond the largest degree, -1 (every neighbor) and 0, whole-graph and part rows, sorted rows and rows in random order."""
     graph = random_graph(idx_dtype)
     assert rows_sorted(graph.indptr, graph.indices)
     shuffled = shuffled_rows(graph, 1)
@@ -251,7 +251,7 @@ def test_kernel_equals_the_plain_reference(idx_dtype, replace, weights):
     nodes = np.arange(0, 600, 2, dtype=np.int64)
     for lo, hi, epsilon in [(0, 0, 0.1), (0, 600, 0.1), (150, 300, 0.0), (150, 300, 0.1), (420, 600, 1.0)]:
         pol = policy(600, lo, hi, WEIGHTS[weights], epsilon=epsilon)
-        for fanout, key, hop in [(1, 5, 0), (3, 6, 1), (10, 7, 0), (25, 8, 2), (70, 9, 1)]:
+        for fanout, key, hop in [(1, 5, 0), (3, 6, 1), (10, 7, 0), (25, 8, 2), (70, 9, 1), (-1, 10, 0), (0, 11, 2)]:
             for g in (graph, shuffled):
                 got = sample_rows(g.indptr, g.indices, 0, nodes, fanout, replace, key, hop, pol, g is graph)
                 want = dgs_reference_rows(g.indptr, g.indices, 0, nodes, fanout, replace, key, hop, pol)

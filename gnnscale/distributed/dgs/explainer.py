@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnnscale.distributed.dgs.explanation import ExplanationGraph
-from gnnscale.sampling.keys import STREAM_EXPLAIN, derive_key
+from gnnscale.keys import STREAM_EXPLAIN, derive_key
 
 _INIT_STD = 0.1  # masks start near sigmoid(0) = 0.5 (PyG's GNNExplainer initialises likewise)
 _KEEP_RESULTS = 4  # finished masks kept for wait(iteration)

@@ -36,11 +36,12 @@ from torch import Tensor
 from gnnscale.distributed.comm import Comm
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.graph.feature_dtype import decode
+from gnnscale.keys import STREAM_EXPLAIN, derive_key
 from gnnscale.partition.assign import assign_parts
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.keys import STREAM_EXPLAIN, derive_key
+from gnnscale.sampling.choose import ALL_NEIGHBORS
 
 DEFAULT_CLUSTERS_PER_PART = 32
 DEFAULT_PROBES = 64
@@ -266,7 +267,10 @@ def explanation_graph_from_batch(blocks: list[Block], x: Tensor, clusters: Clust
 def default_probes(fanouts) -> int:
     """``DEFAULT_PROBES``, fewer where the fanouts make a probe's sampled graph large: the most whose
     input rows stay within ``MAX_EXPLANATION_ROWS`` by the bound ``1 + f1 + f1 f2 + ...`` rows per probe
-    (at least ``MIN_PROBES``). 64 for fanouts 10,5 or 10,10; 17 for 15,10,5."""
+    (at least ``MIN_PROBES``). 64 for fanouts 10,5 or 10,10; 17 for 15,10,5. A fanout of -1 (every
+    neighbor) bounds nothing: ``MIN_PROBES``."""
+    if any(int(fanout) == ALL_NEIGHBORS for fanout in fanouts):
+        return MIN_PROBES
     per_probe, width = 1, 1
     for fanout in fanouts:
         width *= int(fanout)

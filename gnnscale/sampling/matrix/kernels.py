@@ -11,6 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+# Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
 from gnnscale.sampling.choose import PIECE_NODES, choose_neighbors, prefetch_ahead
 from gnnscale.sampling.fused import relabel_range
 

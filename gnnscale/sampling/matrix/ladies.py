@@ -36,9 +36,9 @@ import scipy.sparse as sp
 import torch
 
 from gnnscale.graph.csc import CSCGraph, index_dtype
+from gnnscale.keys import mix64, node_stream
 from gnnscale.sampling import BatchSampler
 from gnnscale.sampling.block import Block
-from gnnscale.sampling.keys import mix64, node_stream
 from gnnscale.sampling.matrix.kernels import extended_capacity
 from gnnscale.sampling.matrix.products import StackedRows, batch_selection, gather_rows, gcn_operator, \
     row_normalize, stack_rows

@@ -8,6 +8,9 @@ that loads and falls back to ``workqueue`` without a word, and its ``omp`` layer
 the system OpenMP runtime (slim container images) that fallback happens. So gnnscale depends on the
 ``tbb`` wheel, loads it from the environment's ``lib`` folder (where pip puts it, outside the
 loader's search path), and prefers ``omp`` (what the benchmarks were measured with), then ``tbb``.
+
+A base module (below every stage, see tests/test_layering.py): the samplers launch the layer, and the
+prefetching stage (:mod:`gnnscale.prefetch`, also a base module) checks it before starting its thread.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ Items are produced strictly in order by one thread, so anything ``produce`` does
 on every worker. The thread's numba kernels use as many threads as the consumer's. An exception in
 ``produce`` is raised in the consumer at the item it would have produced; closing the prefetcher
 early (``close()``, or leaving a ``with`` block) stops the thread.
+
+A base module (below every stage, see tests/test_layering.py): the PyG-compatible loader
+(:mod:`gnnscale.loader`) and the trainer (:mod:`gnnscale.train`) both run it, and neither should
+import the other for it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Generic, TypeVar
 
 import numba
 
-from gnnscale.sampling.parallel import check_threadsafe_layer
+from gnnscale.threading_layer import check_threadsafe_layer
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gnnscale.sampling import THREADSAFE_LAYERS, choose_threading_layer
+from gnnscale.threading_layer import THREADSAFE_LAYERS, choose_threading_layer
 
 # Trains two batches with the background loader; prints the threading layer numba ran on.
 PROBE = r"""

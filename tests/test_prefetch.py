@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gnnscale.train.prefetch import Prefetcher
+from gnnscale.prefetch import Prefetcher
 
 
 @pytest.mark.parametrize("depth", [0, 1, 4])
