@@ -15,7 +15,10 @@ $(VENV)/.installed: pyproject.toml
 
 # Every numba kernel compiled into numba's on-disk cache, again whenever a source file changes: no
 # training run pays for compilation, and a kernel that does not compile fails the install.
+# numba keys a cached kernel on its own file's timestamp only, not on the files of the functions it
+# inlines: a changed helper would leave a stale kernel in the cache. Every change recompiles them all.
 $(VENV)/.compiled: $(VENV)/.installed $(shell find gnnscale -name '*.py')
+	find gnnscale -name '*.nbi' -delete -o -name '*.nbc' -delete
 	$(PY) -m gnnscale.compile
 	touch $@
 

@@ -82,32 +82,9 @@ def check_worker_flags(args) -> None:
             and args.training_script_args[:1] == ["train"]):
         return
     # Imported here: gnnscale's command line costs seconds to import, which only a train launch needs.
-    try:
-        from gnnscale.cli import check_train_flags
-    except ImportError:  # gnnscale.cli before its rewrite into a package has no such function yet
-        check_train_flags = _check_train_flags
+    from gnnscale.cli import check_train_flags
+
     check_train_flags(args.training_script_args[1:])
-
-
-def _check_train_flags(argv: list[str]) -> None:
-    """Stand-in for ``gnnscale.cli.check_train_flags(argv)``: parse ``gnnscale train``'s flags ``argv``
-    and run the checks that need nothing but them; on a bad flag print one line naming it and raise
-    SystemExit(2)."""
-    from gnnscale import cli
-
-    parser = cli.build_parser()
-
-    def one_line(message: str) -> None:
-        sys.stderr.write(f"gnnscale train: error: {message}\n")
-        raise SystemExit(EXIT_BAD_INPUT)
-
-    cli.subcommand_parser(parser, "train").error = one_line  # argparse's own errors: no usage dump
-    args = parser.parse_args(["train", *argv])
-    try:
-        cli.train_settings(args)
-        cli.dgs_settings(args)
-    except (ValueError, TypeError) as err:
-        one_line(cli.name_the_flag(str(err), cli.field_flags(parser, args)))
 
 
 def no_restart_after_bad_input() -> None:

@@ -61,6 +61,11 @@ def test_untyped_flags_leave_every_config_at_its_dataclass_default():
     assert distributed.layout == layout_options("split", dgs=DGSConfig())
 
 
+def test_a_negative_fanout_reads_as_the_flags_value():
+    for argv, fanouts in ((["--fanouts", "-1,5"], (-1, 5)), (["--fanouts", "-1"], (-1,)), (["--fanouts=0,3"], (0, 3))):
+        assert read_train_settings(build_parser().parse_args(["train", *argv])).train.fanouts == fanouts
+
+
 def test_a_layout_option_reaches_the_layout_and_every_layout_option_is_owned():
     args = build_parser().parse_args(["train", "--partitions", "P", "--layout", "split", "--shuffle-dtype", "bfloat16"])
     assert read_train_settings(args).layout.settings == SplitOptions(shuffle_dtype="bfloat16")

@@ -151,13 +151,11 @@ def what_was_saved(args) -> str:
 
 
 def check_train_flags(argv: list[str]) -> None:
-    """What ``gnnscale train`` would refuse in its flags alone, refused before any worker starts (by
+    """What ``gnnscale train ARGV`` would refuse in its flags alone, refused before any worker starts (by
     ``python -m gnnscale.launch``, so that torchrun never restarts a usage error): one line on stderr and
     SystemExit(2)."""
     parser = build_parser()
-    args = parser.parse_args(argv)  # a malformed flag: one line, exit 2 (Parser.error)
-    if args.command != "train":
-        return
+    args = parser.parse_args(["train", *argv])  # a malformed flag: one line, UsageError (SystemExit(2))
     try:
         read_train_settings(args)
     except (ValueError, TypeError) as err:

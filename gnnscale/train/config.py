@@ -38,7 +38,8 @@ class TrainConfig:
             trains (0: none, everything on the training thread). Does not change the results.
     """
 
-    fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards")
+    fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "
+                                                "0: none)")
     eval_fanouts: tuple[int, ...] | None = setting(None, "inference fanouts", default_text="--fanouts")
     batch_size: int = setting(512, "seed nodes per mini-batch (per worker)")
     eval_batch_size: int = 4096
