@@ -5,7 +5,7 @@ moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead
 (:func:`prepared_batches`) whose collectives (remote sampling, the feature fetch) run on a process
 group of their own, so they overlap the training step and never interleave with its gradient
 all-reduce (or split parallelism's shuffles). What a worker samples, fetches and computes is its
-layout's (:mod:`gnnscale.train.layouts`); the single-process trainer is the one-worker layout
+layout's (:mod:`gnnscale.train.layouts`); a run in one process is the one-worker layout
 (:mod:`gnnscale.train.layouts.single`) on a process group of its own.
 
 Every random choice is keyed by ``(seed, epoch, step, rank)``, so a resumed run continues exactly,

@@ -21,7 +21,7 @@ from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
 from gnnscale.train.dist_checkpoint import check_resume, decode, run_identity
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete, read_payload
+from gnnscale.train.checkpoint import newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.dgs_config import DGSConfig
@@ -68,13 +68,13 @@ def kill_mid_epoch(partition: Path, layout: str, ckpt: Path) -> dict:
         while time.monotonic() < deadline:
             assert launch.proc.poll() is None, f"the run ended before it was killed:\n{launch.tail()}"
             # The newest complete save, as a resume picks it (a save renames the old file aside first).
-            found = newest_complete(ckpt, KIND_DISTRIBUTED)
+            found = newest_complete(ckpt)
             payload = None if found is None else found.payload
             if payload is not None and payload["epoch"] >= 1 and payload["step"] > 0:
                 workers = launch.worker_pids()
                 for pid in workers:
                     os.kill(pid, signal.SIGSTOP)
-                payload = newest_complete(ckpt, KIND_DISTRIBUTED).payload  # frozen: this is the last save
+                payload = newest_complete(ckpt).payload  # frozen: this is the last save
                 if payload["step"] > 0:
                     return payload
                 for pid in workers:
@@ -99,7 +99,7 @@ def interrupted(partitions, tmp_path_factory):
             killed_at = kill_mid_epoch(partitions[2], layout, d / "killed.ckpt")
             # The resume saves into the file it continues: keep the mid-epoch one for the tests of refusals.
             # Frozen between a save's two renames, only the previous save is whole: the resume takes it.
-            resumed_from = newest_complete(d / "killed.ckpt", KIND_DISTRIBUTED).path
+            resumed_from = newest_complete(d / "killed.ckpt").path
             shutil.copy(resumed_from, d / "mid_epoch.ckpt")
             output = run_ok(2, *launch_args(partitions[2], layout, "--epochs", str(EPOCHS), "--checkpoint",
                                             str(d / "killed.ckpt"), "--resume", "--metrics-out", str(d / "resumed.json"),
@@ -207,7 +207,7 @@ def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, pa
 def saved(interrupted):
     """The epoch-boundary checkpoint of the 2-worker hybrid run, and that run's identity."""
     path = interrupted("hybrid")["dir"] / "full.ckpt"
-    return path, decode(read_payload(path, KIND_DISTRIBUTED))
+    return path, decode(read_payload(path))
 
 
 def identity_for(partition: Path, layout: str = "hybrid", world_size: int = 2, **train):
@@ -306,7 +306,7 @@ def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partiti
         launch.wait_for("no checkpoint yet: starting afresh (--resume auto)", LAUNCH_TIMEOUT_S)
         deadline = time.monotonic() + LAUNCH_TIMEOUT_S
         while time.monotonic() < deadline:  # polling a file another process writes
-            found = newest_complete(ckpt, KIND_DISTRIBUTED)
+            found = newest_complete(ckpt)
             if found is not None and found.payload["epoch"] >= 2 and found.payload["step"] > 0:
                 break
             time.sleep(0.02)
