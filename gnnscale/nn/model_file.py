@@ -73,15 +73,17 @@ class ModelFile:
                              f"features and {num_classes} classes; use the dataset the model was trained on")
 
 
-def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dataset: DatasetFacts) -> Path:
+def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
+                    state_dict: dict | None = None) -> Path:
     """Write ``model``'s weights with ``config`` and ``dataset`` atomically (:func:`~gnnscale.files.atomic_write`:
-    a regular file only, never half written)."""
+    a regular file only, never half written). ``state_dict``: weights of ``model`` to write instead of its
+    current ones (a training run's best epoch)."""
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
     if not isinstance(dataset, DatasetFacts):
         raise TypeError(f"dataset: expected DatasetFacts, got {type(dataset).__name__}")
     payload = {"format": FORMAT, "version": VERSION, "config": asdict(config), "dataset": asdict(dataset),
-               "state_dict": model.state_dict()}
+               "state_dict": model.state_dict() if state_dict is None else state_dict}
     return atomic_write(path, lambda f: torch.save(payload, f))
 
 

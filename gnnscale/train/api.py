@@ -44,15 +44,17 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         layout: a partition directory only: the layout's name (``"hybrid"``, ``"vanilla"``, ``"1d"``,
             ``"1.5d"``, ``"split"``) or :class:`~gnnscale.train.layouts.LayoutOptions` (cache, replication,
             DGS). Default ``"hybrid"``. ``"split"`` and DGS need a built-in model (split-aware layers).
-        outputs: metrics file, checkpoint and resume, and for a built-in model its model file and full
-            evaluation (:class:`~gnnscale.train.run.RunOutputs`; default: nothing written).
+        outputs: metrics file, checkpoint and resume, and for a built-in model its model file (the
+            best-validation epoch's weights by default, ``save_model_at``) and full evaluation
+            (:class:`~gnnscale.train.run.RunOutputs`; default: nothing written).
         progress: per-epoch lines (rank 0) and a progress bar on a terminal.
         timeout_s: a partition directory only: seconds a worker waits for its peers before it stops with
             an error (default 120).
 
     Returns:
         the :class:`~gnnscale.train.run.TrainReport`, the same on every worker: per-epoch loss (and every
-        iteration's), accuracy, timings and communication, best validation epoch.
+        iteration's), accuracy, timings and communication, best validation epoch, and the epoch whose
+        weights the model file holds (``saved_epoch``). ``model`` itself holds the last epoch's.
 
     Every worker starts from rank 0's weights. Adam steps on gradients averaged over the workers (data
     parallelism): one step of P workers with ``batch_size`` seeds each is one step on their P micro-batches.

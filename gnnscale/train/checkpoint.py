@@ -165,7 +165,9 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
                 return found
         return None
     return None if saved == current else (prefix.rstrip("."), saved, current)
-def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts) -> None:
+def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
+               state_dict: dict | None = None) -> None:
     """Write the self-describing model file (:mod:`gnnscale.nn.model_file`: weights, ``config`` and the
-    ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`write_atomic`."""
-    save_model_file(path, model, config, dataset)
+    ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`write_atomic`.
+    ``state_dict``: weights of ``model`` to write instead of its current ones (the best epoch's)."""
+    save_model_file(path, model, config, dataset, state_dict=state_dict)

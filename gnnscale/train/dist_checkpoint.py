@@ -82,6 +82,9 @@ class DistCheckpoint:
         workers: per rank, the epoch's running sums after ``step`` iterations (empty when ``step`` is 0).
         layout_state: what the layout needs beyond the model (DGS: the model snapshots whose masks the
             run samples with next), the same on every worker.
+        best: the best-validation epoch so far and its weights (:meth:`BestWeights.checkpoint_state
+            <gnnscale.train.best.BestWeights.checkpoint_state>`); None before the first epoch's end and in
+            checkpoints of older versions.
     """
 
     identity: RunIdentity
@@ -93,6 +96,7 @@ class DistCheckpoint:
     history: list[dict]
     workers: list[dict]
     layout_state: dict
+    best: dict | None = None
 
 
 def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig | dict, cfg: TrainConfig, layout: str,
@@ -129,7 +133,8 @@ def save_dist_checkpoint(path: str | Path, ckpt: DistCheckpoint) -> None:
     write_atomic(path, {"version": CHECKPOINT_VERSION, "kind": CHECKPOINT_KIND, **asdict(ckpt.identity),
                         "epoch": ckpt.epoch, "step": ckpt.step, "num_batches": ckpt.num_batches,
                         "model_state": ckpt.model_state, "optimizer_state": ckpt.optimizer_state,
-                        "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state})
+                        "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state,
+                        "best": ckpt.best})
 
 
 # DGS settings that checkpoints written before they existed ran with: resuming one compares these with
@@ -146,7 +151,8 @@ def decode(payload: dict) -> DistCheckpoint:
     return DistCheckpoint(identity=identity, epoch=int(payload["epoch"]), step=int(payload["step"]),
                           num_batches=int(payload["num_batches"]), model_state=payload["model_state"],
                           optimizer_state=payload["optimizer_state"], history=list(payload["history"]),
-                          workers=list(payload["workers"]), layout_state=dict(payload["layout_state"]))
+                          workers=list(payload["workers"]), layout_state=dict(payload["layout_state"]),
+                          best=payload.get("best"))  # None in checkpoints written before it was recorded
 
 
 def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int) -> None:
@@ -307,15 +313,16 @@ class Checkpointer:
                 and (epoch * self.num_batches + steps_done) % self.every == 0)
 
     def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
-             layout_state: dict) -> None:
+             layout_state: dict, best: dict | None = None) -> None:
         """Check that every worker holds rank 0's model and optimizer, then rank 0 writes the checkpoint
-        (with every worker's ``worker_state`` when ``step`` > 0).
+        (with every worker's ``worker_state`` when ``step`` > 0, and the best epoch's weights ``best``).
         Every worker stops with rank 0's message if either fails. Collective: one all-to-all and one agree
         (category ``"setup"``), left out of the iterations' accounting."""
         def checkpoint(workers: list[dict]) -> DistCheckpoint:
             return DistCheckpoint(identity=self.identity, epoch=epoch, step=step, num_batches=self.num_batches,
                                   model_state=model.state_dict(), optimizer_state=optimizer.state_dict(),
-                                  history=history, workers=workers if step else [], layout_state=layout_state)
+                                  history=history, workers=workers if step else [], layout_state=layout_state,
+                                  best=best)
 
         if self.comm.world_size == 1:
             # One worker: no copy to compare and nobody to tell; a failed write is this process's own error

@@ -3,7 +3,6 @@ report, the checks of both, the metrics file."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -12,9 +11,13 @@ from pathlib import Path
 import torch
 
 from gnnscale.nn import ModelConfig
+from gnnscale.train.best import best_entry
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.metrics import write_json_atomic
+
+# Which epoch's weights ``--save-model`` writes (RunOutputs.save_model_at).
+SAVE_MODEL_AT = ("best", "last")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,11 +31,13 @@ class TrainReport:
     test_acc_at_best_val: float
     final_test_acc: float
     full_eval: dict | None = None  # --eval full: {"metric", "val", "test", "seconds"} after the last epoch
+    saved_epoch: int | None = None  # the epoch whose weights model_out holds (None: no model file written)
 
     def to_json(self) -> dict:
         out = asdict(self)
-        if self.full_eval is None:
-            del out["full_eval"]
+        for key in ("full_eval", "saved_epoch"):  # only where the run has one
+            if out[key] is None:
+                del out[key]
         return out
 
 
@@ -43,6 +48,8 @@ class RunOutputs:
     Args:
         metrics_out: the metrics JSON, rewritten after every epoch.
         model_out: the trained model's file (built-in models: :mod:`gnnscale.nn.model_file`).
+        save_model_at: which epoch's weights ``model_out`` holds: ``"best"``, the best-validation epoch's (the
+            report's ``best_epoch``), or ``"last"``, the last epoch's (the model as ``fit`` leaves it).
         checkpoint: saved after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
         resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker);
             ``"auto"``: continue it if there is one, else start afresh (a run torchrun restarts).
@@ -59,6 +66,12 @@ class RunOutputs:
     checkpoint_every: int | None = None
     overwrite: bool = False
     full_eval: str | None = None
+    save_model_at: str = "best"
+
+    def __post_init__(self) -> None:
+        if self.save_model_at not in SAVE_MODEL_AT:
+            raise ValueError(f"save_model_at: expected one of {SAVE_MODEL_AT} (the best-validation epoch's weights or "
+                             f"the last epoch's), got {self.save_model_at!r}")
 
 
 def check_model_outputs(model: ModelConfig | str | None, outputs: RunOutputs) -> None:
@@ -104,8 +117,6 @@ def metrics_writer(path: str | Path | None, header: dict) -> Callable[[list[dict
 def summarize(history: list[dict]) -> TrainReport:
     if not history:
         raise ValueError("epochs: no epoch was trained (the checkpoint already has every epoch?)")
-    # NaN validation accuracy (no validation nodes) never wins: fall back to the last epoch.
-    scored = [h for h in history if not math.isnan(h["val_acc"])] or history[-1:]
-    best = max(scored, key=lambda h: (h["val_acc"], h["epoch"]))
+    best = best_entry(history)
     return TrainReport(history=history, best_epoch=best["epoch"], best_val_acc=best["val_acc"],
                        test_acc_at_best_val=best["test_acc"], final_test_acc=history[-1]["test_acc"])

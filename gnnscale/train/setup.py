@@ -5,13 +5,14 @@ partition directory under torchrun (:class:`~gnnscale.train.distributed.Partitio
 only in what a :class:`RunSource` gives: the checks, how a worker joins, its data and its layout.
 
 Every worker starts from rank 0's model, resumes from rank 0's checkpoint (one format for every run,
-:mod:`gnnscale.train.dist_checkpoint`) and runs the training loop (:mod:`gnnscale.train.loop`); rank 0
-saves the model.
+:mod:`gnnscale.train.dist_checkpoint`), runs the training loop (:mod:`gnnscale.train.loop`) and keeps
+the best-validation epoch's weights (:mod:`gnnscale.train.best`), which rank 0 saves by default.
 """
 
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from gnnscale.nn import ModelConfig
 from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import set_sampler_threads
+from gnnscale.train.best import BestWeights
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError
 from gnnscale.train.config import TrainConfig
@@ -107,7 +109,7 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             metrics_out = outputs.metrics_out if ctx.rank == 0 else None
             report = train(model, layout, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
                            on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval)
-            if metrics_out is not None and report.full_eval is not None:
+            if metrics_out is not None and (report.full_eval is not None or report.saved_epoch is not None):
                 write_json_atomic(metrics_out, {**header, **report.to_json()})
             # Collective: nobody tears the group down while a peer is still in its last collective.
             comm.barrier("setup")
@@ -158,14 +160,33 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
                                                                  launch.identity, comm, num_batches)
     history = train_epochs(model, optimizer, layout, launch.inputs, comm, cfg, part, num_batches, start, saver, lead,
                            on_epoch_end=on_epoch_end)
-    if comm.rank == 0 and outputs.model_out is not None:
-        facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
-                             num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
-        save_model(outputs.model_out, model, launch.model_cfg, facts)
     report = summarize(history)
+    if outputs.model_out is not None:
+        report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
+                                                                start.best))
     if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
         report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
     return report
+
+
+def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
+                       outputs: RunOutputs, report: TrainReport, best: BestWeights) -> int:
+    """Rank 0 writes the model file: the best-validation epoch's weights (``save_model_at="best"``) or the
+    last epoch's. Returns the epoch saved, on every worker."""
+    last = report.history[-1]["epoch"]
+    epoch, state = last, None  # the model as trained: the last epoch
+    if outputs.save_model_at == "best" and report.best_epoch != last:
+        if best.epoch == report.best_epoch:
+            epoch, state = best.epoch, best.state
+        elif comm.rank == 0:
+            # Resumed from a checkpoint of an older version, which kept no weights of its best epoch.
+            print(f"save_model: the checkpoint resumed holds no weights of the best epoch {report.best_epoch}; "
+                  f"saving the last epoch's ({last})", file=sys.stderr, flush=True)
+    if comm.rank == 0:
+        facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
+                             num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
+        save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state)
+    return epoch
 
 
 def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,
@@ -193,4 +214,5 @@ def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity:
             f"over, batches are drawn for these {identity.world_size} workers)")
         print(f"resuming from {checkpoint}: {ckpt.epoch} of {epochs} epochs done, continuing at epoch {ckpt.epoch} "
               f"step {ckpt.step} of {num_batches}{changed}", flush=True)
-    return Start(epoch=ckpt.epoch, step=ckpt.step, history=ckpt.history, sums=sums, layout_state=ckpt.layout_state)
+    return Start(epoch=ckpt.epoch, step=ckpt.step, history=ckpt.history, sums=sums, layout_state=ckpt.layout_state,
+                 best=BestWeights.from_checkpoint(ckpt.best, ckpt.model_state))

@@ -138,6 +138,39 @@ def test_a_single_process_checkpoint_of_an_older_version_is_one_clear_line(datas
         run_in_process(dataset, model_config(dataset), train_config(), progress=False, checkpoint=ckpt, resume=True)
 
 
+def test_save_model_writes_the_best_validation_epoch_unless_asked_for_the_last(dataset, tmp_path):
+    """The final line names the best-validation epoch: the model file holds its weights, also when the run
+    resumed from a checkpoint written after it; save_model_at="last" writes the last epoch's."""
+    cfg, model_cfg = train_config(epochs=8, lr=0.05), model_config(dataset)
+    best = run_in_process(dataset, model_cfg, cfg, progress=False, model_out=tmp_path / "best.pt")
+    last_epoch = best.history[-1]["epoch"]
+    assert best.saved_epoch == best.best_epoch != last_epoch  # a run whose best epoch is not its last
+    last = run_in_process(dataset, model_cfg, cfg, progress=False, model_out=tmp_path / "last.pt",
+                          save_model_at="last")
+    assert last.saved_epoch == last_epoch
+    # The run stopped at the best epoch: its last weights are the best epoch's.
+    run_in_process(dataset, model_cfg, replace(cfg, epochs=best.best_epoch + 1), progress=False,
+                   model_out=tmp_path / "stopped.pt", save_model_at="last")
+    ckpt = tmp_path / "c.ckpt"
+    run_in_process(dataset, model_cfg, replace(cfg, epochs=best.best_epoch + 2), progress=False, checkpoint=ckpt)
+    resumed = run_in_process(dataset, model_cfg, cfg, progress=False, checkpoint=ckpt, resume=True,
+                             model_out=tmp_path / "resumed.pt")
+    assert resumed.saved_epoch == best.best_epoch
+    weights = {name: torch.load(tmp_path / f"{name}.pt")["state_dict"] for name in ("best", "last", "stopped",
+                                                                                     "resumed")}
+
+    def same(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(weights["best"], weights["stopped"]) and same(weights["resumed"], weights["stopped"])
+    assert not same(weights["best"], weights["last"])
+
+
+def test_save_model_at_is_best_or_last():
+    with pytest.raises(ValueError, match=r"save_model_at: expected one of \('best', 'last'\).*'final'"):
+        RunOutputs(save_model_at="final")
+
+
 def test_resume_refuses_other_settings_and_bad_files(dataset, tmp_path):
     ckpt = tmp_path / "c.pt"
     run_in_process(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
