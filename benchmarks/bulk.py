@@ -51,9 +51,10 @@ from gnnscale.nn import ModelConfig
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.sampling.matrix.products import adjacency_pattern, batch_selection, gcn_operator, stack_rows
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.inputs import seeded_model
 from gnnscale.train.layouts.registry import layout_spec
-from gnnscale.train.run import run_training
 
 from cora_accuracy import SETTINGS
 from sampling import cached_graph
@@ -233,7 +234,8 @@ def accuracy(a) -> None:
         for seed in range(a.seeds):
             cfg = TrainConfig(batch_size=int(dataset.train_idx.size), seed=seed, threads=a.threads, **train_opts,
                               **extra)
-            accs.append(run_training(dataset, model_cfg, cfg, progress=False).test_acc_at_best_val)
+            report = fit(seeded_model(model_cfg, cfg.seed), dataset, inputs="blocks", config=cfg, progress=False)
+            accs.append(report.test_acc_at_best_val)
             print(f"  {label} seed {seed}: {accs[-1]:.4f}", flush=True)
         results[label] = (accs, time.perf_counter() - start)
     (base_label, (base, _)), = [(k, v) for k, v in results.items() if k == "neighbor sampling"]

@@ -35,8 +35,9 @@ from gnnscale.graph.datasets import load_dataset
 from gnnscale.graph.feature_dtype import FEATURE_DTYPES
 from gnnscale.nn import ModelConfig
 from gnnscale.partition import write_partition_dir
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.run import run_training
+from gnnscale.train.inputs import seeded_model
 
 FULL = (200, 200)  # above Cora's maximum in-degree: every neighbor is taken
 
@@ -56,7 +57,8 @@ def single_machine_accuracy(dataset, name: str, seed: int, threads: int) -> floa
     model_cfg = ModelConfig(name=name, in_dim=dataset.feature_dim, num_classes=dataset.num_classes, num_layers=2,
                             **model_opts)
     train_cfg = TrainConfig(batch_size=dataset.train_idx.size, seed=seed, threads=threads, **train_opts)
-    return run_training(dataset, model_cfg, train_cfg, progress=False).test_acc_at_best_val
+    model = seeded_model(model_cfg, train_cfg.seed)
+    return fit(model, dataset, inputs="blocks", config=train_cfg, progress=False).test_acc_at_best_val
 
 
 def cli_args(name: str) -> list[str]:

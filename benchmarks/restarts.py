@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from faults import RUNS, cached_partition
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete
+from gnnscale.train.checkpoint import newest_complete
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -47,7 +47,7 @@ def command(partition_dir: Path, run: str, a: argparse.Namespace, *extra: str, r
 
 def wait_for_mid_run_checkpoint(path: Path, proc: subprocess.Popen, deadline: float) -> dict:
     while time.monotonic() < deadline and proc.poll() is None:  # polling a file another process writes
-        found = newest_complete(path, KIND_DISTRIBUTED)
+        found = newest_complete(path)
         if found is not None and found.payload["epoch"] >= 1 and found.payload["step"] > 0:
             return found.payload
         time.sleep(0.02)

@@ -24,8 +24,9 @@ import torch.nn.functional as F
 
 from gnnscale.graph.datasets import load_dataset
 from gnnscale.nn import ModelConfig
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.run import run_training
+from gnnscale.train.inputs import seeded_model
 
 HIDDEN, DROPOUT, LR, BATCH = 128, 0.5, 0.003, 512  # the CLI defaults
 
@@ -36,7 +37,7 @@ def sage_accuracy(dataset, seed: int, epochs: int, threads: int) -> tuple[float,
                             hidden_dim=HIDDEN, dropout=DROPOUT)
     train_cfg = TrainConfig(fanouts=(10, 5), batch_size=BATCH, epochs=epochs, lr=LR, seed=seed, threads=threads)
     start = time.perf_counter()
-    report = run_training(dataset, model_cfg, train_cfg, progress=False)
+    report = fit(seeded_model(model_cfg, train_cfg.seed), dataset, inputs="blocks", config=train_cfg, progress=False)
     return report.test_acc_at_best_val, time.perf_counter() - start
 
 

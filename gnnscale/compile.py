@@ -38,8 +38,10 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.graph.synthetic_blocks import _fill_alias
 from gnnscale.nn import MODELS, GATConv, GCNConv, ModelConfig, SAGEConv
 from gnnscale.sampling import derive_key, sample_blocks, set_sampler_threads
+from gnnscale.sampling.registry import sampler_spec
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.run import run_training
+from gnnscale.train.inputs import seeded_model
 
 TINY = SyntheticConfig(num_nodes=600, avg_degree=6.0, num_classes=4, feature_dim=8, seed=0)
 
@@ -50,7 +52,7 @@ def _train(dataset: NodeDataset, models=MODELS, **train_overrides) -> None:
         model_cfg = ModelConfig(name=name, in_dim=dataset.feature_dim, hidden_dim=8, num_classes=dataset.num_classes,
                                 num_layers=2, heads=2, dropout=0.5, input_dropout=0.1, attn_dropout=0.1)
         cfg = TrainConfig(**{**dict(fanouts=(4, 3), batch_size=64, epochs=1, threads=2), **train_overrides})
-        run_training(dataset, model_cfg, cfg, progress=False)
+        fit(seeded_model(model_cfg, cfg.seed), dataset, inputs="blocks", config=cfg, progress=False)
 
 
 def _with_int64_indices(dataset: NodeDataset) -> NodeDataset:
@@ -93,7 +95,6 @@ def warm_layer_orders(work: Path) -> None:
 def warm_partition_and_distributed(work: Path) -> None:
     """``gnnscale partition`` (both methods) and one-worker distributed training in every layout."""
     from gnnscale.partition import write_partition_dir
-    from gnnscale.train.distributed import run_distributed_training
     from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 
     dataset = make_synthetic(TINY)
@@ -109,14 +110,20 @@ def warm_partition_and_distributed(work: Path) -> None:
     options = dict(name="sage", hidden_dim=8, dropout=0.5)
     for name, spec in LAYOUTS.items():
         sampler = spec.samplers[0]  # the fused kernel, or (the matrix layouts) --sampler matrix, no replacement
-        for replace in (False,) if sampler == "matrix" else (False, True):
+        for replace in (False,) if sampler_spec(sampler).bulk else (False, True):
             cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, replace=replace, sampler=sampler)
-            run_distributed_training(work / "metis", LayoutOptions(layout=name), options, cfg, progress=False,
-                                     timeout_s=60)
+            train_partitioned(work / "metis", LayoutOptions(layout=name), options, cfg)
     # GAT's split shuffles source rows: owner sampling builds those splits with kernels of their own.
     cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2)
-    run_distributed_training(work / "metis", LayoutOptions(layout="split"), dict(name="gat", hidden_dim=8, heads=2),
-                             cfg, progress=False, timeout_s=60)
+    train_partitioned(work / "metis", LayoutOptions(layout="split"), dict(name="gat", hidden_dim=8, heads=2), cfg)
+
+
+def train_partitioned(partition_dir: Path, options, model_options: dict, cfg: TrainConfig) -> None:
+    """One worker of ``gnnscale train --partitions``: the built-in model, through fit."""
+    from gnnscale.train.distributed import builtin_model_for
+
+    model = builtin_model_for(partition_dir, options, model_options, cfg)
+    fit(model, partition_dir, inputs="blocks", config=cfg, layout=options, progress=False, timeout_s=60)
 
 
 def warm_dgs_sampling(work: Path) -> None:

@@ -1,17 +1,12 @@
-"""Writing a file so that a reader never sees half of it: one function every output goes through; and
-reading a torch file as data only."""
+"""Writing a file so that a reader never sees half of it: one function every output goes through."""
 
 from __future__ import annotations
 
 import os
-import pickle
 import uuid
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
-
-import torch
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None], *, keep_previous: Path | None = None) -> Path:
@@ -58,25 +53,3 @@ def keep(path: Path, previous: Path) -> None:
     finally:
         link.unlink(missing_ok=True)
 
-
-def load_data(source: str | Path | BinaryIO) -> object:
-    """What ``torch.save`` wrote to ``source``, read as data only (tensors, numbers, strings, containers).
-
-    A file that is not that raises a ValueError whose message says what it is, in a few words. It never
-    passes on torch's advice to retry with ``weights_only=False``: that unpickles arbitrary objects,
-    which runs whatever code the file carries, and a gnnscale file never needs it.
-    """
-    try:
-        with warnings.catch_warnings():
-            # torch warns about the pickle protocol of files it did not write; the error below says enough.
-            warnings.simplefilter("ignore")
-            return torch.load(source, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        # torch's restricted unpickler names a class it refuses as an "Unsupported global"; other
-        # failures (an unknown opcode: text, a plain pickle) mean the file is not torch's at all.
-        if "Unsupported global" in str(err):
-            raise ValueError("it holds Python objects other than tensors and plain data, which gnnscale never "
-                             "loads (loading them could run code)") from None
-        raise ValueError("it is not a file torch.save wrote") from None
-    except Exception:  # torch raises KeyError, RuntimeError, EOFError, ... for other files
-        raise ValueError("it is not a file torch.save wrote") from None

@@ -233,3 +233,27 @@ def die_before_collective(rank: int, world_size: int, port: int) -> dict:
         return {"elapsed_s": time.monotonic() - start, "message": str(info.value)}
     finally:
         shutdown()
+
+
+def checkpoint_save_categories(rank: int, world_size: int, port: int) -> list[str]:
+    """Every worker saves one checkpoint (rank 0 writes it to a folder of its own); returns the categories
+    of the save's collectives on this worker."""
+    from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity
+
+    ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
+    try:
+        comm = Comm(ctx)
+        categories: list[str] = []
+        run = comm._run
+        comm._run = lambda op, category, fn: categories.append(category) or run(op, category, fn)
+        torch.manual_seed(0)  # the same weights on every worker, as after broadcast_model
+        model = torch.nn.Linear(2, 2)
+        identity = RunIdentity(signature={}, layout="hybrid", world_size=world_size, data={}, partition={})
+        with tempfile.TemporaryDirectory() as folder:
+            Checkpointer(Path(folder) / "run.ckpt", None, identity, comm, 4).save(
+                model, torch.optim.Adam(model.parameters()), epoch=1, step=0, history=[], worker_state={},
+                layout_state={})
+            assert (Path(folder) / "run.ckpt").is_file() == (rank == 0)
+        return categories
+    finally:
+        shutdown()

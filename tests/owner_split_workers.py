@@ -151,8 +151,8 @@ def _check_errors(comm: Comm, graph, book: PartitionBook) -> None:
         owner_split_blocks(graph, book, np.array([1, 500]), (3, 2), 1, comm)
     with pytest.raises(ValueError, match=r"kind: expected one of"):
         owner_split_blocks(graph, book, seeds, (3, 2), 1, comm, kind="edges")
-    with pytest.raises(ValueError, match=r"fanouts: expected every fanout >= 1"):
-        owner_split_blocks(graph, book, seeds, (3, 0), 1, comm)
+    with pytest.raises(ValueError, match=r"fanouts: expected every entry >= 0, or -1 for every neighbor"):
+        owner_split_blocks(graph, book, seeds, (3, -2), 1, comm)
     smaller = PartitionBook(offsets=np.linspace(0, 100, comm.world_size + 1).astype(np.int64))
     with pytest.raises(ValueError, match=r"book: expected a book of the graph's 500 nodes, got 100"):
         owner_split_blocks(graph, smaller, seeds, (3, 2), 1, comm)

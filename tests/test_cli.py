@@ -26,7 +26,7 @@ from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.graph.storage import save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
-from gnnscale.train.checkpoint import (CHECKPOINT_VERSION, KIND_SINGLE, newest_complete, previous_path,
+from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, newest_complete, previous_path,
                                        read_payload, write_atomic)
 
 SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]
@@ -252,8 +252,8 @@ def test_a_checkpoint_renamed_away_while_it_is_read_falls_back_to_the_previous_o
     """Between a reader's is_file() and its read, a save in another process may have moved the newest
     checkpoint away (on a file system without hard links): that is a missing file, not a crash."""
     ckpt = tmp_path / "c.ckpt"
-    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": KIND_SINGLE, "epochs_done": 1})
-    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": KIND_SINGLE, "epochs_done": 2})
+    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": CHECKPOINT_KIND, "epoch": 1})
+    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": CHECKPOINT_KIND, "epoch": 2})
     read_bytes = Path.read_bytes
 
     def vanished(self):
@@ -262,8 +262,8 @@ def test_a_checkpoint_renamed_away_while_it_is_read_falls_back_to_the_previous_o
         return read_bytes(self)
 
     monkeypatch.setattr(Path, "read_bytes", vanished)
-    found = newest_complete(ckpt, KIND_SINGLE)
-    assert found.path == previous_path(ckpt) and found.payload["epochs_done"] == 1
+    found = newest_complete(ckpt)
+    assert found.path == previous_path(ckpt) and found.payload["epoch"] == 1
 
 
 def test_the_torchrun_error_file_is_whole_or_absent(tmp_path, monkeypatch, capsys):
@@ -420,7 +420,7 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [f"gnnscale train: interrupted (Ctrl-C); {ckpt} holds the last checkpoint "
                                         f"(continue with --resume); {metrics} holds the metrics of the finished epochs"]
-    assert read_payload(ckpt, KIND_SINGLE)["epochs_done"] >= 1  # whole: the interrupt never cuts a save short
+    assert read_payload(ckpt)["epoch"] >= 1  # whole: the interrupt never cuts a save short
     assert not list(tmp_path.glob(".*tmp*"))
 
 

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.launch import unexplained_failures
 from gnnscale.partition import write_partition_dir
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, newest_complete
+from gnnscale.train.checkpoint import newest_complete
 from launch import ENV, LAUNCH_TIMEOUT_S, rendezvous_port
 
 ARGS = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "32", "--epochs", "100000", "--threads", "1",
@@ -72,7 +72,7 @@ def test_ctrl_c_under_the_launcher_is_the_workers_one_line(partition, tmp_path):
     assert lines == [f"gnnscale train: interrupted (Ctrl-C); {ckpt} holds the last checkpoint (continue with "
                      "--resume)"], out + err
     assert proc.returncode == 130
-    assert newest_complete(ckpt, KIND_DISTRIBUTED).payload["epoch"] >= 1
+    assert newest_complete(ckpt).payload["epoch"] >= 1
 
 
 def test_a_killed_worker_is_one_line_beside_the_survivors_line(partition):

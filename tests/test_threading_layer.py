@@ -16,12 +16,13 @@ PROBE = r"""
 import numba, torch
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.run import run_training
+from gnnscale.train.inputs import seeded_model
 ds = make_synthetic(SyntheticConfig(num_nodes=400, feature_dim=8, num_classes=3))
-run_training(ds, ModelConfig(name="sage", in_dim=8, hidden_dim=8, num_classes=3, num_layers=2),
-             TrainConfig(fanouts=(3, 3), batch_size=128, epochs=1, threads=2, prefetch=1, evaluate=False),
-             progress=False)
+fit(seeded_model(ModelConfig(name="sage", in_dim=8, hidden_dim=8, num_classes=3, num_layers=2), 0), ds,
+    inputs="blocks", config=TrainConfig(fanouts=(3, 3), batch_size=128, epochs=1, threads=2, prefetch=1,
+                                        evaluate=False), progress=False)
 print("layer", numba.threading_layer())
 """
 

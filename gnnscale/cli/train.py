@@ -20,7 +20,6 @@ from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.layouts.registry import (DEFAULT_LAYOUT, layout_spec, layouts_owning, layouts_with,
                                             option_classes)
-from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.run import RunOutputs, TrainReport
 
 # Model options come from ModelConfig; the dataset gives the rest (in_dim, num_classes, num_layers).
@@ -101,7 +100,7 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     if dgs_given and not args.dgs:
         raise ValueError(f"{', '.join(dgs_given)}: given without --dgs; add --dgs")
     if args.partitions is None:
-        check_single_process_flags(args, outputs)
+        check_single_process_flags(args)
         return TrainSettings(train=train, model=model, outputs=outputs, layout=None)
     typed = [flag for flag, value in (("--dataset", dataset_flags(args).dataset),
                                       ("--data-dir", dataset_flags(args).data_dir), ("-o", args.option)) if value]
@@ -129,13 +128,12 @@ def read_layout(args: argparse.Namespace, train: TrainConfig) -> LayoutOptions:
     return LayoutOptions(layout=spec.name, settings=read_settings(spec.options, args), dgs=dgs)
 
 
-def check_single_process_flags(args: argparse.Namespace, outputs: RunOutputs) -> None:
+def check_single_process_flags(args: argparse.Namespace) -> None:
     """A flag that only a distributed run reads is an error without --partitions, not silently ignored."""
     distributed_only = [flag for cls in option_classes() for flag in given_flags(cls, args)]
     if args.layout is not None:
         distributed_only.insert(0, f"--layout {args.layout}")
-    for flag, value in (("--timeout", args.timeout), ("--dgs", args.dgs),
-                        ("--checkpoint-every", outputs.checkpoint_every)):
+    for flag, value in (("--timeout", args.timeout), ("--dgs", args.dgs)):
         if value:
             distributed_only.append(flag)
     if distributed_only:
@@ -151,7 +149,6 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
     progress = not args.quiet
     if settings.layout is not None:
-        keep_freed_memory()  # the single-process trainer does this itself
         model = builtin_model_for(args.partitions, settings.layout, settings.model, settings.train, settings.outputs)
         report = fit(model, args.partitions, inputs="blocks", config=settings.train, layout=settings.layout,
                      outputs=settings.outputs, progress=progress,
@@ -168,11 +165,15 @@ def cmd_train(args: argparse.Namespace) -> None:
                                 num_layers=settings.train.num_layers, **settings.model)
         report = fit(seeded_model(model_cfg, settings.train.seed), dataset, inputs="blocks", config=settings.train,
                      outputs=outputs, progress=progress)
-    print_report(report, settings.train)
+    print_report(report, settings.train, settings.outputs)
 
 
-def print_report(report: TrainReport, cfg: TrainConfig) -> None:
+def print_report(report: TrainReport, cfg: TrainConfig, outputs: RunOutputs) -> None:
     last = report.history[-1]
+    if outputs.model_out is not None:
+        best = outputs.save_model_at == "best" and report.saved_epoch == report.best_epoch
+        which = "best validation" if best else "last"
+        print(f"saved the model of epoch {report.saved_epoch} ({which}) to {outputs.model_out}")
     if report.full_eval is not None:
         full = report.full_eval
         print(f"full-graph evaluation (layer-wise, every neighbor): validation {full['metric']} {full['val']:.4f}, "

@@ -13,6 +13,8 @@ wrote before) still loads when the caller gives the config it was trained with.
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gnnscale.files import atomic_write, load_data
+from gnnscale.files import atomic_write
 from gnnscale.nn.models import ModelConfig, build_model
 
 FORMAT = "gnnscale-model"
@@ -74,15 +76,17 @@ class ModelFile:
                              f"features and {num_classes} classes; use the dataset the model was trained on")
 
 
-def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dataset: DatasetFacts) -> Path:
+def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
+                    state_dict: dict | None = None) -> Path:
     """Write ``model``'s weights with ``config`` and ``dataset`` atomically (:func:`~gnnscale.files.atomic_write`:
-    a regular file only, never half written)."""
+    a regular file only, never half written). ``state_dict``: weights of ``model`` to write instead of its
+    current ones (a training run's best epoch)."""
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
     if not isinstance(dataset, DatasetFacts):
         raise TypeError(f"dataset: expected DatasetFacts, got {type(dataset).__name__}")
     payload = {"format": FORMAT, "version": VERSION, "config": asdict(config), "dataset": asdict(dataset),
-               "state_dict": model.state_dict()}
+               "state_dict": model.state_dict() if state_dict is None else state_dict}
     return atomic_write(path, lambda f: torch.save(payload, f))
 
 
@@ -155,3 +159,29 @@ def _describe(cfg: ModelConfig) -> str:
     extra = f", heads {cfg.heads}, out_heads {cfg.out_heads}" if cfg.name == "gat" else ""
     return (f"model {cfg.name} ({cfg.in_dim} features -> hidden {cfg.hidden_dim} -> {cfg.num_classes} classes, "
             f"{cfg.num_layers} layers{extra})")
+
+
+
+# In nn/, not with atomic_write among the base modules: the graph stage writes files too and stays free of
+# torch, whose import a converter or generator would otherwise pay.
+def load_data(source: str | Path | BinaryIO) -> object:
+    """What ``torch.save`` wrote to ``source``, read as data only (tensors, numbers, strings, containers).
+
+    A file that is not that raises a ValueError whose message says what it is, in a few words. It never
+    passes on torch's advice to retry with ``weights_only=False``: that unpickles arbitrary objects,
+    which runs whatever code the file carries, and a gnnscale file never needs it.
+    """
+    try:
+        with warnings.catch_warnings():
+            # torch warns about the pickle protocol of files it did not write; the error below says enough.
+            warnings.simplefilter("ignore")
+            return torch.load(source, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's restricted unpickler names a class it refuses as an "Unsupported global"; other
+        # failures (an unknown opcode: text, a plain pickle) mean the file is not torch's at all.
+        if "Unsupported global" in str(err):
+            raise ValueError("it holds Python objects other than tensors and plain data, which gnnscale never "
+                             "loads (loading them could run code)") from None
+        raise ValueError("it is not a file torch.save wrote") from None
+    except Exception:  # torch raises KeyError, RuntimeError, EOFError, ... for other files
+        raise ValueError("it is not a file torch.save wrote") from None

@@ -1,8 +1,9 @@
 """``fit``: train a model (gnnscale's or one of your own) on a dataset in this process, or over a
 partition directory with one worker per part (``torchrun my_script.py``).
 
-``gnnscale train`` builds its model and calls :func:`fit` too: one entry, one training loop
-(:mod:`gnnscale.train.loop`) for every model, layout and worker count.
+``gnnscale train`` builds its model and calls :func:`fit` too: one entry, one setup path
+(:mod:`gnnscale.train.setup`), one training loop (:mod:`gnnscale.train.loop`) and one checkpoint format
+for every model, layout and worker count; one process is a one-worker run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from torch import nn
 
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.distributed import train_distributed
+from gnnscale.train.distributed import Partitioned
+from gnnscale.train.in_process import InProcess
 from gnnscale.train.layouts import LayoutOptions, layout_options as options_for
-from gnnscale.train.run import RunOutputs, TrainReport, train_in_process
+from gnnscale.train.run import RunOutputs, TrainReport
+from gnnscale.train.setup import RunSource, train_run
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -42,15 +45,17 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
             ``"1.5d"``, ``"split"``) or :class:`~gnnscale.train.layouts.LayoutOptions` with the layout's own
             options and DGS (``gnnscale.train.layouts.layout_options("split", shuffle_dtype="bfloat16")``).
             Default ``"hybrid"``. ``"split"`` and DGS need a built-in model (split-aware layers).
-        outputs: metrics file, checkpoint and resume, and for a built-in model its model file and full
-            evaluation (:class:`~gnnscale.train.run.RunOutputs`; default: nothing written).
+        outputs: metrics file, checkpoint and resume, and for a built-in model its model file (the
+            best-validation epoch's weights by default, ``save_model_at``) and full evaluation
+            (:class:`~gnnscale.train.run.RunOutputs`; default: nothing written).
         progress: per-epoch lines (rank 0) and a progress bar on a terminal.
         timeout_s: a partition directory only: seconds a worker waits for its peers before it stops with
             an error (default 120).
 
     Returns:
         the :class:`~gnnscale.train.run.TrainReport`, the same on every worker: per-epoch loss (and every
-        iteration's), accuracy, timings and communication, best validation epoch.
+        iteration's), accuracy, timings and communication, best validation epoch, and the epoch whose
+        weights the model file holds (``saved_epoch``). ``model`` itself holds the last epoch's.
 
     Every worker starts from rank 0's weights. Adam steps on gradients averaged over the workers (data
     parallelism): one step of P workers with ``batch_size`` seeds each is one step on their P micro-batches.
@@ -61,17 +66,21 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         raise TypeError(f"config: expected a gnnscale.train.config.TrainConfig, got {type(config).__name__}")
     if not isinstance(outputs, RunOutputs):
         raise TypeError(f"outputs: expected a gnnscale.train.run.RunOutputs, got {type(outputs).__name__}")
+    return train_run(model, inputs, config, run_source(data, layout, timeout_s), outputs, progress=progress)
+
+
+def run_source(data: NodeDataset | str | os.PathLike, layout: str | LayoutOptions | None,
+               timeout_s: float | None) -> RunSource:
+    """A dataset trains in this process, a partition directory under torchrun."""
     if isinstance(data, NodeDataset):
         for name, value in (("layout", layout), ("timeout_s", timeout_s)):
             if value is not None:
                 raise ValueError(f"{name}: applies to a distributed run over a partition directory; a NodeDataset "
                                  "trains in this process (drop it, or pass the directory gnnscale partition wrote)")
-        return train_in_process(model, data, inputs, config, outputs, progress=progress)
+        return InProcess(data)
     if not isinstance(data, (str, os.PathLike)):
         raise TypeError(f"data: expected a gnnscale NodeDataset or a partition directory, got {type(data).__name__}")
-    options = layout_options(layout)
-    return train_distributed(model, Path(data), inputs, config, options, outputs, progress=progress,
-                             timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+    return Partitioned(Path(data), layout_options(layout), DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
 
 
 def layout_options(layout: str | LayoutOptions | None) -> LayoutOptions:

@@ -1,9 +1,10 @@
-"""Atomic checkpoints and resuming.
+"""Atomic checkpoint files and resuming.
 
-Every random choice of training is a function of ``(seed, epoch, step)`` (sampling keys, batch
+Every random choice of training is a function of ``(seed, epoch, step, rank)`` (sampling keys, batch
 order, and torch's RNG re-seeded at each iteration), so a run resumed from the checkpoint of epoch
-``e`` continues exactly as the uninterrupted run would have. Distributed runs write checkpoints of
-their own kind (:mod:`gnnscale.train.dist_checkpoint`); each kind refuses the other's.
+``e`` continues exactly as the uninterrupted run would have. One process is a one-worker run, so every
+run writes one kind of checkpoint: what it holds and how a run resumes it is
+:mod:`gnnscale.train.dist_checkpoint`; this module is the file.
 
 A checkpoint file is a magic string, the sha256 of what follows, and ``torch.save``'s bytes: a truncated
 or altered file is found before anything is loaded. Every save keeps the one before it beside the file
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from gnnscale.files import atomic_write, load_data
-from gnnscale.nn.model_file import DatasetFacts, save_model_file
+from gnnscale.files import atomic_write
+from gnnscale.nn.model_file import DatasetFacts, load_data, save_model_file
 from gnnscale.nn.models import ModelConfig
 from gnnscale.settings import flag_names
 from gnnscale.train.config import TrainConfig
@@ -31,40 +32,11 @@ from gnnscale.train.layouts.registry import option_classes
 CHECKPOINT_VERSION = 2
 MAGIC = b"GNNSCKP2"
 DIGEST_BYTES = 32  # sha256
-KIND_SINGLE = "single"  # written by run_training (one process)
-KIND_DISTRIBUTED = "distributed"  # written by rank 0 of run_distributed_training
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Checkpoint:
-    """What a checkpoint holds.
-
-    Args:
-        epochs_done: number of completed epochs (training resumes at this epoch index).
-        model_state, optimizer_state: ``state_dict()`` of each.
-        run_signature: the settings that must match to resume (dataset, model, training config
-            except the epoch count), as a JSON-able dict.
-        history: per-epoch metrics dicts so far.
-    """
-
-    epochs_done: int
-    model_state: dict
-    optimizer_state: dict
-    run_signature: dict
-    history: list[dict]
-
-
-def save_checkpoint(path: str | Path, ckpt: Checkpoint) -> None:
-    """Write atomically (:func:`write_atomic`): a run killed mid-write leaves the previous checkpoint intact."""
-    write_atomic(path, {
-        "version": CHECKPOINT_VERSION,
-        "kind": KIND_SINGLE,
-        "epochs_done": ckpt.epochs_done,
-        "model_state": ckpt.model_state,
-        "optimizer_state": ckpt.optimizer_state,
-        "run_signature": ckpt.run_signature,
-        "history": ckpt.history,
-    })
+# Every run writes this kind. Distributed runs wrote "distributed" before one process became a one-worker
+# run: the same contents, still read. Single-process runs wrote "single" (or, before that, no kind): another
+# format, refused (:func:`check_kind`).
+CHECKPOINT_KIND = "run"
+READABLE_KINDS = (CHECKPOINT_KIND, "distributed")
 
 
 def write_atomic(path: str | Path, payload: object) -> None:
@@ -114,9 +86,10 @@ class Found:
     note: str = ""
 
 
-def newest_complete(path: str | Path, kind: str) -> Found | None:
+def newest_complete(path: str | Path) -> Found | None:
     """The checkpoint at ``path`` or, when that one is missing or damaged, the previous one kept beside it;
-    None when there is neither. ValueError when every file there is damaged or of the other kind."""
+    None when there is neither. ValueError when every file there is damaged, or the newest whole one was
+    written by an older gnnscale in a format no longer read."""
     path = Path(path)
     problems = []
     for candidate in (path, previous_path(path)):
@@ -132,7 +105,7 @@ def newest_complete(path: str | Path, kind: str) -> Found | None:
         except ValueError as err:  # damaged or foreign: the previous save may still be whole
             problems.append(str(err).removeprefix("checkpoint: "))
             continue
-        check_kind(payload, candidate, kind)  # whole, but of the other kind of run: no fallback helps
+        check_kind(payload, candidate)  # whole, but of a format no longer read: no fallback helps
         note = "" if candidate == path else f"checkpoint: {problems[0]}; resuming from the previous one, {candidate}"
         return Found(path=candidate, payload=payload, note=note)
     if all(p.endswith(" is missing") for p in problems):
@@ -140,44 +113,25 @@ def newest_complete(path: str | Path, kind: str) -> Found | None:
     raise ValueError(f"checkpoint: no complete checkpoint to resume from ({'; '.join(problems)})")
 
 
-def read_payload(path: str | Path, kind: str) -> dict:
-    """The dict a checkpoint file holds, of ``kind`` (:data:`KIND_SINGLE` or :data:`KIND_DISTRIBUTED`).
+def read_payload(path: str | Path) -> dict:
+    """The dict a checkpoint file holds (:mod:`gnnscale.train.dist_checkpoint` decodes it).
 
-    Raises ValueError naming ``checkpoint`` for a missing, unreadable or foreign file, or one written by
-    the other kind of run (a single-process checkpoint cannot resume a distributed run, nor the reverse).
+    Raises ValueError naming ``checkpoint`` for a missing, unreadable or foreign file, or one of a format
+    no longer read.
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint: no file at {path} to resume from")
-    payload = decode_payload(path.read_bytes(), path)
-    return check_kind(payload, path, kind)
+    return check_kind(decode_payload(path.read_bytes(), path), path)
 
 
-def check_kind(payload: dict, path: Path, kind: str) -> dict:
-    """``payload`` when it was written by a run of ``kind``; else ValueError saying how to resume it."""
-    written = payload.get("kind", KIND_SINGLE)  # checkpoints from before distributed ones have no kind
-    if written != kind:
-        if written == KIND_DISTRIBUTED:
-            raise ValueError(f"checkpoint: {path} was written by a distributed run ({payload.get('world_size')} "
-                             f"workers, --layout {payload.get('layout')}); resume it with torchrun and --partitions")
-        raise ValueError(f"checkpoint: {path} was written by a single-process run (--dataset "
-                         f"{payload.get('run_signature', {}).get('dataset')}); resume it without --partitions")
+def check_kind(payload: dict, path: Path) -> dict:
+    """``payload`` when this version reads it; else ValueError, one line saying why."""
+    if payload.get("kind") not in READABLE_KINDS:
+        # A single-process checkpoint of before one process became a one-worker run: other fields.
+        raise ValueError(f"checkpoint: {path} was written by an older version of gnnscale (a single-process "
+                         "checkpoint, a format this version does not read); start afresh with --overwrite")
     return payload
-
-
-def load_checkpoint(path: str | Path, run_signature: dict, payload: dict | None = None) -> Checkpoint:
-    """Load a checkpoint written by :func:`save_checkpoint` (or take its ``payload``, already read) and
-    check it belongs to this run.
-
-    Raises ValueError naming ``checkpoint`` for a missing, unreadable or mismatching file.
-    """
-    path = Path(path)
-    payload = read_payload(path, KIND_SINGLE) if payload is None else payload
-    saved = payload["run_signature"]
-    check_same_settings(path, saved, run_signature)
-    return Checkpoint(epochs_done=int(payload["epochs_done"]), model_state=payload["model_state"],
-                      optimizer_state=payload["optimizer_state"], run_signature=saved,
-                      history=list(payload["history"]))
 
 
 def check_same_settings(path: Path, saved: dict, current: dict) -> None:
@@ -220,7 +174,9 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
                 return found
         return None
     return None if saved == current else (prefix.rstrip("."), saved, current)
-def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts) -> None:
+def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
+               state_dict: dict | None = None) -> None:
     """Write the self-describing model file (:mod:`gnnscale.nn.model_file`: weights, ``config`` and the
-    ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`save_checkpoint`."""
-    save_model_file(path, model, config, dataset)
+    ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`write_atomic`.
+    ``state_dict``: weights of ``model`` to write instead of its current ones (the best epoch's)."""
+    save_model_file(path, model, config, dataset, state_dict=state_dict)

@@ -1,5 +1,5 @@
-"""Checkpoints of distributed runs: what rank 0 writes, what a resuming run may change, and how every
-worker gets its state back.
+"""Checkpoints of every run (one process is a one-worker run, :mod:`gnnscale.train.in_process`): what
+rank 0 writes, what a resuming run may change, and how every worker gets its state back.
 
 One file, written by rank 0 only, is enough to rebuild every worker:
 
@@ -15,8 +15,8 @@ One file, written by rank 0 only, is enough to rebuild every worker:
   uninterrupted run's. (Its phase times, edge metrics and cache hit rate cover the iterations after
   the resume.)
 
-What a resumed run may change: the epoch count, threads and prefetch depth (as single-process runs,
-:data:`~gnnscale.train.run.RESUMABLE_CHANGES`). The hybrid layout may also continue at an epoch boundary
+What a resumed run may change: the epoch count, threads and prefetch depth (:data:`RESUMABLE_CHANGES`).
+The hybrid layout may also continue at an epoch boundary
 on another partition of the same dataset (a layout whose spec is ``repartitionable``), with another worker count: model, optimizer, epoch and
 history carry over; batches are then drawn for the new workers (not bit for bit the old run). The data
 is identified by dataset-level facts (name, node, edge, feature, class and split counts), which do not
@@ -36,25 +36,30 @@ import torch
 from gnnscale.distributed.comm import Comm
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import MANIFEST, SPLITS, sha256_file
-from gnnscale.train.checkpoint import (CHECKPOINT_VERSION, KIND_DISTRIBUTED, check_same_settings, first_difference,
+from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, check_same_settings, first_difference,
                                        decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.registry import layout_spec, layouts_with, resolved
-from gnnscale.train.run import RESUMABLE_CHANGES
+from gnnscale.train.layouts.single import SINGLE
+
+# Settings a resumed run may change: they do not change what is computed.
+RESUMABLE_CHANGES = ("epochs", "threads", "prefetch")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunIdentity:
-    """What a distributed checkpoint must match to be resumed (known before the workers join the run).
+    """What a checkpoint must match to be resumed (known before the workers join the run).
 
     Args:
         signature: ``{"model": ModelConfig fields, "train": TrainConfig fields but RESUMABLE_CHANGES}``.
-        layout: the registered layout's name (``--layout``).
+        layout: the registered layout's name (``--layout``); ``"single"`` for one process
+            (:data:`~gnnscale.train.layouts.single.SINGLE`).
         world_size: number of workers.
-        data: dataset-level facts of the partitioned dataset (:func:`dataset_facts`).
-        partition: ``{"path": str, "manifest_sha256": hex}``: which partition directory exactly.
+        data: dataset-level facts of the (partitioned) dataset (:func:`dataset_facts`).
+        partition: ``{"path": str, "manifest_sha256": hex}``: which partition directory exactly (both None
+            for one process: its dataset is ``data``).
     """
 
     signature: dict
@@ -78,6 +83,9 @@ class DistCheckpoint:
         workers: per rank, the epoch's running sums after ``step`` iterations (empty when ``step`` is 0).
         layout_state: what the layout needs beyond the model (DGS: the model snapshots whose masks the
             run samples with next), the same on every worker.
+        best: the best-validation epoch so far and its weights (:meth:`BestWeights.checkpoint_state
+            <gnnscale.train.best.BestWeights.checkpoint_state>`); None before the first epoch's end and in
+            checkpoints of older versions.
     """
 
     identity: RunIdentity
@@ -89,6 +97,7 @@ class DistCheckpoint:
     history: list[dict]
     workers: list[dict]
     layout_state: dict
+    best: dict | None = None
 
 
 def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig | dict, cfg: TrainConfig,
@@ -107,6 +116,16 @@ def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig |
                                   "manifest_sha256": sha256_file(Path(partition_dir) / MANIFEST)})
 
 
+def one_process_identity(data: dict, model: dict, cfg: TrainConfig) -> RunIdentity:
+    """A run of one process on a dataset whose :func:`dataset_facts` are ``data``: :func:`run_identity`'s
+    signature (no DGS), the one-process layout, no partition directory. ``model``: the model's
+    :func:`~gnnscale.train.inputs.model_signature`."""
+    train = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_CHANGES}
+    return RunIdentity(signature={"model": model, "train": train, "layout_options": {}, "dgs": None},
+                       layout=SINGLE.name, world_size=1,
+                       data=data, partition={"path": None, "manifest_sha256": None})
+
+
 def dataset_facts(manifest: dict) -> dict:
     """Facts of the partitioned dataset that every partition of it shares (no node ids)."""
     facts = {key: manifest[key] for key in ("dataset", "num_nodes", "num_edges", "feature_dim", "num_classes")}
@@ -116,10 +135,11 @@ def dataset_facts(manifest: dict) -> dict:
 
 def save_dist_checkpoint(path: str | Path, ckpt: DistCheckpoint) -> None:
     """Write ``ckpt`` atomically (a killed write leaves the previous checkpoint intact)."""
-    write_atomic(path, {"version": CHECKPOINT_VERSION, "kind": KIND_DISTRIBUTED, **asdict(ckpt.identity),
+    write_atomic(path, {"version": CHECKPOINT_VERSION, "kind": CHECKPOINT_KIND, **asdict(ckpt.identity),
                         "epoch": ckpt.epoch, "step": ckpt.step, "num_batches": ckpt.num_batches,
                         "model_state": ckpt.model_state, "optimizer_state": ckpt.optimizer_state,
-                        "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state})
+                        "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state,
+                        "best": ckpt.best})
 
 
 # DGS settings that checkpoints written before they existed ran with: resuming one compares these with
@@ -136,20 +156,26 @@ def decode(payload: dict) -> DistCheckpoint:
     return DistCheckpoint(identity=identity, epoch=int(payload["epoch"]), step=int(payload["step"]),
                           num_batches=int(payload["num_batches"]), model_state=payload["model_state"],
                           optimizer_state=payload["optimizer_state"], history=list(payload["history"]),
-                          workers=list(payload["workers"]), layout_state=dict(payload["layout_state"]))
+                          workers=list(payload["workers"]), layout_state=dict(payload["layout_state"]),
+                          best=payload.get("best"))  # None in checkpoints written before it was recorded
 
 
 def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int) -> None:
     """ValueError (one line naming the setting and its flag) unless this run can continue ``ckpt``."""
     was = ckpt.identity
+    check_same_kind_of_run(was, run, path)
     if was.layout != run.layout:
         raise ValueError(f"checkpoint: {path} was written with --layout {was.layout}, this run has --layout "
                          f"{run.layout}; resume with --layout {was.layout}")
     difference = first_difference(was.data, run.data)
     if difference is not None:
         key, old, new = difference
-        raise ValueError(f"checkpoint: {path} was written on another dataset ({key}={old!r}, this run's --partitions "
-                         f"{run.partition['path']} has {key}={new!r}); resume with a partition of the same dataset")
+        if in_one_process(run):
+            where, advice = f"--dataset {run.data['dataset']}", "the same --dataset (and -o options)"
+        else:
+            where, advice = f"--partitions {run.partition['path']}", "a partition of the same dataset"
+        raise ValueError(f"checkpoint: {path} was written on another dataset ({key}={old!r}, this run's {where} has "
+                         f"{key}={new!r}); resume with {advice}")
     check_same_settings(path, was.signature, run.signature)
     if not same_partition(was, run):
         workers = f"{was.world_size} worker{'' if was.world_size == 1 else 's'}"
@@ -165,6 +191,21 @@ def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int
     if ckpt.epoch >= epochs:
         raise ValueError(f"epochs: {path} already holds {ckpt.epoch} trained epochs; pass --epochs above "
                          f"{ckpt.epoch} to train more")
+
+
+def in_one_process(identity: RunIdentity) -> bool:
+    return identity.layout == SINGLE.name
+
+
+def check_same_kind_of_run(was: RunIdentity, run: RunIdentity, path: Path) -> None:
+    """One process and a torchrun launch read the same checkpoints, but neither continues the other's run
+    (the same bits would need the same layout)."""
+    if in_one_process(was) and not in_one_process(run):
+        raise ValueError(f"checkpoint: {path} was written by a single-process run (--dataset {was.data['dataset']}); "
+                         "resume it without --partitions")
+    if in_one_process(run) and not in_one_process(was):
+        raise ValueError(f"checkpoint: {path} was written by a distributed run ({was.world_size} workers, --layout "
+                         f"{was.layout}); resume it with torchrun and --partitions")
 
 
 def same_partition(a: RunIdentity, b: RunIdentity) -> bool:
@@ -190,7 +231,7 @@ def check_checkpoint_at_launch(path: str | Path | None, *, resume: bool | str, o
             check_run_outputs(metrics_out=None, checkpoint=None, resume=resume, overwrite=overwrite)
         return None
     check_run_outputs(metrics_out=None, checkpoint=path, resume=resume, overwrite=overwrite)
-    found = newest_complete(path, KIND_DISTRIBUTED) if resume else None
+    found = newest_complete(path) if resume else None
     if found is None:
         return None
     if found.note:
@@ -278,11 +319,23 @@ class Checkpointer:
                 and (epoch * self.num_batches + steps_done) % self.every == 0)
 
     def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
-             layout_state: dict) -> None:
+             layout_state: dict, best: dict | None = None) -> None:
         """Check that every worker holds rank 0's model and optimizer, then rank 0 writes the checkpoint
-        (with every worker's ``worker_state`` when ``step`` > 0). Every worker stops with rank 0's
-        message if either fails. Collective: one all-to-all and one agree (category ``"checkpoint"``: a peer
-        that dies meanwhile is reported as dying during a save), left out of the iterations' accounting."""
+        (with every worker's ``worker_state`` when ``step`` > 0, and the best epoch's weights ``best``).
+        Every worker stops with rank 0's message if either fails. Collective: one all-to-all and one agree
+        (category ``"checkpoint"``: a peer that dies meanwhile is reported as dying during a save), left out
+        of the iterations' accounting."""
+        def checkpoint(workers: list[dict]) -> DistCheckpoint:
+            return DistCheckpoint(identity=self.identity, epoch=epoch, step=step, num_batches=self.num_batches,
+                                  model_state=model.state_dict(), optimizer_state=optimizer.state_dict(),
+                                  history=history, workers=workers if step else [], layout_state=layout_state,
+                                  best=best)
+
+        if self.comm.world_size == 1:
+            # One worker: no copy to compare and nobody to tell; a failed write is this process's own error
+            # (an OSError naming the file).
+            save_dist_checkpoint(self.path, checkpoint([worker_state]))
+            return
         fingerprint = state_fingerprint(model, optimizer)
         gathered = gather_to_rank0(self.comm, {"fingerprint": fingerprint, "state": worker_state if step else {}})
         error = ""
@@ -293,10 +346,7 @@ class Checkpointer:
                          f"{epoch} step {step}; not saved")
             else:
                 try:
-                    save_dist_checkpoint(self.path, DistCheckpoint(
-                        identity=self.identity, epoch=epoch, step=step, num_batches=self.num_batches,
-                        model_state=model.state_dict(), optimizer_state=optimizer.state_dict(), history=history,
-                        workers=[got["state"] for got in gathered] if step else [], layout_state=layout_state))
+                    save_dist_checkpoint(self.path, checkpoint([got["state"] for got in gathered]))
                 except OSError as err:
                     error = f"checkpoint: cannot write {self.path}: {err}"
         self.comm.agree(not error, error, "checkpoint")  # collective: every worker stops if rank 0 could not save

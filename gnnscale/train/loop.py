@@ -5,12 +5,13 @@ moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead
 (:func:`prepared_batches`) whose collectives (remote sampling, the feature fetch) run on a process
 group of their own, so they overlap the training step and never interleave with its gradient
 all-reduce (or split parallelism's shuffles). What a worker samples, fetches and computes is its
-layout's (:mod:`gnnscale.train.layouts`); the single-process trainer is the one-worker layout
+layout's (:mod:`gnnscale.train.layouts`); a run in one process is the one-worker layout
 (:mod:`gnnscale.train.layouts.single`) on a process group of its own.
 
 Every random choice is keyed by ``(seed, epoch, step, rank)``, so a resumed run continues exactly,
 whatever the thread count or prefetch depth. A ``saver`` (:class:`Saver`) checkpoints after every
-epoch and, when it says so, after an iteration.
+epoch and, when it says so, after an iteration, with the best-validation epoch's weights
+(:class:`~gnnscale.train.best.BestWeights`, kept after every epoch that is the best so far).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.keys import STREAM_DROPOUT, derive_key
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.prefetch import stream_in_groups
+from gnnscale.train.best import BestWeights
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts.base import Layout, Step, add_counts
@@ -45,7 +47,7 @@ class Saver(Protocol):
     def due(self, epoch: int, steps_done: int) -> bool: ...
 
     def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
-             layout_state: dict) -> None: ...
+             layout_state: dict, best: dict | None) -> None: ...
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -223,13 +225,15 @@ def agreed_num_batches(layout: Layout, comm: Comm) -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Start:
     """Where training starts: a fresh run, or a checkpoint's epoch and step (with this worker's sums of
-    that epoch's first ``step`` iterations, None at an epoch boundary) and its finished epochs."""
+    that epoch's first ``step`` iterations, None at an epoch boundary), its finished epochs and the best of
+    them (``best``, which the loop keeps up to date: mutable)."""
 
     epoch: int = 0
     step: int = 0
     history: list[dict] = field(default_factory=list)
     sums: EpochSums | None = None
     layout_state: dict = field(default_factory=dict)
+    best: BestWeights = field(default_factory=BestWeights)
 
 
 class TrainingDiverged(ValueError):
@@ -258,11 +262,11 @@ def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int)
 def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig,
                  part: LocalPartition, num_batches: int, start: Start, saver: Saver | None, lead: bool,
                  on_epoch_end: Callable[[list[dict]], None] | None = None) -> list[dict]:
-    """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``saver`` saves after every epoch and,
-    when due, after an iteration; ``on_epoch_end(history)`` runs after every epoch (the metrics file).
-    Returns the history, the checkpoint's epochs first. A loss that becomes NaN or infinite stops the run
-    (:class:`TrainingDiverged`) before the broken state is saved."""
-    history = list(start.history)
+    """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``start.best`` keeps the weights of the best
+    one; ``saver`` saves after every epoch and, when due, after an iteration; ``on_epoch_end(history)`` runs
+    after every epoch (the metrics file). Returns the history, the checkpoint's epochs first. A loss that
+    becomes NaN or infinite stops the run (:class:`TrainingDiverged`) before the broken state is saved."""
+    history, best = list(start.history), start.best
     for epoch in range(start.epoch, cfg.epochs):
         timer = PhaseTimer()
         resumed = epoch == start.epoch and start.step > 0
@@ -273,7 +277,8 @@ def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Co
                 with timer.phase("checkpoint"):
                     saver.save(model, optimizer, epoch=epoch, step=steps_done, history=history,
                                worker_state=sums.to_state(),
-                               layout_state=layout.checkpoint_state(epoch * num_batches + steps_done))
+                               layout_state=layout.checkpoint_state(epoch * num_batches + steps_done),
+                               best=best.checkpoint_state(epoch, steps_done))
 
         cpu_start = time.process_time()
         with timer.phase("epoch"):
@@ -289,9 +294,12 @@ def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Co
         if lead:
             print_epoch(history[-1])
         check_finite_epoch(history[-1])
+        if cfg.evaluate:  # without validation the best epoch is the last: nothing to keep
+            best.update(model, history)
         if saver is not None:
             saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={},
-                       layout_state=layout.checkpoint_state((epoch + 1) * num_batches))
+                       layout_state=layout.checkpoint_state((epoch + 1) * num_batches),
+                       best=best.checkpoint_state(epoch + 1, 0))
         if on_epoch_end is not None:
             on_epoch_end(history)
     return history

@@ -14,7 +14,6 @@ import signal
 import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,15 +22,15 @@ from gnnscale.cli import build_parser, main, subcommand_parser
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
 from gnnscale.partition.directory import MANIFEST
-from gnnscale.train.dist_checkpoint import Checkpointer, DistCheckpoint, check_resume, decode, run_identity
+from gnnscale.train.dist_checkpoint import (RESUMABLE_CHANGES, Checkpointer, DistCheckpoint, check_resume, decode,
+                                            one_process_identity, run_identity)
 from gnnscale.train.layouts import layout_options
 from gnnscale.train.layouts.registry import option_classes
-from gnnscale.train.checkpoint import KIND_DISTRIBUTED, load_checkpoint, newest_complete, read_payload
+from gnnscale.train.checkpoint import newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
-from gnnscale.train.run import RESUMABLE_CHANGES, run_signature
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -75,13 +74,13 @@ def kill_mid_epoch(partition: Path, layout: str, ckpt: Path) -> dict:
         while time.monotonic() < deadline:
             assert launch.proc.poll() is None, f"the run ended before it was killed:\n{launch.tail()}"
             # The newest complete save, as a resume picks it (a save renames the old file aside first).
-            found = newest_complete(ckpt, KIND_DISTRIBUTED)
+            found = newest_complete(ckpt)
             payload = None if found is None else found.payload
             if payload is not None and payload["epoch"] >= 1 and payload["step"] > 0:
                 workers = launch.worker_pids()
                 for pid in workers:
                     os.kill(pid, signal.SIGSTOP)
-                payload = newest_complete(ckpt, KIND_DISTRIBUTED).payload  # frozen: this is the last save
+                payload = newest_complete(ckpt).payload  # frozen: this is the last save
                 if payload["step"] > 0:
                     return payload
                 for pid in workers:
@@ -106,7 +105,7 @@ def interrupted(partitions, tmp_path_factory):
             killed_at = kill_mid_epoch(partitions[2], layout, d / "killed.ckpt")
             # The resume saves into the file it continues: keep the mid-epoch one for the tests of refusals.
             # Frozen between a save's two renames, only the previous save is whole: the resume takes it.
-            resumed_from = newest_complete(d / "killed.ckpt", KIND_DISTRIBUTED).path
+            resumed_from = newest_complete(d / "killed.ckpt").path
             shutil.copy(resumed_from, d / "mid_epoch.ckpt")
             output = run_ok(2, *launch_args(partitions[2], layout, "--epochs", str(EPOCHS), "--checkpoint",
                                             str(d / "killed.ckpt"), "--resume", "--metrics-out", str(d / "resumed.json"),
@@ -207,14 +206,14 @@ def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, pa
     assert capsys.readouterr().err == (f"gnnscale train: error: --checkpoint: {ckpt} was written by a distributed run "
                                        "(2 workers, --layout hybrid); resume it with torchrun and --partitions\n")
     assert main(["train", "--dataset", "synthetic", "--checkpoint-every", "5", "--quiet"]) == 2
-    assert "--checkpoint-every: applies to a distributed run" in capsys.readouterr().err
+    assert "--checkpoint-every: --checkpoint-every needs --checkpoint FILE" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
 def saved(interrupted):
     """The epoch-boundary checkpoint of the 2-worker hybrid run, and that run's identity."""
     path = interrupted("hybrid")["dir"] / "full.ckpt"
-    return path, decode(read_payload(path, KIND_DISTRIBUTED))
+    return path, decode(read_payload(path))
 
 
 def identity_for(partition: Path, layout: str = "hybrid", world_size: int = 2, **train):
@@ -388,11 +387,10 @@ def resume_outcome(path_kind: str, partition, before: tuple, after: tuple) -> No
     (cfg0, options0), (cfg1, options1) = before, after
     ckpt = Path("run.ckpt")
     if path_kind == "single":
-        dataset = SimpleNamespace(name="synthetic", graph=SimpleNamespace(num_nodes=100))
-        model = {"name": "sage", "hidden_dim": 16}
-        payload = {"run_signature": run_signature(dataset, model, cfg0), "epochs_done": 1, "model_state": {},
-                   "optimizer_state": {}, "history": []}
-        load_checkpoint(ckpt, run_signature(dataset, model, cfg1), payload)
+        data, model = {"dataset": "synthetic", "num_nodes": 100}, {"name": "sage", "hidden_dim": 16}
+        saved = DistCheckpoint(identity=one_process_identity(data, model, cfg0), epoch=1, step=0, num_batches=3,
+                               model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})
+        check_resume(saved, ckpt, one_process_identity(data, model, cfg1), cfg1.epochs)
         return
     saved = DistCheckpoint(identity=dist_identity(partition, cfg0, options0), epoch=1, step=0, num_batches=3,
                            model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})
@@ -498,7 +496,7 @@ def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partiti
         launch.wait_for("no checkpoint yet: starting afresh (--resume auto)", LAUNCH_TIMEOUT_S)
         deadline = time.monotonic() + LAUNCH_TIMEOUT_S
         while time.monotonic() < deadline:  # polling a file another process writes
-            found = newest_complete(ckpt, KIND_DISTRIBUTED)
+            found = newest_complete(ckpt)
             if found is not None and found.payload["epoch"] >= 2 and found.payload["step"] > 0:
                 break
             time.sleep(0.02)

@@ -24,9 +24,10 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.partition import load_partition, read_manifest, write_partition_dir
 from gnnscale.train.checks import check_partition_launch
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.inputs import seeded_model
 from gnnscale.train.batches import epoch_batches
-from gnnscale.train.run import run_training
 from launch import LAUNCH_TIMEOUT_S, Launch, rendezvous_port, run_launch, torchrun, torchrun_machine
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -144,7 +145,7 @@ def test_one_worker_equals_the_single_machine_trainer(dataset, launched):
     model_cfg = ModelConfig(name="sage", in_dim=dataset.feature_dim, hidden_dim=16, num_classes=dataset.num_classes,
                             num_layers=2)
     train_cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=2, lr=0.01, seed=3, threads=1)
-    single = run_training(dataset, model_cfg, train_cfg, progress=False)
+    single = fit(seeded_model(model_cfg, train_cfg.seed), dataset, inputs="blocks", config=train_cfg, progress=False)
     for d, s in zip(distributed["history"], single.history, strict=True):
         assert (d["loss"], d["train_acc"], d["val_acc"], d["test_acc"]) == (s["loss"], s["train_acc"], s["val_acc"],
                                                                          s["test_acc"])

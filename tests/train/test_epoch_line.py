@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import dist_workers
+from test_distributed import spawn_ok
+
 from gnnscale.distributed import Comm, shutdown
 from gnnscale.distributed.context import init_single_process
 from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity
@@ -38,9 +41,15 @@ def test_the_bulk_shown_is_the_one_sampled(capsys, bulk, batches, shown):
     assert capsys.readouterr().out.rstrip("\n").endswith(f"6.4k edges/s{shown}")
 
 
-def test_a_save_during_training_names_the_checkpoint_phase(tmp_path):
+def test_a_save_during_training_names_the_checkpoint_phase():
     # A peer that dies while the others save is reported by the collective's category: "checkpoint",
-    # not "setup" (which reads as if the run had never started).
+    # not "setup" (which reads as if the run had never started). The gather to rank 0 (sizes, then bytes)
+    # and the agreement that rank 0 saved, on each of two workers.
+    assert spawn_ok(dist_workers.checkpoint_save_categories, 2) == [["checkpoint"] * 3] * 2
+
+
+def test_one_worker_saves_without_collectives(tmp_path):
+    # One worker has no copy to compare and nobody to tell: its save is a plain write.
     ctx = init_single_process()
     try:
         comm = Comm(ctx)
@@ -52,8 +61,7 @@ def test_a_save_during_training_names_the_checkpoint_phase(tmp_path):
         Checkpointer(tmp_path / "run.ckpt", None, identity, comm, 4).save(
             model, torch.optim.Adam(model.parameters()), epoch=1, step=0, history=[], worker_state={},
             layout_state={})
-        # The gather to rank 0 (sizes, then bytes) and the agreement that rank 0 saved.
-        assert categories == ["checkpoint"] * 3
+        assert categories == []
         assert (tmp_path / "run.ckpt").is_file()
     finally:
         shutdown()

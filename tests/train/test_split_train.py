@@ -35,12 +35,14 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.partition import load_partition, write_partition_dir
 from gnnscale.sampling import derive_key, sample_blocks
+from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.inputs import seeded_model
 from gnnscale.train.layouts import LayoutOptions, check_layout_options, layout_options
 from gnnscale.train.layouts.data_parallel import UNION_ITERATIONS
 from gnnscale.train.batches import epoch_batches
 from gnnscale.train.layouts.split import exchanges_input_ahead
-from gnnscale.train.run import run_training
+from gnnscale.train.run import RunOutputs
 from launch import rendezvous_port, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -115,7 +117,8 @@ def test_split_training_equals_the_single_process_trainer(partitions, nproc, mod
                             num_layers=len(FANOUTS), dropout=0.0, heads=2)
     train_cfg = TrainConfig(fanouts=FANOUTS, eval_fanouts=(1000, 1000), batch_size=MINIBATCH, epochs=EPOCHS, lr=0.01,
                             seed=SEED, threads=1)
-    single = run_training(dataset, model_cfg, train_cfg, progress=False, model_out=tmp_path / "single.pt")
+    single = fit(seeded_model(model_cfg, train_cfg.seed), dataset, inputs="blocks", config=train_cfg,
+                 outputs=RunOutputs(model_out=tmp_path / "single.pt"), progress=False)
 
     losses = [(d, s) for dh, sh in zip(run["history"], single.history, strict=True)
               for d, s in zip(dh["iteration_losses"], sh["iteration_losses"], strict=True)]

@@ -16,11 +16,13 @@ import torch
 from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
-from gnnscale.train.checkpoint import KIND_SINGLE, read_payload
+from gnnscale.train.api import fit
+from gnnscale.train.checkpoint import CHECKPOINT_VERSION, previous_path, read_payload, write_atomic
 from gnnscale.train.config import TrainConfig
 from gnnscale.sampling import NeighborSampler
+from gnnscale.train.inputs import seeded_model
 from gnnscale.train.metrics import write_json_atomic
-from gnnscale.train.run import run_training
+from gnnscale.train.run import RunOutputs
 
 SMALL = dict(num_nodes=1500, avg_degree=8.0, num_classes=5, feature_dim=16, seed=3)
 
@@ -40,9 +42,16 @@ def train_config(**overrides):
     return TrainConfig(**{**base, **overrides})
 
 
+def run_in_process(dataset, model_cfg, train_cfg, *, progress=True, **outputs):
+    """The built-in model ``model_cfg``, initialised from the training seed, trained on ``dataset`` in this
+    process by fit; ``outputs``: RunOutputs' fields."""
+    return fit(seeded_model(model_cfg, train_cfg.seed), dataset, inputs="blocks", config=train_cfg,
+               outputs=RunOutputs(**outputs), progress=progress)
+
+
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
 def test_training_learns_far_above_chance(dataset, name):
-    report = run_training(dataset, model_config(dataset, name), train_config(epochs=4), progress=False)
+    report = run_in_process(dataset, model_config(dataset, name), train_config(epochs=4), progress=False)
     chance = 1 / dataset.num_classes
     assert report.final_test_acc > 2 * chance
     losses = [h["loss"] for h in report.history]
@@ -51,8 +60,8 @@ def test_training_learns_far_above_chance(dataset, name):
 
 def test_fused_and_two_step_train_identically(dataset):
     """Fused sampling claims not to change training: same key, same blocks, same losses, bit for bit."""
-    fused = run_training(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
-    two_step = run_training(dataset, model_config(dataset), train_config(sampler="two_step"), progress=False)
+    fused = run_in_process(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
+    two_step = run_in_process(dataset, model_config(dataset), train_config(sampler="two_step"), progress=False)
     for a, b in zip(fused.history, two_step.history, strict=True):
         assert a["loss"] == b["loss"]
         assert a["val_acc"] == b["val_acc"] and a["sampled_edges"] == b["sampled_edges"]
@@ -61,8 +70,8 @@ def test_fused_and_two_step_train_identically(dataset):
 @pytest.mark.parametrize("bulk", [1, 3])
 def test_matrix_sampler_trains_like_fused(dataset, bulk):
     """The matrix sampler draws the fused blocks and --bulk only groups the sampling: same losses."""
-    fused = run_training(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
-    matrix = run_training(dataset, model_config(dataset), train_config(sampler="matrix", bulk=bulk), progress=False)
+    fused = run_in_process(dataset, model_config(dataset), train_config(sampler="fused"), progress=False)
+    matrix = run_in_process(dataset, model_config(dataset), train_config(sampler="matrix", bulk=bulk), progress=False)
     for a, b in zip(fused.history, matrix.history, strict=True):
         assert a["loss"] == b["loss"] and a["sampled_edges"] == b["sampled_edges"]
     assert [h["num_bulks"] for h in matrix.history] == [-(-h["num_batches"] // bulk) for h in matrix.history]
@@ -71,8 +80,8 @@ def test_matrix_sampler_trains_like_fused(dataset, bulk):
 @pytest.mark.parametrize("name", ["gcn", "sage"])
 def test_ladies_trains_gcn_and_sage_and_bulk_changes_nothing(dataset, name):
     cfg = train_config(sampler="ladies", layer_size=64, epochs=3)
-    one = run_training(dataset, model_config(dataset, name), cfg, progress=False)
-    bulk = run_training(dataset, model_config(dataset, name), replace(cfg, bulk=4), progress=False)
+    one = run_in_process(dataset, model_config(dataset, name), cfg, progress=False)
+    bulk = run_in_process(dataset, model_config(dataset, name), replace(cfg, bulk=4), progress=False)
     assert [h["loss"] for h in one.history] == [h["loss"] for h in bulk.history]
     assert one.final_test_acc > 2 / dataset.num_classes
     assert one.history[-1]["loss"] < one.history[0]["loss"]
@@ -81,51 +90,107 @@ def test_ladies_trains_gcn_and_sage_and_bulk_changes_nothing(dataset, name):
 
 def test_ladies_refuses_gat(dataset):
     with pytest.raises(ValueError, match="sampler.*ladies.*gat"):
-        run_training(dataset, model_config(dataset, "gat"), train_config(sampler="ladies"), progress=False)
+        run_in_process(dataset, model_config(dataset, "gat"), train_config(sampler="ladies"), progress=False)
 
 
 def test_same_seed_same_run_other_seed_other_run(dataset):
-    a = run_training(dataset, model_config(dataset), train_config(), progress=False)
-    b = run_training(dataset, model_config(dataset), train_config(), progress=False)
-    c = run_training(dataset, model_config(dataset), train_config(seed=8), progress=False)
+    a = run_in_process(dataset, model_config(dataset), train_config(), progress=False)
+    b = run_in_process(dataset, model_config(dataset), train_config(), progress=False)
+    c = run_in_process(dataset, model_config(dataset), train_config(seed=8), progress=False)
     assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
     assert [h["loss"] for h in a.history] != [h["loss"] for h in c.history]
 
 
 def test_resume_continues_exactly(dataset, tmp_path):
-    full = run_training(dataset, model_config(dataset), train_config(epochs=3), progress=False,
-                        checkpoint=tmp_path / "full.pt")
+    full = run_in_process(dataset, model_config(dataset), train_config(epochs=3), progress=False,
+                          checkpoint=tmp_path / "full.pt")
     ckpt = tmp_path / "part.pt"
-    run_training(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
-    resumed = run_training(dataset, model_config(dataset), train_config(epochs=3), progress=False,
-                           checkpoint=ckpt, resume=True)
+    run_in_process(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
+    resumed = run_in_process(dataset, model_config(dataset), train_config(epochs=3), progress=False,
+                             checkpoint=ckpt, resume=True)
     assert [h["epoch"] for h in resumed.history] == [0, 1, 2]
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in full.history]
-    a = read_payload(tmp_path / "full.pt", KIND_SINGLE)["model_state"]
-    b = read_payload(ckpt, KIND_SINGLE)["model_state"]
+    a = read_payload(tmp_path / "full.pt")["model_state"]
+    b = read_payload(ckpt)["model_state"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_mid_epoch_checkpoint_of_one_process_resumes_exactly(dataset, tmp_path):
+    """checkpoint_every saves one process's run mid-epoch too (the distributed run's checkpointer): the
+    save before the epoch's end (kept as .prev) continues exactly like the uninterrupted run."""
+    full = run_in_process(dataset, model_config(dataset), train_config(epochs=2), progress=False)
+    ckpt = tmp_path / "c.ckpt"
+    run_in_process(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt,
+                   checkpoint_every=2)
+    mid = tmp_path / "mid.ckpt"
+    mid.write_bytes(previous_path(ckpt).read_bytes())
+    assert (read_payload(mid)["epoch"], read_payload(mid)["step"] > 0) == (0, True)
+    resumed = run_in_process(dataset, model_config(dataset), train_config(epochs=2), progress=False, checkpoint=mid,
+                             resume=True)
+    assert [h["iteration_losses"] for h in resumed.history] == [h["iteration_losses"] for h in full.history]
+
+
+def test_a_single_process_checkpoint_of_an_older_version_is_one_clear_line(dataset, tmp_path):
+    ckpt = tmp_path / "old.pt"
+    write_atomic(ckpt, {"version": CHECKPOINT_VERSION, "kind": "single", "epochs_done": 1, "history": []})
+    with pytest.raises(ValueError, match=r"^checkpoint: .*old.pt was written by an older version of gnnscale .*; "
+                                         r"start afresh with --overwrite$"):
+        run_in_process(dataset, model_config(dataset), train_config(), progress=False, checkpoint=ckpt, resume=True)
+
+
+def test_save_model_writes_the_best_validation_epoch_unless_asked_for_the_last(dataset, tmp_path):
+    """The final line names the best-validation epoch: the model file holds its weights, also when the run
+    resumed from a checkpoint written after it; save_model_at="last" writes the last epoch's."""
+    cfg, model_cfg = train_config(epochs=8, lr=0.05), model_config(dataset)
+    best = run_in_process(dataset, model_cfg, cfg, progress=False, model_out=tmp_path / "best.pt")
+    last_epoch = best.history[-1]["epoch"]
+    assert best.saved_epoch == best.best_epoch != last_epoch  # a run whose best epoch is not its last
+    last = run_in_process(dataset, model_cfg, cfg, progress=False, model_out=tmp_path / "last.pt",
+                          save_model_at="last")
+    assert last.saved_epoch == last_epoch
+    # The run stopped at the best epoch: its last weights are the best epoch's.
+    run_in_process(dataset, model_cfg, replace(cfg, epochs=best.best_epoch + 1), progress=False,
+                   model_out=tmp_path / "stopped.pt", save_model_at="last")
+    ckpt = tmp_path / "c.ckpt"
+    run_in_process(dataset, model_cfg, replace(cfg, epochs=best.best_epoch + 2), progress=False, checkpoint=ckpt)
+    resumed = run_in_process(dataset, model_cfg, cfg, progress=False, checkpoint=ckpt, resume=True,
+                             model_out=tmp_path / "resumed.pt")
+    assert resumed.saved_epoch == best.best_epoch
+    weights = {name: torch.load(tmp_path / f"{name}.pt")["state_dict"] for name in ("best", "last", "stopped",
+                                                                                     "resumed")}
+
+    def same(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(weights["best"], weights["stopped"]) and same(weights["resumed"], weights["stopped"])
+    assert not same(weights["best"], weights["last"])
+
+
+def test_save_model_at_is_best_or_last():
+    with pytest.raises(ValueError, match=r"save_model_at: expected one of \('best', 'last'\).*'final'"):
+        RunOutputs(save_model_at="final")
 
 
 def test_resume_refuses_other_settings_and_bad_files(dataset, tmp_path):
     ckpt = tmp_path / "c.pt"
-    run_training(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
+    run_in_process(dataset, model_config(dataset), train_config(epochs=1), progress=False, checkpoint=ckpt)
     with pytest.raises(ValueError, match="checkpoint.*train"):
-        run_training(dataset, model_config(dataset), train_config(epochs=2, lr=0.5), progress=False,
-                     checkpoint=ckpt, resume=True)
+        run_in_process(dataset, model_config(dataset), train_config(epochs=2, lr=0.5), progress=False,
+                       checkpoint=ckpt, resume=True)
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # a partial file
     with pytest.raises(ValueError, match="checkpoint"):
-        run_training(dataset, model_config(dataset), train_config(epochs=2), progress=False,
-                     checkpoint=ckpt, resume=True)
+        run_in_process(dataset, model_config(dataset), train_config(epochs=2), progress=False,
+                       checkpoint=ckpt, resume=True)
     with pytest.raises(ValueError, match="checkpoint"):
-        run_training(dataset, model_config(dataset), train_config(), progress=False,
-                     checkpoint=tmp_path / "missing.pt", resume=True)
+        run_in_process(dataset, model_config(dataset), train_config(), progress=False,
+                       checkpoint=tmp_path / "missing.pt", resume=True)
     assert not list(tmp_path.glob(".*tmp*")), "no temporary checkpoint file may be left behind"
 
 
 def test_metrics_json_has_the_time_split_per_epoch(dataset, tmp_path):
     out = tmp_path / "m.json"
     cpu_before = time.process_time()
-    run_training(dataset, model_config(dataset), train_config(), progress=False, metrics_out=out)
+    run_in_process(dataset, model_config(dataset), train_config(), progress=False, metrics_out=out)
     cpu_spent = time.process_time() - cpu_before
     metrics = json.loads(out.read_text())
     assert len(metrics["history"]) == 2
@@ -145,7 +210,7 @@ def test_metrics_json_has_the_time_split_per_epoch(dataset, tmp_path):
 def test_without_background_loading_the_phases_add_up(dataset, tmp_path):
     """prefetch=0 samples and gathers on the training thread: then the wait is exactly that work."""
     out = tmp_path / "m.json"
-    run_training(dataset, model_config(dataset), train_config(prefetch=0), progress=False, metrics_out=out)
+    run_in_process(dataset, model_config(dataset), train_config(prefetch=0), progress=False, metrics_out=out)
     for epoch in json.loads(out.read_text())["history"]:
         assert epoch["sample_s"] + epoch["fetch_s"] + epoch["forward_backward_s"] <= epoch["epoch_s"] + 1e-6
         assert epoch["wait_s"] >= epoch["sample_s"] + epoch["fetch_s"] - 1e-6
@@ -154,7 +219,7 @@ def test_without_background_loading_the_phases_add_up(dataset, tmp_path):
 @pytest.mark.parametrize("name", ["sage", "gat"])
 def test_background_loading_does_not_change_training(dataset, name):
     """The overlapped stage claims not to change training: same losses and accuracies, bit for bit."""
-    runs = [run_training(dataset, model_config(dataset, name), train_config(prefetch=depth), progress=False)
+    runs = [run_in_process(dataset, model_config(dataset, name), train_config(prefetch=depth), progress=False)
             for depth in (0, 1, 3)]
     for other in runs[1:]:
         for a, b in zip(runs[0].history, other.history, strict=True):
@@ -165,11 +230,11 @@ def test_background_loading_does_not_change_training(dataset, name):
 def test_empty_training_set_is_an_error(dataset):
     empty = replace(dataset, train_idx=np.empty(0, dtype=np.int64))
     with pytest.raises(ValueError, match="train_idx"):
-        run_training(empty, model_config(dataset), train_config(), progress=False)
+        run_in_process(empty, model_config(dataset), train_config(), progress=False)
 
 
 @pytest.mark.parametrize("overrides, field", [
-    (dict(fanouts=(0, 5)), "fanouts"), (dict(fanouts=(5, -1)), "fanouts"), (dict(batch_size=0), "batch_size"),
+    (dict(fanouts=(-2, 5)), "fanouts"), (dict(fanouts=(5, -3)), "fanouts"), (dict(batch_size=0), "batch_size"),
     (dict(lr=0.0), "lr"), (dict(sampler="magic"), "sampler"), (dict(eval_fanouts=(5,)), "eval_fanouts"),
     (dict(sampler="matrix", bulk=0), "bulk.*--bulk"), (dict(sampler="ladies", bulk=-2), "bulk.*--bulk"),
     (dict(sampler="matrix", bulk=2.5), "bulk.*--bulk"), (dict(sampler="fused", bulk=4), "bulk.*--sampler matrix"),
@@ -185,7 +250,7 @@ def test_train_config_errors_name_the_field(overrides, field):
 
 def test_layers_and_fanouts_must_agree(dataset):
     with pytest.raises(ValueError, match="fanouts"):
-        run_training(dataset, model_config(dataset, layers=3), train_config(), progress=False)
+        run_in_process(dataset, model_config(dataset, layers=3), train_config(), progress=False)
 
 
 SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]
@@ -194,7 +259,7 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8",
 @pytest.mark.parametrize("argv, message", [
     (["train", "--dataset", "imagenet"], "dataset"),
     (["train", *SYNTH, "--model", "transformer"], "model"),
-    (["train", *SYNTH, "--fanouts", "0,5"], "fanouts"),
+    (["train", *SYNTH, "--fanouts", "-2,5"], "fanouts"),
     (["train", *SYNTH, "--fanouts", "10,5", "--layers", "3"], "layers"),
     (["train", "--dataset", "cora"], "root|data.dir"),
     (["train", "--dataset", "cora", "--data-dir", "/nonexistent/folder"], "ind.cora|nonexistent"),
@@ -221,7 +286,7 @@ def test_cli_train_writes_metrics_and_resumes(tmp_path, capsys):
     assert main(argv) == 0
     assert "test accuracy" in capsys.readouterr().out
     assert main([*argv[:-4], "--epochs", "2", "--checkpoint", str(tmp_path / "c.pt"), "--resume"]) == 0
-    assert len(read_payload(tmp_path / "c.pt", KIND_SINGLE)["history"]) == 2
+    assert len(read_payload(tmp_path / "c.pt")["history"]) == 2
 
 
 CLI_TRAIN = ["train", *SYNTH, "--fanouts", "4,3", "--threads", "1", "--quiet"]
@@ -239,7 +304,7 @@ def test_cli_checkpoint_is_never_overwritten_without_overwrite(tmp_path, capsys)
                    "or --overwrite to start over and replace it\n")
     assert ckpt.read_bytes() == first
     assert main([*CLI_TRAIN, "--model", "gcn", "--epochs", "1", "--checkpoint", str(ckpt), "--overwrite"]) == 0
-    assert read_payload(ckpt, KIND_SINGLE)["run_signature"]["model"]["name"] == "gcn"
+    assert read_payload(ckpt)["signature"]["model"]["name"] == "gcn"
 
 
 def test_cli_resume_says_from_which_epoch_and_names_a_changed_setting(tmp_path, capsys):

@@ -145,7 +145,7 @@ class LayoutContext:
         comm: the training step's Comm (split parallelism's shuffles, gradients).
         loader: the loading stage's Comm (sampling and fetching rounds).
         options: the validated distributed options (``options.settings`` never None: the layout's own).
-        partition_dir: the partition directory (1.5D reads other parts' rows from it).
+        partition_dir: the partition directory (1.5D reads other parts' rows from it); None in one process.
     """
 
     part: LocalPartition
@@ -154,7 +154,7 @@ class LayoutContext:
     comm: Comm
     loader: Comm
     options: LayoutOptions
-    partition_dir: Path
+    partition_dir: Path | None
 
 
 class Layout(Protocol):

@@ -1,10 +1,11 @@
 """One process is a layout too: the whole dataset as the one part of a one-worker partition.
 
-The single-process trainer runs the distributed loop (:mod:`gnnscale.train.loop`) on a process group
-of its own alone (:func:`gnnscale.distributed.context.init_single_process`) with this layout: data
-parallelism over one worker, whose sampler is any of the single-process samplers and whose features are
-all local, read by the numba gather kernel (no fetch rounds). One worker of a distributed run on a
-one-part partition therefore trains exactly like it.
+A run in one process (:mod:`gnnscale.train.in_process`) goes through the distributed run's setup, loop
+and checkpoints (:mod:`gnnscale.train.run`) on a process group of its own alone
+(:func:`gnnscale.distributed.context.init_single_process`) with this layout: data parallelism over one
+worker, whose sampler is any of the samplers and whose features are all local, read by the numba gather
+kernel (no fetch rounds). One worker of a distributed run on a one-part partition therefore trains
+exactly like it. It is not in the registry: ``--layout`` names how workers share a partition directory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from gnnscale.graph.features import gather_rows
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.train.config import TrainConfig
+from gnnscale.train.config import SAMPLERS, TrainConfig
+from gnnscale.train.layouts.base import LayoutContext, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
 from gnnscale.train.samplers import build_samplers
 
@@ -53,6 +55,19 @@ def whole_partition(dataset: NodeDataset) -> LocalPartition:
 def build_single_process(dataset: NodeDataset, model: ModelConfig | None, cfg: TrainConfig,
                          loader: Comm) -> DataParallel:
     """The single-process layout: ``cfg.sampler``'s sampler over the whole graph, every feature local."""
-    part = whole_partition(dataset)
-    train, evaluate = build_samplers(dataset.graph, model, cfg)
-    return DataParallel(train, evaluate, LocalFeatureStore(dataset.features), part, cfg, loader)
+    return one_worker(whole_partition(dataset), model, cfg, loader)
+
+
+def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig, loader: Comm) -> DataParallel:
+    train, evaluate = build_samplers(part.topology, model, cfg)
+    return DataParallel(train, evaluate, LocalFeatureStore(part.features), part, cfg, loader)
+
+
+def build_single(ctx: LayoutContext) -> DataParallel:
+    """:func:`build_single_process` from a layout context (its part: :func:`whole_partition`)."""
+    return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader)
+
+
+# What a checkpoint records as the layout of a run in one process.
+SINGLE = LayoutSpec(name="single", summary="one process: the whole dataset, every feature local", view="whole",
+                    samplers=SAMPLERS, per_worker_batches=True, build=build_single)

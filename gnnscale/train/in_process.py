@@ -1,0 +1,92 @@
+"""A run in this process (``fit(model, dataset, ...)``, ``gnnscale train`` without ``--partitions``): a
+one-worker run through the distributed run's setup path (:mod:`gnnscale.train.setup`), on a process group
+of this process alone, with the one-process layout (:mod:`gnnscale.train.layouts.single`) and the same
+checkpoints (:mod:`gnnscale.train.dist_checkpoint`), which it writes after every epoch and, with
+``checkpoint_every``, mid-epoch too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.context import DistContext, init_single_process
+from gnnscale.graph.dataset import NodeDataset, check_finite_features
+from gnnscale.inference.evaluate import evaluate_full
+from gnnscale.inference.metrics import check_metric
+from gnnscale.nn.models import builtin_config
+from gnnscale.partition.directory import SPLITS, LocalPartition
+from gnnscale.train.checks import check_run_outputs
+from gnnscale.train.config import TrainConfig, check_sampler_fits_model
+from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, one_process_identity
+from gnnscale.train.inputs import model_inputs, model_signature
+from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions
+from gnnscale.train.layouts.single import SINGLE, whole_partition
+from gnnscale.train.run import RunOutputs, check_inputs_fit_sampler, check_model_outputs
+from gnnscale.train.setup import CheckedLaunch
+
+
+@dataclass(frozen=True, slots=True)
+class InProcess:
+    """The :class:`~gnnscale.train.setup.RunSource` of a dataset trained in this process."""
+
+    dataset: NodeDataset
+
+    @property
+    def partition_dir(self) -> Path | None:
+        return None  # the whole dataset is this worker's part
+
+    def check(self, model: nn.Module, inputs: str, cfg: TrainConfig, outputs: RunOutputs) -> CheckedLaunch:
+        """Every check before training; an existing ``checkpoint`` is continued (``resume``) or replaced
+        (``overwrite``), an existing ``metrics_out`` replaced only with ``overwrite``; else ValueError."""
+        dataset = self.dataset
+        adapter = model_inputs(model, inputs)
+        model_cfg = builtin_config(model)
+        check_model_outputs(model_cfg, outputs)
+        if outputs.full_eval is not None:
+            check_metric(outputs.full_eval, dataset.num_classes)
+        if model_cfg is not None and model_cfg.num_layers != cfg.num_layers:
+            raise ValueError(f"fanouts: {cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
+        check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
+                          overwrite=outputs.overwrite, model_out=outputs.model_out)
+        check_sampler_fits_model(cfg.sampler, None if model_cfg is None else model_cfg.name)
+        check_inputs_fit_sampler(adapter, cfg)
+        if np.asarray(dataset.train_idx).size == 0:
+            raise ValueError("train_idx: the training set is empty; nothing to train on")
+        check_finite_features(dataset.features)
+        identity = one_process_identity(dataset_facts(dataset), model_signature(model, adapter), cfg)
+        resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
+                                                 overwrite=outputs.overwrite, every=outputs.checkpoint_every,
+                                                 rank=0, run=identity, epochs=cfg.epochs)
+        return CheckedLaunch(inputs=adapter, spec=SINGLE, options=LayoutOptions(layout=SINGLE.name),
+                             model_cfg=model_cfg, identity=identity, resume_path=resume_path)
+
+    def join(self) -> DistContext:
+        return init_single_process()
+
+    def load(self, launch: CheckedLaunch, comm: Comm) -> LocalPartition:
+        return whole_partition(self.dataset)
+
+    def build(self, ctx: LayoutContext) -> Layout:
+        return SINGLE.build(ctx)
+
+    def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:
+        return {"dataset": self.dataset.summary(), "model": launch.identity.signature["model"], "train": asdict(cfg)}
+
+    def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
+        return evaluate_full(model, self.dataset, metric)
+
+
+def dataset_facts(dataset: NodeDataset) -> dict:
+    """What a checkpoint records of the dataset: the facts a partition's manifest gives
+    (:func:`gnnscale.train.dist_checkpoint.dataset_facts`), so that both describe a dataset alike."""
+    # Python ints: a checkpoint is read back with weights_only, which refuses numpy scalars.
+    facts = {"dataset": dataset.name, "num_nodes": int(dataset.graph.num_nodes),
+             "num_edges": int(dataset.graph.num_edges), "feature_dim": int(dataset.feature_dim),
+             "num_classes": int(dataset.num_classes)}
+    facts.update({name: int(np.asarray(getattr(dataset, name)).size) for name in SPLITS})
+    return facts

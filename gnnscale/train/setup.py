@@ -1,0 +1,218 @@
+"""The one setup path of every run: check, join the process group, load the data, build the layout, train,
+checkpoint and save. :func:`gnnscale.train.fit` runs it for a dataset in this process
+(:class:`~gnnscale.train.in_process.InProcess`: a one-worker run on a process group of its own) and for a
+partition directory under torchrun (:class:`~gnnscale.train.distributed.Partitioned`); the two differ
+only in what a :class:`RunSource` gives: the checks, how a worker joins, its data and its layout.
+
+Every worker starts from rank 0's model, resumes from rank 0's checkpoint (one format for every run,
+:mod:`gnnscale.train.dist_checkpoint`), runs the training loop (:mod:`gnnscale.train.loop`) and keeps
+the best-validation epoch's weights (:mod:`gnnscale.train.best`), which rank 0 saves by default.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.context import DistContext, shutdown
+from gnnscale.nn import ModelConfig
+from gnnscale.nn.model_file import DatasetFacts
+from gnnscale.partition.directory import LocalPartition
+from gnnscale.sampling import set_sampler_threads
+from gnnscale.train.best import BestWeights
+from gnnscale.train.checkpoint import save_model
+from gnnscale.train.checks import LaunchError
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity, receive_checkpoint, same_partition
+from gnnscale.train.inputs import ModelInputs
+from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec
+from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
+from gnnscale.train.memory import keep_freed_memory
+from gnnscale.train.metrics import PhaseTimer, write_json_atomic
+from gnnscale.train.run import RunOutputs, TrainReport, keep_caller_rng, metrics_writer, summarize
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedLaunch:
+    """What the start-up checks found, before any worker joins the run.
+
+    Args:
+        inputs: how the loop calls the model (:func:`~gnnscale.train.inputs.model_inputs`).
+        spec: the layout's spec (one process: :data:`~gnnscale.train.layouts.single.SINGLE`).
+        options: the layout's options.
+        model_cfg: the built-in model's config; None for a model of one's own.
+        identity: what a checkpoint must match to be resumed.
+        resume_path: rank 0: the checkpoint file to resume from (None: start afresh).
+    """
+
+    inputs: ModelInputs
+    spec: LayoutSpec
+    options: LayoutOptions
+    model_cfg: ModelConfig | None
+    identity: RunIdentity
+    resume_path: Path | None = None
+
+
+class RunSource(Protocol):
+    """Where a run's data lives and how its workers join: what differs between one process and torchrun."""
+
+    @property
+    def partition_dir(self) -> Path | None: ...
+
+    def check(self, model: nn.Module, inputs: str, cfg: TrainConfig, outputs: RunOutputs) -> CheckedLaunch:
+        """Every check that needs no peer (ValueError, one line naming the setting)."""
+
+    def join(self) -> DistContext:
+        """This worker's process group."""
+
+    def load(self, launch: CheckedLaunch, comm: Comm) -> LocalPartition:
+        """This worker's data, in the layout's view (collective where a worker can fail alone)."""
+
+    def build(self, ctx: LayoutContext) -> Layout:
+        """This worker's layout (collective on the context's Comms)."""
+
+    def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:
+        """What the metrics file says of the run besides its epochs."""
+
+    def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
+        """``--eval full``'s scores of the trained model (collective)."""
+
+
+def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource, outputs: RunOutputs, *,
+              progress: bool = True) -> TrainReport:
+    """Train ``model`` in place on ``source``'s data and return the report (the same on every worker); rank
+    0 writes ``outputs``. A model of one's own gets torch's random state back as the caller had it."""
+    launch = source.check(model, inputs, cfg, outputs)
+    keep_freed_memory()  # before the loading stage's thread starts: large tensors are reused, not faulted in anew
+    with keep_caller_rng(launch.model_cfg is None):
+        ctx = source.join()
+        layout = None
+        try:
+            torch.set_num_threads(cfg.threads)
+            set_sampler_threads(cfg.threads)
+            comm = Comm(ctx)
+            part = source.load(launch, comm)
+            # The data-loading stage's collectives run on a group of their own, beside the training step's.
+            loader = comm.new_group()
+            layout = source.build(LayoutContext(part=part, cfg=cfg, model=launch.model_cfg, comm=comm, loader=loader,
+                                                options=launch.options, partition_dir=source.partition_dir))
+            loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
+            header = source.header(launch, cfg, ctx.world_size)
+            metrics_out = outputs.metrics_out if ctx.rank == 0 else None
+            report = train(model, layout, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
+                           on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval)
+            if metrics_out is not None and (report.full_eval is not None or report.saved_epoch is not None):
+                write_json_atomic(metrics_out, {**header, **report.to_json()})
+            # Collective: nobody tears the group down while a peer is still in its last collective.
+            comm.barrier("setup")
+            return report
+        finally:
+            if layout is not None:
+                layout.close()  # DGS: the explainer thread
+            shutdown()
+
+
+def broadcast_model(model: nn.Module, comm: Comm) -> None:
+    """Every worker starts from rank 0's parameters and buffers (as DDP does): a model built in each
+    worker may have been initialised differently. Collective: one all-to-all (category ``"setup"``)."""
+    if comm.world_size == 1:
+        return
+    mine = torch.zeros(0, dtype=torch.uint8)
+    if comm.rank == 0:
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        mine = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+    # Collective: rank 0's state to every worker (rank 0 included: one code path).
+    received = comm.all_to_allv([mine] * comm.world_size, "setup")[0]
+    if comm.rank != 0:
+        # weights_only: what travels is tensors, never code.
+        model.load_state_dict(torch.load(io.BytesIO(received.cpu().numpy().tobytes()), weights_only=True))
+
+
+FullEval = Callable[[nn.Module, LocalPartition, Comm, str], dict]
+
+
+def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig,
+          launch: CheckedLaunch, outputs: RunOutputs, *, lead: bool, on_epoch_end=None,
+          full_eval: FullEval) -> TrainReport:
+    """Start every worker from rank 0's model, resume if asked, train every epoch, save the model (rank 0,
+    a built-in model) and score it with ``full_eval`` when ``outputs.full_eval`` asks."""
+    broadcast_model(model, comm)
+    # One optimizer for every run: fused and unfused Adam round differently, so one worker equals the
+    # single-process run only if both step with the same one.
+    optimizer = build_optimizer(model, cfg)
+    num_batches = agreed_num_batches(layout, comm)
+    start = Start()
+    if outputs.resume:
+        start = resume_from(launch.resume_path, comm, model, optimizer, launch.identity, num_batches, cfg.epochs,
+                            lead)
+        # Collective for DGS (a refresh): every worker resumes with the same checkpoint.
+        layout.load_checkpoint_state(start.layout_state, start.epoch * num_batches + start.step, PhaseTimer())
+    saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
+                                                                 launch.identity, comm, num_batches)
+    history = train_epochs(model, optimizer, layout, launch.inputs, comm, cfg, part, num_batches, start, saver, lead,
+                           on_epoch_end=on_epoch_end)
+    report = summarize(history)
+    if outputs.model_out is not None:
+        report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
+                                                                start.best))
+    if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
+        report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
+    return report
+
+
+def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
+                       outputs: RunOutputs, report: TrainReport, best: BestWeights) -> int:
+    """Rank 0 writes the model file: the best-validation epoch's weights (``save_model_at="best"``) or the
+    last epoch's. Returns the epoch saved, on every worker."""
+    last = report.history[-1]["epoch"]
+    epoch, state = last, None  # the model as trained: the last epoch
+    if outputs.save_model_at == "best" and report.best_epoch != last:
+        if best.epoch == report.best_epoch:
+            epoch, state = best.epoch, best.state
+        elif comm.rank == 0:
+            # Resumed from a checkpoint of an older version, which kept no weights of its best epoch.
+            print(f"save_model: the checkpoint resumed holds no weights of the best epoch {report.best_epoch}; "
+                  f"saving the last epoch's ({last})", file=sys.stderr, flush=True)
+    if comm.rank == 0:
+        facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
+                             num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
+        save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state)
+    return epoch
+
+
+def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,
+                epochs: int, lead: bool) -> Start:
+    """Load the checkpoint rank 0 chose at launch into every worker; a fresh start when it has none
+    (``--resume auto`` before the first save). Collective (one all-to-all)."""
+    ckpt = receive_checkpoint(comm, checkpoint)
+    if ckpt is None:
+        if lead:
+            print("no checkpoint yet: starting afresh (--resume auto)", flush=True)
+        return Start()
+    model.load_state_dict(ckpt.model_state)
+    optimizer.load_state_dict(ckpt.optimizer_state)
+    sums = None
+    if ckpt.step:
+        # The same partition, worker count and batch size (checked at launch): the same iterations.
+        if ckpt.num_batches != num_batches:
+            raise LaunchError(f"checkpoint: {checkpoint} was written with {ckpt.num_batches} iterations per epoch, "
+                              f"this run has {num_batches}; it cannot resume mid-epoch")
+        sums = EpochSums.from_state(ckpt.workers[comm.rank])
+    if lead:
+        was = ckpt.identity
+        changed = "" if same_partition(was, identity) else (
+            f" (written by {was.world_size} workers on {was.partition['path']}: model, optimizer and epoch carry "
+            f"over, batches are drawn for these {identity.world_size} workers)")
+        print(f"resuming from {checkpoint}: {ckpt.epoch} of {epochs} epochs done, continuing at epoch {ckpt.epoch} "
+              f"step {ckpt.step} of {num_batches}{changed}", flush=True)
+    return Start(epoch=ckpt.epoch, step=ckpt.step, history=ckpt.history, sums=sums, layout_state=ckpt.layout_state,
+                 best=BestWeights.from_checkpoint(ckpt.best, ckpt.model_state))
