@@ -43,9 +43,11 @@ class SplitAwareBlock(Protocol):
     def dst_index(self) -> Tensor:
         """int64 [num_edges]: owned destination (row of the output) of every edge in ``indices``."""
 
-    def aggregate_sum(self, x_src: Tensor) -> Tensor:
+    def aggregate_sum(self, x_src: Tensor, *, kernels: str = "auto") -> Tensor:
         """[num_src, d] -> [num_dst, d]: every owned destination's sum over all its in-edges, wherever
-        their sources live (the split-aware counterpart of :func:`gnnscale.nn.layers.aggregate_sum`)."""
+        their sources live (the split-aware counterpart of :func:`gnnscale.nn.layers.aggregate_sum`).
+        ``kernels``: the layer's (``"auto"``, ``"numba"`` or ``"torch"``,
+        :func:`gnnscale.nn.functional.resolve_kernels`), so that a model on the torch path sums with it."""
 
     def gather_sources(self, x_src: Tensor) -> Tensor:
         """[num_src, d] -> [num_src + num_remote, d]: ``x_src`` followed by the rows of the remote sources

@@ -3,6 +3,11 @@
 Both write every output element exactly once into ``torch.empty`` buffers and keep for the backward
 pass only what it reads (a one-byte mask; the block's structure), so the step does no zero-fills and
 no copies beyond the products themselves.
+
+Kernels by device: the numba kernels take float32/float64 CPU tensors; :mod:`gnnscale.nn.torch_ops`
+holds their torch-native twins, which run on any device. ``kernels="auto"`` (:func:`resolve_kernels`)
+picks numba where it can and torch elsewhere (CUDA tensors, half precision); ``"torch"`` forces the
+twins on the CPU too, which is how CI tests them against numba.
 """
 
 from __future__ import annotations
@@ -14,12 +19,28 @@ import torch
 from torch import Tensor
 
 from gnnscale.keys import GOLDEN, MASK64, mix64_py
-from gnnscale.nn import attention_kernels, kernels
+from gnnscale.nn import attention_kernels, kernels, torch_ops
 from gnnscale.sampling.block import Block
 
 NORMS = {"sum": kernels.NORM_SUM, "mean": kernels.NORM_MEAN, "gcn": kernels.NORM_GCN}
 SELF_MODES = {None: kernels.SELF_NONE, "concat": kernels.SELF_CONCAT, "add": kernels.SELF_ADD}
 KERNEL_DTYPES = (torch.float32, torch.float64)
+KERNELS = ("auto", "numba", "torch")
+
+
+def resolve_kernels(kernels: str, x: Tensor) -> str:
+    """``"numba"`` or ``"torch"``: what ``kernels`` (one of :data:`KERNELS`) stands for on ``x``. ``"auto"``
+    is numba for float32/float64 CPU tensors (the CPU default) and torch for anything else (CUDA tensors,
+    other dtypes); ``"numba"`` on a tensor the kernels cannot take is a TypeError, not a silent fallback."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels: expected one of {KERNELS}, got {kernels!r}")
+    fits = x.dtype in KERNEL_DTYPES and x.device.type == "cpu"
+    if kernels == "numba" and not fits:
+        raise TypeError(f"kernels: the numba kernels take float32/float64 CPU tensors, got {x.dtype} on {x.device}; "
+                        "use kernels='torch' or 'auto'")
+    if kernels == "auto":
+        return "numba" if fits else "torch"
+    return kernels
 
 
 def site_key(key: int, site: int) -> int:
@@ -74,26 +95,28 @@ class _KeyedDropout(torch.autograd.Function):
         return out, None, None, None
 
 
-def keyed_dropout(x: Tensor, p: float, key: int, *, relu: bool = False, training: bool = True) -> Tensor:
+def keyed_dropout(x: Tensor, p: float, key: int, *, relu: bool = False, training: bool = True,
+                  kernels: str = "auto") -> Tensor:
     """Dropout (optionally after ReLU) whose mask is a pure function of ``key`` and the element index.
 
     Equals ``F.dropout(F.relu(x) if relu else x, p)`` in distribution; the mask does not depend on
-    the thread count. Eval mode or ``p == 0``: no mask, ``relu(x)`` or ``x`` itself.
+    the thread count, nor on the kernels or the device: numba's and torch's masks are the same bits.
+    Eval mode or ``p == 0``: no mask, ``relu(x)`` or ``x`` itself.
 
     Args:
-        x: float32/float64 CPU tensor (other dtypes and devices fall back to torch's dropout seeded
-            from ``key``).
+        x: float tensor, any device.
         p: drop probability in [0, 1).
         key: int in [0, 2**63): one per step and dropout site (see :func:`site_key`).
         relu: apply max(x, 0) first (one pass instead of two).
         training: False turns dropout off.
+        kernels: ``"auto"`` (numba for float32/float64 CPU tensors, else torch), ``"numba"`` or ``"torch"``
+            (:func:`resolve_kernels`). Default ``"auto"``.
     """
+    path = resolve_kernels(kernels, x)
     if not training or p == 0.0:
         return torch.relu(x) if relu else x
-    if x.dtype not in KERNEL_DTYPES or x.device.type != "cpu":
-        gen = torch.Generator(device=x.device).manual_seed(key & (2**63 - 1))
-        x = torch.relu(x) if relu else x
-        return x * torch.empty_like(x).bernoulli_(1.0 - p, generator=gen) / (1.0 - p)
+    if path == "torch":
+        return torch_ops.keyed_dropout(x, float(p), int(key), relu=bool(relu))
     return _KeyedDropout.apply(x, float(p), int(key), bool(relu))
 
 

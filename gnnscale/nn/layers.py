@@ -6,14 +6,17 @@ first ``num_dst`` rows of ``x_src`` (the Block convention), so no layer takes a 
 Backends. ``"numba"`` (the default for float32/float64 on CPU) aggregates with the one-pass kernels of
 :mod:`gnnscale.nn.functional`: GraphSAGE and GCN scale, sum and attach the destination's own row in
 one pass, and their backward writes each source's gradient once (no zero-filled slice gradient, no
-separate add). ``"csr"`` (a ``torch.sparse`` CSR matrix straight from the block's ``(indptr,
-indices)``) and ``"index_add"`` (gather + ``index_add_``) are the reference paths, and index_add is the
-fallback for dtypes the kernels lack (half, bfloat16). Two kinds of block take other paths
-(:func:`uses_kernels`): a split block (:class:`~gnnscale.nn.cooperative.SplitAwareBlock`, split
-parallelism), whose edges cross workers and which SAGE and GCN aggregate through its own hook (numba
-sums there too), while GAT runs its attention kernel on the split's edges over the gathered sources;
-and a block with ``edge_weight`` (LADIES), which the kernels have no weights for (weighted sums: the
-CSR product).
+separate add). ``"torch"`` is the torch-native path of :mod:`gnnscale.nn.torch_ops`, which runs on
+any device: segment sums with ``index_add`` (``"index_add"`` is the same path under its older name),
+GAT's softmax by destination, the same keyed dropout masks. ``"auto"`` is numba for float32/float64
+CPU tensors and torch for anything else (CUDA tensors, half, bfloat16). ``"csr"`` (a ``torch.sparse``
+CSR matrix straight from the block's ``(indptr, indices)``) is a second torch reference for SAGE and
+GCN. Two kinds of block take other paths (:func:`uses_kernels`): a split block
+(:class:`~gnnscale.nn.cooperative.SplitAwareBlock`, split parallelism), whose edges cross workers and
+which SAGE and GCN aggregate through its own hook (with the layer's kernels), while GAT runs its
+attention on the split's edges over the gathered sources; and a block with ``edge_weight`` (LADIES),
+which the numba kernels have no weights for (weighted sums: the CSR product, or ``index_add`` on the
+torch path).
 
 Order. GraphSAGE and GCN are linear before their nonlinearity, so ``W (A x)`` = ``A (W x)``: they
 aggregate first (sums over ``in`` columns, product over the destinations) or transform first (product
@@ -31,24 +34,33 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gnnscale.nn import torch_ops
 from gnnscale.nn.cooperative import SplitAwareBlock
-from gnnscale.nn.functional import (KERNEL_DTYPES, aggregate, attention, check_dropout_key, keyed_dropout,
-                                    site_key, transform_first_is_cheaper)
+from gnnscale.nn.functional import (aggregate, attention, check_dropout_key, resolve_kernels, site_key,
+                                    transform_first_is_cheaper)
 from gnnscale.sampling.block import Block
 
-Backend = Literal["auto", "numba", "csr", "index_add"]
-BACKENDS = ("auto", "numba", "csr", "index_add")
+Backend = Literal["auto", "numba", "torch", "csr", "index_add"]
+BACKENDS = ("auto", "numba", "torch", "csr", "index_add")
 Order = Literal["auto", "aggregate_first", "transform_first"]
 ORDERS = ("auto", "aggregate_first", "transform_first")
+GAT_BACKENDS = ("auto", "numba", "torch", "index_add")  # no CSR product: see GATConv
 
 
 def resolve_backend(backend: Backend, x: Tensor) -> str:
-    """The backend ``"auto"`` stands for: numba for float32/float64 CPU tensors, else index_add."""
+    """The aggregation ``backend`` stands for on ``x``: ``"numba"``, ``"csr"`` or ``"index_add"`` (the
+    torch path's segment sums: ``"torch"``, and ``"auto"`` on anything but a float32/float64 CPU tensor)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if backend != "auto":
+    if backend in ("csr", "index_add"):
         return backend
-    return "numba" if x.dtype in KERNEL_DTYPES and x.device.type == "cpu" else "index_add"
+    return "numba" if resolve_kernels(backend, x) == "numba" else "index_add"
+
+
+def kernels_of(backend: Backend) -> str:
+    """The :data:`~gnnscale.nn.functional.KERNELS` value of a layer's ``backend``: what a split block's
+    hook and keyed dropout run (``"csr"`` and ``"index_add"`` are torch paths)."""
+    return backend if backend in ("auto", "numba") else "torch"
 
 
 def uses_kernels(backend: Backend, block: Block | SplitAwareBlock, x: Tensor) -> bool:
@@ -81,15 +93,15 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
         block: the message-flow graph.
         x_src: float [num_src, d] source features.
         backend: ``"numba"`` (one pass per destination row), ``"csr"`` (sparse CSR times dense),
-            ``"index_add"`` (gather + ``index_add_``), or ``"auto"`` (numba for float32/float64 on CPU,
-            else index_add). All give the same result; a weighted block takes ``"csr"`` for ``"numba"``
-            and a split block its own ``aggregate_sum``.
+            ``"torch"`` or ``"index_add"`` (gather + ``index_add_``, any device), or ``"auto"`` (numba for
+            float32/float64 on CPU, else the torch path). All give the same result; a weighted block takes
+            ``"csr"`` for ``"numba"`` and a split block its own ``aggregate_sum`` with these kernels.
 
     Shapes:
         x_src [num_src, d] -> [num_dst, d]; destinations without in-edges get zeros.
     """
     if is_split(block):  # split parallelism: sums over edges crossing workers
-        return block.aggregate_sum(x_src)
+        return block.aggregate_sum(x_src, kernels=kernels_of(backend))
     backend = resolve_backend(backend, x_src)
     weight = block.edge_weight
     if backend == "numba":
@@ -107,11 +119,7 @@ def aggregate_sum(block: Block, x_src: Tensor, *, backend: Backend = "auto") -> 
             adj = torch.sparse_csr_tensor(block.indptr, block.indices, values, (block.num_dst, block.num_src),
                                           check_invariants=False)
         return adj @ x_src
-    out = x_src.new_zeros(block.num_dst, x_src.shape[1])
-    messages = x_src[block.indices]
-    if weight is not None:
-        messages = messages * weight.to(x_src.dtype).unsqueeze(1)
-    return out.index_add_(0, block.dst_index(), messages)
+    return torch_ops.segment_sum(block.indptr, block.indices, block.num_dst, x_src, weight)
 
 
 def check_input(block: Block, x_src: Tensor, in_dim: int) -> None:
@@ -255,9 +263,11 @@ class GATConv(nn.Module):
 
     With the numba backend (float32/float64 on CPU) the edge softmax and the weighted sum are one
     kernel per pass (:func:`~gnnscale.nn.functional.attention`): nothing of size edges x features is
-    materialised. The reference path (``backend="index_add"``, and other dtypes) gathers messages per
-    edge and sums them with ``index_add_``; torch's CSR kernel cannot serve here: it has one value per
-    edge, and its gradient for the values came back with the wrong length when a row repeats a source.
+    materialised. The torch path (``backend="torch"`` or ``"index_add"``; ``"auto"`` on CUDA and for
+    other dtypes, :func:`~gnnscale.nn.torch_ops.attention`) takes the softmax by destination with
+    ``scatter_reduce``/``index_add``, gathers messages per edge and sums them with ``index_add``, on any
+    device; torch's CSR kernel cannot serve here: it has one value per edge, and its gradient for the
+    values came back with the wrong length when a row repeats a source.
 
     Args:
         in_dim: input feature size.
@@ -267,7 +277,8 @@ class GATConv(nn.Module):
         negative_slope: LeakyReLU slope. Default 0.2.
         attn_dropout: dropout on the normalised attention weights during training. Default 0.0.
         bias: add a learnable bias. Default True.
-        backend: ``"auto"`` (numba for float32/float64 on CPU), ``"numba"`` or ``"index_add"``.
+        backend: ``"auto"`` (numba for float32/float64 on CPU, else torch), ``"numba"``, ``"torch"`` or
+            ``"index_add"`` (the torch path's older name). Default ``"auto"``.
 
     Shapes:
         x_src float [num_src, in_dim] -> float [num_dst, heads * out_dim] (concat) or [num_dst, out_dim].
@@ -279,8 +290,8 @@ class GATConv(nn.Module):
         super().__init__()
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout: expected a probability in [0, 1), got {attn_dropout}")
-        if backend not in ("auto", "numba", "index_add"):
-            raise ValueError(f"backend: expected one of ('auto', 'numba', 'index_add'), got {backend!r}")
+        if backend not in GAT_BACKENDS:
+            raise ValueError(f"backend: expected one of {GAT_BACKENDS}, got {backend!r}")
         self.backend = backend
         self.in_dim, self.out_dim, self.heads, self.concat = in_dim, out_dim, heads, concat
         self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
@@ -307,16 +318,17 @@ class GATConv(nn.Module):
         nd, H, C = block.num_dst, self.heads, self.out_dim
         p = self.attn_dropout if self.training else 0.0
         key = check_dropout_key(dropout_key) if p > 0 else 0
+        # Whole and split blocks alike: a split's edges end at its owned destinations and read the
+        # gathered rows (its own sources first, then the remote ones), a block's CSC layout.
+        z = self._source_rows(block, x_src)                                      # [num_src (+ remote), H * C]
+        # Both scores in one product with block-diagonal [H * C, H] attention vectors: no [S, H, C] temporary.
+        scores = z @ torch.cat([_block_diagonal(self.att_src), _block_diagonal(self.att_dst)], dim=1)
+        z, score_src, score_dst = z.view(-1, H, C), scores[:, :H], scores[:nd, H:]
+        options = dict(negative_slope=self.negative_slope, dropout=p, key=site_key(key, 0))
         if resolve_backend(self.backend, x_src) == "numba":
-            # Whole and split blocks alike: a split's edges end at its owned destinations and read the
-            # gathered rows (its own sources first, then the remote ones), a block's CSC layout.
-            z = self._source_rows(block, x_src)                                  # [num_src (+ remote), H * C]
-            # Both scores in one product with block-diagonal [H * C, H] attention vectors: no [S, H, C] temporary.
-            scores = z @ torch.cat([_block_diagonal(self.att_src), _block_diagonal(self.att_dst)], dim=1)
-            out = attention(block, z.view(-1, H, C), scores[:, :H], scores[:nd, H:],
-                            negative_slope=self.negative_slope, dropout=p, key=site_key(key, 0))
+            out = attention(block, z, score_src, score_dst, **options)
         else:
-            out = self._reference(block, x_src, p, key)
+            out = torch_ops.attention(block.indptr, block.indices, z, score_src, score_dst, **options)
         out = out.reshape(nd, H * C) if self.concat else out.mean(dim=1)
         return out if self.bias is None else out + self.bias
 
@@ -328,24 +340,6 @@ class GATConv(nn.Module):
             return self.lin(block.gather_sources(x_src))
         return gather_sources(block, self.lin(x_src))
 
-    def _reference(self, block: Block, x_src: Tensor, p: float, key: int) -> Tensor:
-        """The same with torch ops: messages gathered per edge and summed with ``index_add``."""
-        nd, H, C = block.num_dst, self.heads, self.out_dim
-        z = self._source_rows(block, x_src).view(-1, H, C)       # [num_src (+ remote), H, C]
-        score_src = (z * self.att_src).sum(-1)                   # [num_src, H]
-        score_dst = (z[:nd] * self.att_dst).sum(-1)              # [num_dst, H]
-        src, dst = block.indices, block.dst_index()
-        logit_edge = F.leaky_relu(score_src[src] + score_dst[dst], self.negative_slope)  # [E, H]
-        logit_self = F.leaky_relu(score_src[:nd] + score_dst, self.negative_slope)      # [num_dst, H]
-        alpha_edge, alpha_self = _softmax_with_self(logit_edge, logit_self, dst)
-        if p > 0:
-            # Edges, then self edges, as one [E + num_dst, H] tensor: the element ids the kernel drops.
-            dropped = keyed_dropout(torch.cat([alpha_edge, alpha_self]), p, site_key(key, 0))
-            num_edges = src.numel()
-            alpha_edge, alpha_self = dropped[:num_edges], dropped[num_edges:]
-        messages = (alpha_edge.unsqueeze(-1) * z[src]).view(-1, H * C)
-        return (alpha_self.unsqueeze(-1) * z[:nd]).view(nd, H * C).index_add(0, dst, messages).view(nd, H, C)
-
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, heads={self.heads}, concat={self.concat}"
 
@@ -354,22 +348,3 @@ def _block_diagonal(att: Tensor) -> Tensor:
     """[H, C] attention vectors as the block-diagonal [H * C, H] matrix whose column h holds ``att[h]``
     in rows h * C .. h * C + C - 1, so that ``z.view(S, H * C) @ it`` is the per-head score ``(z * att).sum(-1)``."""
     return torch.block_diag(*att.unsqueeze(-1).unbind(0))
-
-
-def _softmax_with_self(logit_edge: Tensor, logit_self: Tensor, dst: Tensor) -> tuple[Tensor, Tensor]:
-    """Softmax over each destination's in-edges plus its self edge, per head.
-
-    Args:
-        logit_edge: [num_edges, H]; logit_self: [num_dst, H]; dst: int64 [num_edges] destination of each edge.
-
-    Returns ``(alpha_edge [num_edges, H], alpha_self [num_dst, H])``; every destination's weights sum to 1.
-    Every destination has its self edge, so no segment is empty and the denominator is >= 1.
-    """
-    index = dst.unsqueeze(1).expand_as(logit_edge)
-    # Subtracting the per-destination max keeps exp() finite; it cancels in the ratio, so it is detached
-    # (the softmax gradient does not depend on it).
-    shift = logit_self.detach().scatter_reduce(0, index, logit_edge.detach(), reduce="amax", include_self=True)
-    exp_edge = (logit_edge - shift[dst]).exp()
-    exp_self = (logit_self - shift).exp()
-    denom = exp_self.index_add(0, dst, exp_edge)
-    return exp_edge / denom[dst], exp_self / denom

@@ -349,9 +349,9 @@ class _WholeLayer:
     def dst_index(self):
         return self.block.dst_index()
 
-    def aggregate_sum(self, x_src):
+    def aggregate_sum(self, x_src, *, kernels="auto"):
         self.calls["aggregate_sum"] += 1
-        return aggregate_sum(self.block, x_src)
+        return aggregate_sum(self.block, x_src, backend=kernels)
 
     def gather_sources(self, x_src):
         self.calls["gather_sources"] += 1

@@ -44,7 +44,8 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm, check_placement
 from gnnscale.distributed.split.plan import ShuffleKind, SplitBlock, split_blocks
-from gnnscale.nn.functional import KERNEL_DTYPES, csr_sum
+from gnnscale.nn import torch_ops
+from gnnscale.nn.functional import csr_sum, resolve_kernels
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling.block import Block
 
@@ -192,17 +193,18 @@ class CooperativeBlock:
 
     def dst_index(self) -> Tensor:
         """int64 [num_edges]: row of every edge in ``indices`` (the CSC column expanded)."""
-        rows = self.split.num_rows
-        return torch.repeat_interleave(torch.arange(rows), self.split.indptr.diff(), output_size=self.split.num_edges)
+        return torch_ops.segment_ids(self.split.indptr, self.split.num_edges)
 
-    def aggregate_sum(self, x_src: Tensor) -> Tensor:
-        """[num_src, d] -> [num_dst, d]: each owned destination's neighbor sum over the whole mini-batch."""
+    def aggregate_sum(self, x_src: Tensor, *, kernels: str = "auto") -> Tensor:
+        """[num_src, d] -> [num_dst, d]: each owned destination's neighbor sum over the whole mini-batch,
+        summed by ``kernels`` (the layer's: ``"auto"``, ``"numba"`` or ``"torch"``)."""
         split, plan = self.split, self.split.plan
         if split.kind == "partial_sums" and self.exchanged_ahead(x_src):
             return self.input_ahead.out  # completed in the loading stage: no shuffle in the step
         if split.kind == "source_features":
-            return _csr_sum(split.indptr, split.indices, split.num_dst, self.gather_sources(x_src))
-        partial = _csr_sum(split.indptr, split.indices, split.num_rows, x_src)  # owned rows, then reference rows
+            return _csr_sum(split.indptr, split.indices, split.num_dst, self.gather_sources(x_src), kernels)
+        # owned rows, then reference rows
+        partial = _csr_sum(split.indptr, split.indices, split.num_rows, x_src, kernels)
         if torch.is_grad_enabled() and partial.requires_grad:
             return PartialSums.apply(partial, self.comm, split.num_dst, plan.recv_index, plan.send_counts,
                                      plan.recv_counts, self.wire_dtype)
@@ -235,7 +237,7 @@ class CooperativeBlock:
         return torch.cat([x_src, received])
 
 
-def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm) -> CooperativeBlock:
+def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm, *, kernels: str = "auto") -> CooperativeBlock:
     """``block`` (layer 0) with its exchange of the input features ``x`` completed now, on ``comm``: the
     loading stage's Comm, so that it runs while the previous mini-batch trains. A ``"partial_sums"``
     split gets its destinations' complete neighbor sums (the same kernel and order as
@@ -250,6 +252,8 @@ def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm) -> Coop
         x: float [block.num_src, d], the input features of its sources; no gradient (an exchange done
             ahead cannot carry one back to ``x``).
         comm: the Comm to exchange on (``comm.rank == block.split.rank``).
+        kernels: the model's (``"auto"``, ``"numba"`` or ``"torch"``): the sums done ahead are the ones
+            its layer would do. Default ``"auto"``.
     """
     split, plan = block.split, block.split.plan
     if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[0] != split.num_src:
@@ -261,7 +265,7 @@ def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm) -> Coop
     ahead = CooperativeBlock(split=split, comm=comm, wire_dtype=block.wire_dtype)
     with torch.no_grad():
         if split.kind == "partial_sums":
-            out = ahead._complete(_csr_sum(split.indptr, split.indices, split.num_rows, x), "feature")
+            out = ahead._complete(_csr_sum(split.indptr, split.indices, split.num_rows, x, kernels), "feature")
         else:
             # Collective: the owned rows that other workers' destinations read, to those workers.
             received = exchange(comm, x.index_select(0, plan.send_index), plan.send_counts, plan.recv_counts,
@@ -270,15 +274,14 @@ def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm) -> Coop
     return CooperativeBlock(split=split, comm=block.comm, input_ahead=InputAhead(x, out), wire_dtype=block.wire_dtype)
 
 
-def _csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:
+def _csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor, kernels: str) -> Tensor:
     """``out[r] = sum of x[indices[e]]`` over row r's edges: [num_cols, d] -> [num_rows, d]."""
-    if x.dtype in KERNEL_DTYPES and x.device.type == "cpu":
+    if resolve_kernels(kernels, x) == "numba":
         # The one-pass numba kernels of whole blocks: forward+backward took 0.65-0.8x the time of torch's
         # CSR product on split-sized layers (1 thread; 4k-60k rows, 5-15 edges each, 100-256 columns).
         return csr_sum(indptr, indices, num_rows, x)
-    # Other dtypes (torch's CPU CSR product lacks half/bfloat16) and devices: gather and index_add.
-    dst = torch.repeat_interleave(torch.arange(num_rows, device=x.device), indptr.diff(), output_size=indices.shape[0])
-    return x.new_zeros(num_rows, x.shape[1]).index_add_(0, dst, x[indices])
+    # The torch path (CUDA tensors, half/bfloat16, or kernels="torch"): gather and index_add.
+    return torch_ops.segment_sum(indptr, indices, num_rows, x)
 
 
 def cooperative_blocks(blocks: Sequence[Block], book: PartitionBook, comm: Comm, *,
