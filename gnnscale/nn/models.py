@@ -7,6 +7,10 @@ from ``blocks[0].num_src`` rows down to the ``blocks[-1].num_dst`` seed nodes.
 Dropout masks come from a key (``model(blocks, x, dropout_key=k)``; the training loop passes one per
 step, derived from ``(seed, epoch, step)``), so they do not depend on torch's global generator or on
 the thread count, and a resumed run draws the same masks. ReLU and dropout are one pass.
+
+``kernels`` picks how every layer and dropout computes: ``"auto"`` (numba on float32/float64 CPU
+tensors, the torch-native path elsewhere, e.g. on CUDA), ``"numba"`` or ``"torch"`` (the torch path on
+any device, the CPU included: the same numbers within 1e-5 and the same dropout masks).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnnscale.nn.functional import check_dropout_key, keyed_dropout, site_key
+from gnnscale.nn.functional import KERNELS, check_dropout_key, keyed_dropout, site_key
 from gnnscale.nn.layers import GATConv, GCNConv, SAGEConv
 from gnnscale.sampling.block import Block
 from gnnscale.settings import setting
@@ -37,15 +41,17 @@ class _BlockModel(nn.Module):
 
     config: "ModelConfig"
 
-    def __init__(self, layers: list[nn.Module], activation: str, *, dropout: float, input_dropout: float) -> None:
+    def __init__(self, layers: list[nn.Module], activation: str, *, dropout: float, input_dropout: float,
+                 kernels: str) -> None:
         super().__init__()
+        _check_kernels(kernels)
         _check_prob("dropout", dropout)
         _check_prob("input_dropout", input_dropout)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
         self.layers = nn.ModuleList(layers)
         self.activation = activation
-        self.dropout, self.input_dropout = dropout, input_dropout
+        self.dropout, self.input_dropout, self.kernels = dropout, input_dropout, kernels
 
     @property
     def num_layers(self) -> int:
@@ -64,7 +70,7 @@ class _BlockModel(nn.Module):
         if len(blocks) != self.num_layers:
             raise ValueError(f"blocks: expected {self.num_layers} blocks (one per layer), got {len(blocks)}")
         key = check_dropout_key(dropout_key) if self.training else 0
-        x = keyed_dropout(x, self.input_dropout, site_key(key, 0), training=self.training)
+        x = keyed_dropout(x, self.input_dropout, site_key(key, 0), training=self.training, kernels=self.kernels)
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             if isinstance(layer, GATConv):
                 x = layer(block, x, dropout_key=site_key(key, ATTENTION_SITE + i))
@@ -73,7 +79,8 @@ class _BlockModel(nn.Module):
             if i < self.num_layers - 1:
                 relu = self.activation == "relu"
                 x = x if relu else F.elu(x)
-                x = keyed_dropout(x, self.dropout, site_key(key, 1 + i), relu=relu, training=self.training)
+                x = keyed_dropout(x, self.dropout, site_key(key, 1 + i), relu=relu, training=self.training,
+                                  kernels=self.kernels)
         return x
 
 
@@ -92,14 +99,16 @@ class GraphSAGE(_BlockModel):
         num_layers: number of SAGE layers (= number of blocks per batch).
         dropout: dropout after every hidden layer. Default 0.5.
         input_dropout: dropout on the input features. Default 0.0.
+        kernels: ``"auto"``, ``"numba"`` or ``"torch"`` (see the module docstring). Default ``"auto"``.
     """
 
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
-                 dropout: float = 0.5, input_dropout: float = 0.0) -> None:
-        layers = [SAGEConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
-        super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout)
+                 dropout: float = 0.5, input_dropout: float = 0.0, kernels: str = "auto") -> None:
+        _check_kernels(kernels)
+        layers = [SAGEConv(i, o, backend=kernels) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
+        super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout, kernels=kernels)
         self.config = ModelConfig(name="sage", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
-                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout)
+                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, kernels=kernels)
 
 
 class GCN(_BlockModel):
@@ -109,11 +118,12 @@ class GCN(_BlockModel):
     """
 
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
-                 dropout: float = 0.5, input_dropout: float = 0.0) -> None:
-        layers = [GCNConv(i, o) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
-        super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout)
+                 dropout: float = 0.5, input_dropout: float = 0.0, kernels: str = "auto") -> None:
+        _check_kernels(kernels)
+        layers = [GCNConv(i, o, backend=kernels) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
+        super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout, kernels=kernels)
         self.config = ModelConfig(name="gcn", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
-                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout)
+                                  num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, kernels=kernels)
 
 
 class GAT(_BlockModel):
@@ -126,23 +136,25 @@ class GAT(_BlockModel):
             ``heads * hidden_dim`` features (the paper's Cora model: 8 heads x 8 = 64).
         heads: heads of every hidden layer, concatenated. Default 8.
         out_heads: heads of the output layer, averaged. Default 1.
-        dropout, input_dropout: as :class:`GraphSAGE`.
+        dropout, input_dropout, kernels: as :class:`GraphSAGE`.
         attn_dropout: dropout on attention weights in every layer. Default 0.0.
     """
 
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *, heads: int = 8,
                  out_heads: int = 1, dropout: float = 0.5, input_dropout: float = 0.0,
-                 attn_dropout: float = 0.0) -> None:
+                 attn_dropout: float = 0.0, kernels: str = "auto") -> None:
         _check_dims(heads=heads, out_heads=out_heads)
+        _check_kernels(kernels)
         # Hidden layers concatenate their heads, so every layer after the first reads heads * hidden_dim.
         widths = _widths(in_dim, heads * hidden_dim, num_classes, num_layers)
-        layers: list[nn.Module] = [GATConv(i, hidden_dim, heads, concat=True, attn_dropout=attn_dropout)
-                                   for i, _ in widths[:-1]]
-        layers.append(GATConv(widths[-1][0], num_classes, out_heads, concat=False, attn_dropout=attn_dropout))
-        super().__init__(layers, "elu", dropout=dropout, input_dropout=input_dropout)
+        layers: list[nn.Module] = [GATConv(i, hidden_dim, heads, concat=True, attn_dropout=attn_dropout,
+                                           backend=kernels) for i, _ in widths[:-1]]
+        layers.append(GATConv(widths[-1][0], num_classes, out_heads, concat=False, attn_dropout=attn_dropout,
+                              backend=kernels))
+        super().__init__(layers, "elu", dropout=dropout, input_dropout=input_dropout, kernels=kernels)
         self.config = ModelConfig(name="gat", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
                                   num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, heads=heads,
-                                  out_heads=out_heads, attn_dropout=attn_dropout)
+                                  out_heads=out_heads, attn_dropout=attn_dropout, kernels=kernels)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +172,9 @@ class ModelConfig:
         heads: GAT hidden-layer heads (> 0). Default 8.
         out_heads: GAT output-layer heads, averaged (> 0). Default 1.
         attn_dropout: GAT attention dropout, in [0, 1). Default 0.0.
+        kernels: ``"auto"`` (numba on CPU float32/float64, the torch path elsewhere), ``"numba"`` or
+            ``"torch"`` (the torch-native path on any device, the CPU included). The same numbers
+            within 1e-5 and the same dropout masks either way. Default ``"auto"``.
     """
 
     in_dim: int
@@ -172,6 +187,9 @@ class ModelConfig:
     heads: int = setting(8, "GAT attention heads in hidden layers")
     out_heads: int = 1
     attn_dropout: float = setting(0.0, "GAT dropout on attention weights")
+    kernels: str = setting("auto", "how the layers compute: auto (numba on the CPU, torch ops elsewhere), numba, or "
+                                   "torch (torch-native ops on any device, the same numbers within 1e-5)",
+                           choices=KERNELS)
 
     def __post_init__(self) -> None:
         if self.name not in MODELS:
@@ -180,13 +198,14 @@ class ModelConfig:
                     num_layers=self.num_layers, heads=self.heads, out_heads=self.out_heads)
         for field in ("dropout", "input_dropout", "attn_dropout"):
             _check_prob(field, getattr(self, field))
+        _check_kernels(self.kernels)
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
     """The model ``cfg`` describes, freshly initialised."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg: expected a ModelConfig, got {type(cfg).__name__}")
-    common = dict(dropout=cfg.dropout, input_dropout=cfg.input_dropout)
+    common = dict(dropout=cfg.dropout, input_dropout=cfg.input_dropout, kernels=cfg.kernels)
     dims = (cfg.in_dim, cfg.hidden_dim, cfg.num_classes, cfg.num_layers)
     if cfg.name == "sage":
         model = GraphSAGE(*dims, **common)
@@ -212,6 +231,11 @@ def _check_dims(**dims: int) -> None:
             raise TypeError(f"{field}: expected an int, got {type(value).__name__}")
         if value <= 0:
             raise ValueError(f"{field}: expected a positive int, got {value}")
+
+
+def _check_kernels(kernels: str) -> None:
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels: expected one of {KERNELS}, got {kernels!r}")
 
 
 def _check_prob(field: str, p: float) -> None:

@@ -73,18 +73,21 @@ class SplitParallel:
             (:func:`exchanges_input_ahead`); False: the training step shuffles.
         shuffle_dtype: the dtype every exchange travels in (:data:`WIRE_DTYPES`; ``"bfloat16"``: half the
             bytes, summed in float32 on arrival).
+        kernels: the model's kernels (``ModelConfig.kernels``): layer 0's sums done ahead are the ones its
+            layer would do in the step.
     """
 
     def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
                  cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel, *,
-                 sampling: str = "owner", input_ahead: bool = False, shuffle_dtype: str = "float32") -> None:
+                 sampling: str = "owner", input_ahead: bool = False, shuffle_dtype: str = "float32",
+                 kernels: str = "auto") -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
         if shuffle_dtype not in WIRE_DTYPES:
             raise ValueError(f"shuffle_dtype: expected one of {tuple(WIRE_DTYPES)}, got {shuffle_dtype!r}")
         # float32 rows on a float32 wire are sent as they are (bit for bit the single-process training).
         self.wire_dtype = None if shuffle_dtype == "float32" else WIRE_DTYPES[shuffle_dtype]
-        self.input_ahead = input_ahead
+        self.input_ahead, self.kernels = input_ahead, kernels
         self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
         self.sampling = sampling
@@ -131,7 +134,7 @@ class SplitParallel:
             blocks = [CooperativeBlock(split=s, comm=self.comm, wire_dtype=self.wire_dtype) for s in splits]
             if self.input_ahead:
                 with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic
-                    blocks[0] = exchange_input_ahead(blocks[0], x, self.loader)
+                    blocks[0] = exchange_input_ahead(blocks[0], x, self.loader, kernels=self.kernels)
             computed, local = split_edge_counts(splits)
             self._ledger.record(computed, local, minibatch_edges)
             out.append(DistBatch(step=step, blocks=blocks, x=x,
@@ -221,7 +224,7 @@ def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelCon
     inference = build_data_parallel(part, cfg, loader)
     train_idx = all_training_nodes(part, comm)
     return SplitParallel(sampler, kind, train_idx, part, cfg, comm, loader, inference, sampling=sampling,
-                         input_ahead=exchanges_input_ahead(model), shuffle_dtype=shuffle_dtype)
+                         input_ahead=exchanges_input_ahead(model), shuffle_dtype=shuffle_dtype, kernels=model.kernels)
 
 
 def check_split_model(model_name: str | None) -> None:
