@@ -62,6 +62,8 @@ def check_split_training(rank: int, world_size: int, port: int) -> dict:
         _check_sage_on_source_features(comm)
         for name in ("sage", "gcn", "gat"):
             _check_input_exchange_ahead(comm, name)
+        for name in ("sage", "gcn", "gat"):
+            _check_torch_kernels(comm, name)
         for name in ("sage", "gat"):
             _check_worker_without_seeds(comm, name)
             _check_bfloat16_wire(comm, name)
@@ -188,6 +190,35 @@ def _check_input_exchange_ahead(comm: Comm, name: str) -> None:
     with pytest.raises(ValueError, match=rf"x: expected \[num_src={coop[0].num_src}, d\] input features"):
         exchange_input_ahead(coop[0], x_in[1:], comm)
     assert not any(any(c.values()) for c in comm.stats.snapshot_and_reset().values())
+
+
+def _check_torch_kernels(comm: Comm, name: str) -> None:
+    """kernels="torch": the split-aware sums (partial sums and gathered rows, layer 0's exchanged ahead) on
+    the torch path against the single-process numba model: the same logits and summed gradients within
+    1e-5. No dropout: a split numbers its rows otherwise than the whole mini-batch, so its masks differ
+    whatever the kernels (tests/nn/test_torch_path.py checks the masks)."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, y = _data(graph.num_nodes)
+    blocks = sample_blocks(graph, np.arange(0, graph.num_nodes, 3), FANOUTS[3], key=21)
+    models = {}
+    for kernels in ("numba", "torch"):
+        torch.manual_seed(5)
+        models[kernels] = build_model(ModelConfig(name=name, in_dim=FEATURE_DIM, hidden_dim=4, num_classes=NUM_CLASSES,
+                                                  num_layers=3, dropout=0.0, heads=2, out_heads=2, kernels=kernels))
+    reference = models["numba"](blocks, x[blocks[0].src_ids])
+    F.cross_entropy(reference, y[blocks[-1].dst_ids]).backward()
+    coop = cooperative_blocks(blocks, book, comm, kind=SHUFFLE_FOR_MODEL[name])
+    x_in = x[coop[0].split.src_ids]
+    coop[0] = exchange_input_ahead(coop[0], x_in, comm, kernels="torch")
+    logits = models["torch"](coop, x_in)
+    split_loss(logits, y[coop[-1].split.dst_ids], blocks[-1].num_dst).backward()
+    all_reduce_gradients(models["torch"], comm)
+    where = {int(v): i for i, v in enumerate(blocks[-1].dst_ids)}
+    mine = torch.tensor([where[int(v)] for v in coop[-1].split.dst_ids], dtype=torch.int64)
+    assert _rel(logits.detach(), reference.detach()[mine]) < 1e-5, name
+    for p, q in zip(models["torch"].parameters(), models["numba"].parameters()):
+        assert _rel(p.grad, q.grad) < 1e-5, (name, _rel(p.grad, q.grad))
+    comm.stats.snapshot_and_reset()
 
 
 def _check_worker_without_seeds(comm: Comm, name: str) -> None:

@@ -97,6 +97,18 @@ def test_a_wrong_file_or_shape_is_one_line_naming_it(tmp_path):
         read_model_file(tmp_path / "new.pt").check_fits(name="cora", feature_dim=1433, num_classes=7)
 
 
+def test_a_file_written_before_kernels_loads_with_auto_and_a_torch_file_keeps_torch(tmp_path):
+    cfg = ModelConfig(in_dim=5, num_classes=3, kernels="torch", **CONFIGS["gat"])
+    save_model_file(tmp_path / "m.pt", random_model(cfg), cfg, FACTS)
+    assert read_model_file(tmp_path / "m.pt").model.kernels == "torch"
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    del payload["config"]["kernels"]  # what a gnnscale without the field wrote
+    torch.save(payload, tmp_path / "old.pt")
+    file = read_model_file(tmp_path / "old.pt")
+    assert file.config.kernels == "auto" and file.model.kernels == "auto"
+    assert all(torch.equal(file.model.state_dict()[k], v) for k, v in payload["state_dict"].items())
+
+
 @pytest.mark.parametrize("payload", [torch.nn.Linear(2, 2), {"ratio": Fraction(1, 3)}],
                          ids=["a pickled module", "a pickled object"])
 def test_a_file_of_pickled_objects_is_refused_without_torchs_advice(tmp_path, recwarn, payload):
