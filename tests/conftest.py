@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
@@ -36,6 +37,14 @@ TINY_DST = np.array([0, 1, 2, 4, 1, 3, 1], dtype=np.int64)
 @pytest.fixture(params=[np.int32, np.int64], ids=["int32", "int64"])
 def idx_dtype(request) -> np.dtype:
     return np.dtype(request.param)
+
+
+@pytest.fixture
+def restore_threads():
+    """For a test that sets numba's thread count: the count it found is set back afterwards."""
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)
 
 
 @pytest.fixture(params=["fused", "two_step"])

@@ -3,13 +3,12 @@ the LADIES law and weights on a graph small enough to check by hand, and bad inp
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.sampling import NeighborSampler, derive_key
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler, layer_probabilities
 from gnnscale.sampling.matrix.products import gcn_operator, stack_rows
 from test_sampling import P_MIN, assert_blocks_equal, check_blocks, draw, star_graph, subset_counts
@@ -26,13 +25,6 @@ def assert_weighted_blocks_equal(a, b) -> None:
     assert_blocks_equal(a, b)
     for x, y in zip(a, b):
         assert torch.equal(x.edge_weight, y.edge_weight)
-
-
-@pytest.fixture
-def restore_threads():
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -75,18 +67,6 @@ def test_batch_blocks_do_not_depend_on_its_stack(random_graph):
     alone = sampler.sample(seeds[2], keys[2])
     assert_blocks_equal(sampler.sample_many(seeds, keys)[2], alone)
     assert_blocks_equal(sampler.sample_many([seeds[2], seeds[0]], [keys[2], keys[0]])[0], alone)
-
-
-def test_matrix_same_blocks_any_thread_count(random_graph, restore_threads):
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has a single thread")
-    seeds, keys = random_stack(400, 6, 100, seed=4)
-    results = []
-    for threads in (1, 2):
-        set_sampler_threads(threads)
-        results.append(MatrixSampler(random_graph, [5, 4]).sample_many(seeds, keys))
-    for a, b in zip(*results):
-        assert_blocks_equal(a, b)
 
 
 def test_matrix_uniform_without_replacement(make_graph):
@@ -216,19 +196,6 @@ def test_ladies_bulk_equals_single_batches(random_graph, k):
     sampler = LadiesSampler(random_graph, [25, 25], bulk=k)
     for s, key, blocks in zip(seeds, keys, sampler.sample_many(seeds, keys), strict=True):
         assert_weighted_blocks_equal(blocks, sampler.sample(s, key))
-
-
-@pytest.mark.parametrize("idx_dtype", [np.dtype(np.int32)], ids=["int32"])  # scipy's arrays either way
-def test_ladies_same_blocks_any_thread_count(random_graph, restore_threads):
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has a single thread")
-    seeds, keys = random_stack(400, 5, 30, seed=2)
-    results = []
-    for threads in (1, 2):
-        set_sampler_threads(threads)
-        results.append(LadiesSampler(random_graph, [20, 10]).sample_many(seeds, keys))
-    for a, b in zip(*results):
-        assert_weighted_blocks_equal(a, b)
 
 
 # ---------------------------------------------------------------------------------------------------

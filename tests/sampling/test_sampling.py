@@ -165,28 +165,6 @@ def test_neighbor_sampler_batch_after_batch_equals_the_two_step_reference(random
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restore_threads():
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
-
-
-@pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
-def test_same_key_same_blocks_any_thread_count(random_graph, method, replace, restore_threads):
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has a single thread")
-    seeds = torch.from_numpy(np.random.default_rng(5).choice(400, 200, replace=False))
-    key = derive_key(42, 3, 17)
-    results = []
-    for threads in (1, 2, 1, 2):
-        set_sampler_threads(threads)
-        assert numba.get_num_threads() == threads
-        results.append(sample_blocks(random_graph, seeds, [5, 4], key=key, replace=replace, method=method))
-    for r in results[1:]:
-        assert_blocks_equal(results[0], r)
-
-
 @functools.cache
 def pipeline_graph(idx_dtype: np.dtype) -> CSCGraph:
     """20,000 nodes, in-degrees 0..60 (mean ~30), no repeated edge: large enough that one hop spans
