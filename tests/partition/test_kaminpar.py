@@ -269,6 +269,11 @@ def test_missing_kaminpar_is_one_line_saying_how_to_install(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+# Slow tier: a launch is seconds to a minute on a busy machine, and what it would catch is covered in the
+# default tier: a kaminpar directory is the format every method writes, each part loaded above
+# (test_cli_kaminpar_directory_records_the_method_and_loads), and the launches of
+# tests/train/test_distributed_train.py train on such directories (METIS-written).
+@pytest.mark.slow
 def test_kaminpar_partition_trains_under_torchrun(tmp_path):
     ds = make_synthetic(SyntheticConfig(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5))
     write_partition_dir(ds, 2, "kaminpar", tmp_path / "p2", seed=0)
