@@ -16,6 +16,7 @@ from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import Block, NeighborSampler, SamplerWorkspace, derive_key, sample_blocks, set_sampler_threads
 from gnnscale.sampling.fused import pipeline_chunks
 from gnnscale.sampling.keys import GOLDEN, mix64_py
+from dist_workers import assert_blocks_equal
 
 P_MIN = 1e-3  # chi-square p-value threshold; keys are fixed, so every test is deterministic
 
@@ -34,15 +35,6 @@ def global_edges(block: Block) -> tuple[np.ndarray, np.ndarray]:
     src = block.src_ids[block.indices].numpy()
     dst = block.dst_ids.repeat_interleave(block.in_degrees()).numpy()
     return src, dst
-
-
-def assert_blocks_equal(a: list[Block], b: list[Block]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.num_dst == y.num_dst
-        assert torch.equal(x.indptr, y.indptr)
-        assert torch.equal(x.indices, y.indices)
-        assert torch.equal(x.src_ids, y.src_ids)
 
 
 def check_blocks(graph: CSCGraph, seeds, fanouts, blocks: list[Block], replace: bool) -> None:
