@@ -85,7 +85,7 @@ def spawn_ok(fn, world_size: int) -> list[object]:
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_samplers_feature_store_and_agree(world_size):
     """Vanilla and hybrid blocks == sample_blocks on the full graph, 2(L-1) sample rounds per call,
     feature gather == indexing the full matrix in 2 rounds, agree() stops every worker with the

@@ -154,18 +154,20 @@ def test_ogb_papers100m_raw_layout_round_trips(tmp_path, compressed, fortran):
     assert summary.edges_read == 4000 and ds.name == "ogbn-papers100M"
 
 
+class Stop(Exception):
+    """Raised by :func:`stop_in`'s progress callback: an interruption (Ctrl-C, a kill) mid-phase."""
+
+
+def stop_in(phase: str):
+    """A ``progress(current, done, total)`` callback that raises :class:`Stop` at the second step of ``phase``."""
+    def progress(current, done, total):
+        if current == phase and done == 2:
+            raise Stop(phase)
+    return progress
+
+
 def test_interrupted_run_leaves_no_directory(tmp_path):
     write_fake_papers100m(tmp_path / "ogb", compressed=True)
-
-    class Stop(Exception):
-        pass
-
-    def stop_in(phase):
-        def progress(current, done, total):
-            if current == phase and done == 2:
-                raise Stop(phase)
-        return progress
-
     for phase in ("scan", "edges", "csc", "features"):
         with pytest.raises(Stop):
             convert_dataset(ogb_inputs(tmp_path / "ogb"), tmp_path / "out", chunk_edges=300, progress=stop_in(phase))

@@ -16,6 +16,7 @@ from gnnscale.graph.datasets import load_dataset
 from gnnscale.graph.generate import generate_dataset, memory_bound
 from gnnscale.graph.storage import DATASET_ARRAYS, load_dataset_dir, save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic, preset_config
+from test_convert import Stop, stop_in
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = sorted([f"{stem}.npy" for stem in DATASET_ARRAYS] + ["meta.json"])
@@ -115,15 +116,6 @@ def test_memory_is_bounded_by_chunk_and_nodes_not_edges(tmp_path):
 
 
 def test_an_interrupted_run_leaves_no_directory(tmp_path):
-    class Stop(Exception):
-        pass
-
-    def stop_in(phase):
-        def progress(current, done, total):
-            if current == phase and done == 2:
-                raise Stop(phase)
-        return progress
-
     cfg = CONFIGS["papers100M"]
     for phase in ("edges", "csc", "features"):
         with pytest.raises(Stop):

@@ -14,13 +14,6 @@ from gnnscale.nn.functional import aggregate, csr_sum, keyed_dropout, site_key, 
 from gnnscale.sampling import Block, sample_blocks
 
 
-@pytest.fixture
-def restore_threads():
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
-
-
 def _graph(num_nodes=300, num_edges=2400, seed=0):
     rng = np.random.default_rng(seed)
     return csc_from_coo(rng.integers(0, num_nodes, num_edges), rng.integers(0, num_nodes, num_edges), num_nodes)

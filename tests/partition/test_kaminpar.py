@@ -18,10 +18,9 @@ from gnnscale.partition import assign_parts, load_partition, parhip, read_manife
 from gnnscale.partition.kaminpar_parts import kaminpar_parts
 from gnnscale.partition.parhip import open_parhip, temporary_parhip, write_parhip
 from launch import ENV, LAUNCH_TIMEOUT_S, torchrun
+from test_partition import SMALL, cut_fraction
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = SyntheticConfig(num_nodes=3000, avg_degree=10.0, num_classes=5, feature_dim=8, train_fraction=0.3,
-                        val_fraction=0.2, test_fraction=0.3, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -215,32 +214,8 @@ def test_bad_chunk_size_is_named(tiny_graph, tmp_path):
 
 
 # --- the method ----------------------------------------------------------------------------------
-
-
-def cut_fraction(graph: CSCGraph, part: np.ndarray) -> float:
-    return float(np.mean(part[graph.indices] != np.repeat(part, graph.in_degrees())))
-
-
-@pytest.mark.parametrize("num_parts", [2, 3, 5])
-def test_every_node_assigned_and_counts_balanced_to_one(ds, num_parts):
-    part = assign_parts(ds.graph, num_parts, "kaminpar", train_idx=ds.train_idx, seed=0)
-    assert part.dtype == np.int64 and part.shape == (ds.graph.num_nodes,)
-    assert part.min() == 0 and part.max() == num_parts - 1
-    for counts in (np.bincount(part, minlength=num_parts), np.bincount(part[ds.train_idx], minlength=num_parts)):
-        assert counts.max() - counts.min() <= 1, counts
-
-
-def test_cut_is_close_to_metis_and_far_below_random(ds):
-    # Measured on this graph, 4 parts, seeds 0-4: kaminpar 0.269-0.287, metis 0.267-0.269, random 0.744-0.757.
-    cut = {m: cut_fraction(ds.graph, assign_parts(ds.graph, 4, m, train_idx=ds.train_idx)) for m in
-           ("kaminpar", "metis", "random")}
-    assert cut["kaminpar"] < 1.25 * cut["metis"], cut
-    assert cut["kaminpar"] < 0.45 * cut["random"], cut
-
-
-def test_one_thread_same_seed_same_parts(ds):
-    a = assign_parts(ds.graph, 3, "kaminpar", train_idx=ds.train_idx, seed=5)
-    np.testing.assert_array_equal(a, assign_parts(ds.graph, 3, "kaminpar", train_idx=ds.train_idx, seed=5))
+# (Balance, cut, same seed same parts, the edge cases and the argument checks: test_partition.py, over
+# every method.)
 
 
 def test_two_threads_give_a_balanced_partition_too(ds):
@@ -256,25 +231,6 @@ def test_compressed_graph_and_terapart_context_give_a_valid_partition(ds):
     assert part.shape == (ds.graph.num_nodes,) and counts.min() > 0
     assert counts.max() <= 1.03 * ds.graph.num_nodes / 4 + 1  # KaMinPar's own balance, before the exact pass
     assert cut_fraction(ds.graph, part) < 0.4
-
-
-def test_edge_cases_one_part_one_node_per_part_no_edges(tiny_graph):
-    n = tiny_graph.num_nodes
-    assert assign_parts(tiny_graph, 1, "kaminpar").tolist() == [0] * n
-    assert sorted(assign_parts(tiny_graph, n, "kaminpar", train_idx=np.array([0, 1]))) == list(range(n))
-    empty = CSCGraph(indptr=np.zeros(11, dtype=np.int64), indices=np.zeros(0, dtype=np.int32), num_nodes=10)
-    assert np.bincount(assign_parts(empty, 3, "kaminpar")).tolist() == [4, 3, 3]
-
-
-@pytest.mark.parametrize(("kwargs", "match"), [
-    (dict(num_parts=7), "num_parts: expected an int in \\[1, num_nodes = 6\\], got 7"),
-    (dict(threads=0), "threads: expected an int >= 1, got 0"),
-    (dict(seed=-1), "seed"),
-])
-def test_bad_arguments_name_the_argument(tiny_graph, kwargs, match):
-    args = {"num_parts": 2, **kwargs}
-    with pytest.raises(ValueError, match=match):
-        assign_parts(tiny_graph, args.pop("num_parts"), "kaminpar", **args)
 
 
 # --- directory, CLI, training --------------------------------------------------------------------
@@ -313,6 +269,11 @@ def test_missing_kaminpar_is_one_line_saying_how_to_install(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+# Slow tier: a launch is seconds to a minute on a busy machine, and what it would catch is covered in the
+# default tier: a kaminpar directory is the format every method writes, each part loaded above
+# (test_cli_kaminpar_directory_records_the_method_and_loads), and the launches of
+# tests/train/test_distributed_train.py train on such directories (METIS-written).
+@pytest.mark.slow
 def test_kaminpar_partition_trains_under_torchrun(tmp_path):
     ds = make_synthetic(SyntheticConfig(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5))
     write_partition_dir(ds, 2, "kaminpar", tmp_path / "p2", seed=0)

@@ -19,6 +19,7 @@ from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.storage import load_dataset_dir, save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import assign_parts, read_manifest, relabel, summarize, write_partition_dir
+from test_partition import METHODS
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = SyntheticConfig(num_nodes=2000, avg_degree=9.0, num_classes=4, feature_dim=6, train_fraction=0.3,
@@ -41,7 +42,7 @@ def ds() -> NodeDataset:
     return make_synthetic(SMALL)
 
 
-@pytest.mark.parametrize("method", ["metis", "random"])
+@pytest.mark.parametrize("method", METHODS)
 def test_streamed_directory_is_the_in_memory_relabelling_byte_for_byte(ds, tmp_path, method):
     # Memory-mapped input and 7 edges per step (hundreds of steps, rows split across them) against the
     # whole graph relabelled in memory, each array saved by np.save.

@@ -3,13 +3,12 @@ the LADIES law and weights on a graph small enough to check by hand, and bad inp
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.sampling import NeighborSampler, derive_key
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler, layer_probabilities
 from gnnscale.sampling.matrix.products import gcn_operator, stack_rows
 from test_sampling import P_MIN, assert_blocks_equal, check_blocks, draw, star_graph, subset_counts
@@ -22,17 +21,15 @@ def random_stack(num_nodes: int, k: int, size: int, seed: int = 0) -> tuple[list
     return seeds, [derive_key(seed, 0, step) for step in range(k)]
 
 
-def assert_weighted_blocks_equal(a, b) -> None:
+def assert_weighted_blocks_equal(a, b, *, weighted: bool = True) -> None:
+    """The same blocks, and the same edge weights: both present and equal, or (``weighted=False``, a
+    sampler that draws unweighted blocks) both absent."""
     assert_blocks_equal(a, b)
     for x, y in zip(a, b):
-        assert torch.equal(x.edge_weight, y.edge_weight)
-
-
-@pytest.fixture
-def restore_threads():
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
+        if weighted:
+            assert torch.equal(x.edge_weight, y.edge_weight)
+        else:
+            assert x.edge_weight is None and y.edge_weight is None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -60,12 +57,20 @@ def test_matrix_tiny_graph_exact(tiny_graph):
     assert outer.indices.tolist() == [2, 3, 4, 5, 2, 5]
 
 
-@pytest.mark.parametrize("k", [1, 2, 7])
-def test_bulk_equals_single_batches(random_graph, k):
-    seeds, keys = random_stack(400, k, 50, seed=k)
-    sampler = MatrixSampler(random_graph, [4, 3], bulk=k)
+INT32, INT64 = np.dtype(np.int32), np.dtype(np.int64)
+# (sampler, its sizes, seeds per batch, weighted blocks): GraphSAGE with fanouts, LADIES with layer sizes
+# (on scipy's arrays whatever the graph's index dtype: int32 only).
+BULK_CASES = [*(pytest.param(MatrixSampler, [4, 3], 50, False, k, dtype, id=f"matrix-{dtype}-{k}")
+                for dtype in (INT32, INT64) for k in (1, 2, 7)),
+              *(pytest.param(LadiesSampler, [25, 25], 30, True, k, INT32, id=f"ladies-int32-{k}") for k in (1, 3, 6))]
+
+
+@pytest.mark.parametrize(("make", "sizes", "size", "weighted", "k", "idx_dtype"), BULK_CASES)
+def test_bulk_equals_single_batches(random_graph, make, sizes, size, weighted, k):
+    seeds, keys = random_stack(400, k, size, seed=k)
+    sampler = make(random_graph, sizes, bulk=k)
     for s, key, blocks in zip(seeds, keys, sampler.sample_many(seeds, keys), strict=True):
-        assert_blocks_equal(blocks, sampler.sample(s, key))
+        assert_weighted_blocks_equal(blocks, sampler.sample(s, key), weighted=weighted)
 
 
 def test_batch_blocks_do_not_depend_on_its_stack(random_graph):
@@ -75,18 +80,6 @@ def test_batch_blocks_do_not_depend_on_its_stack(random_graph):
     alone = sampler.sample(seeds[2], keys[2])
     assert_blocks_equal(sampler.sample_many(seeds, keys)[2], alone)
     assert_blocks_equal(sampler.sample_many([seeds[2], seeds[0]], [keys[2], keys[0]])[0], alone)
-
-
-def test_matrix_same_blocks_any_thread_count(random_graph, restore_threads):
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has a single thread")
-    seeds, keys = random_stack(400, 6, 100, seed=4)
-    results = []
-    for threads in (1, 2):
-        set_sampler_threads(threads)
-        results.append(MatrixSampler(random_graph, [5, 4]).sample_many(seeds, keys))
-    for a, b in zip(*results):
-        assert_blocks_equal(a, b)
 
 
 def test_matrix_uniform_without_replacement(make_graph):
@@ -207,28 +200,6 @@ def test_ladies_blocks_contract(random_graph, self_loops):
             assert torch.allclose(sums[b.in_degrees() > 0], torch.ones(1, dtype=torch.float64), atol=1e-6)
             if self_loops:  # every destination keeps its exact self term
                 assert (b.in_degrees() >= 1).all()
-
-
-@pytest.mark.parametrize("idx_dtype", [np.dtype(np.int32)], ids=["int32"])  # scipy's arrays either way
-@pytest.mark.parametrize("k", [1, 3, 6])
-def test_ladies_bulk_equals_single_batches(random_graph, k):
-    seeds, keys = random_stack(400, k, 30, seed=k)
-    sampler = LadiesSampler(random_graph, [25, 25], bulk=k)
-    for s, key, blocks in zip(seeds, keys, sampler.sample_many(seeds, keys), strict=True):
-        assert_weighted_blocks_equal(blocks, sampler.sample(s, key))
-
-
-@pytest.mark.parametrize("idx_dtype", [np.dtype(np.int32)], ids=["int32"])  # scipy's arrays either way
-def test_ladies_same_blocks_any_thread_count(random_graph, restore_threads):
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has a single thread")
-    seeds, keys = random_stack(400, 5, 30, seed=2)
-    results = []
-    for threads in (1, 2):
-        set_sampler_threads(threads)
-        results.append(LadiesSampler(random_graph, [20, 10]).sample_many(seeds, keys))
-    for a, b in zip(*results):
-        assert_weighted_blocks_equal(a, b)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.sampling import Block, NeighborSampler, SamplerWorkspace, derive_key, sample_blocks, set_sampler_threads
 from gnnscale.sampling.fused import pipeline_chunks
 from gnnscale.keys import GOLDEN, mix64_py
+from dist_workers import assert_blocks_equal
 
 P_MIN = 1e-3  # chi-square p-value threshold; keys are fixed, so every test is deterministic
 
@@ -34,15 +35,6 @@ def global_edges(block: Block) -> tuple[np.ndarray, np.ndarray]:
     src = block.src_ids[block.indices].numpy()
     dst = block.dst_ids.repeat_interleave(block.in_degrees()).numpy()
     return src, dst
-
-
-def assert_blocks_equal(a: list[Block], b: list[Block]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.num_dst == y.num_dst
-        assert torch.equal(x.indptr, y.indptr)
-        assert torch.equal(x.indices, y.indices)
-        assert torch.equal(x.src_ids, y.src_ids)
 
 
 def check_blocks(graph: CSCGraph, seeds, fanouts, blocks: list[Block], replace: bool) -> None:
@@ -191,28 +183,6 @@ def test_neighbor_sampler_batch_after_batch_equals_the_two_step_reference(random
 # ---------------------------------------------------------------------------------------------------
 # randomness: keys, threads
 # ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def restore_threads():
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
-
-
-@pytest.mark.parametrize("replace", [False, True], ids=["noreplace", "replace"])
-def test_same_key_same_blocks_any_thread_count(random_graph, method, replace, restore_threads):
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has a single thread")
-    seeds = torch.from_numpy(np.random.default_rng(5).choice(400, 200, replace=False))
-    key = derive_key(42, 3, 17)
-    results = []
-    for threads in (1, 2, 1, 2):
-        set_sampler_threads(threads)
-        assert numba.get_num_threads() == threads
-        results.append(sample_blocks(random_graph, seeds, [5, 4], key=key, replace=replace, method=method))
-    for r in results[1:]:
-        assert_blocks_equal(results[0], r)
 
 
 @functools.cache
