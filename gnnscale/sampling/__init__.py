@@ -18,7 +18,6 @@ from gnnscale.sampling.reference import two_step_hops
 from gnnscale.threading_layer import THREADSAFE_LAYERS, check_threadsafe_layer, choose_threading_layer
 
 Method = Literal["fused", "two_step"]
-METHODS = ("fused", "two_step")
 
 __all__ = ["ALL_NEIGHBORS", "BatchSampler", "Block", "NeighborSampler", "SamplerWorkspace", "THREADSAFE_LAYERS",
            "blocks_from_hops", "check_fanouts", "check_key", "check_seeds", "check_threadsafe_layer",
@@ -90,17 +89,31 @@ def sample_blocks(
     fanouts = check_fanouts(fanouts)
     seeds = check_seeds(seeds, graph.num_nodes)
     key = check_key(key)
-    if method == "fused":
-        if workspace is None:
-            workspace = SamplerWorkspace(graph.num_nodes)
-        elif workspace.num_nodes != graph.num_nodes:
-            raise ValueError(f"workspace: built for {workspace.num_nodes} nodes, graph has {graph.num_nodes}")
-        nodes, hops = fused_hops(graph.indptr, graph.indices, seeds, fanouts, key, bool(replace), workspace)
-    elif method == "two_step":
-        nodes, hops = two_step_hops(graph.indptr, graph.indices, seeds, fanouts, key, bool(replace))
-    else:
+    if method not in HOP_KERNELS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    nodes, hops = HOP_KERNELS[method](graph, seeds, fanouts, key, bool(replace), workspace)
     return blocks_from_hops(nodes, hops)
+
+
+def _fused(graph: CSCGraph, seeds: np.ndarray, fanouts: tuple[int, ...], key: int, replace: bool,
+           workspace: SamplerWorkspace | None):
+    if workspace is None:
+        workspace = SamplerWorkspace(graph.num_nodes)
+    elif workspace.num_nodes != graph.num_nodes:
+        raise ValueError(f"workspace: built for {workspace.num_nodes} nodes, graph has {graph.num_nodes}")
+    return fused_hops(graph.indptr, graph.indices, seeds, fanouts, key, replace, workspace)
+
+
+def _two_step(graph: CSCGraph, seeds: np.ndarray, fanouts: tuple[int, ...], key: int, replace: bool,
+              workspace: SamplerWorkspace | None):
+    return two_step_hops(graph.indptr, graph.indices, seeds, fanouts, key, replace)
+
+
+# The neighbor-sampling kernels by method: (nodes, hops) from (graph, seeds, fanouts, key, replace,
+# workspace). The samplers that use them, and what each serves, are in gnnscale.sampling.registry.
+HOP_KERNELS = {"fused": _fused, "two_step": _two_step}
+METHODS = tuple(HOP_KERNELS)
+WORKSPACE_METHODS = ("fused",)  # the methods whose mapping array a NeighborSampler keeps across batches
 
 
 def check_key(key) -> int:
@@ -150,7 +163,7 @@ class NeighborSampler(BatchSampler):
         self.fanouts = check_fanouts(fanouts)
         self.replace = replace
         self.method = method
-        self.workspace = SamplerWorkspace(graph.num_nodes) if method == "fused" else None
+        self.workspace = SamplerWorkspace(graph.num_nodes) if method in WORKSPACE_METHODS else None
 
     def sample(self, seeds, key: int) -> list[Block]:
         return sample_blocks(self.graph, seeds, self.fanouts, key=key, replace=self.replace,
