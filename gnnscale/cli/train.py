@@ -107,10 +107,10 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     if typed:
         raise ValueError(f"partitions: {' and '.join(typed)} cannot be used with --partitions (the partition "
                          "directory holds the dataset); drop them")
-    return TrainSettings(train=train, model=model, outputs=outputs, layout=read_layout(args, train))
+    return TrainSettings(train=train, model=model, outputs=outputs, layout=read_layout(args))
 
 
-def read_layout(args: argparse.Namespace, train: TrainConfig) -> LayoutOptions:
+def read_layout(args: argparse.Namespace) -> LayoutOptions:
     """``--layout`` and its own options; a layout option of another layout names the layouts it is for."""
     spec = layout_spec(args.layout or DEFAULT_LAYOUT)
     for cls in option_classes():
