@@ -65,6 +65,9 @@ def test_pyg_graphsage_under_torchrun_on_synthetic_data(tmp_path) -> None:
     assert len(re.findall(r"^test accuracy [01]\.\d{4} ", out, re.MULTILINE)) == 1, out  # rank 0 only
 
 
+# Slow tier: the same script and layout run under torchrun in the default tier on synthetic data (with
+# stricter assertions), and test_pyg_graphsage_on_cora covers Cora's loading.
+@pytest.mark.slow
 @pytest.mark.skipif(not (CORA_DIR / "ind.cora.x").is_file(), reason=f"Cora not found at {CORA_DIR}")
 def test_pyg_graphsage_under_torchrun_on_cora(tmp_path) -> None:
     write_partition_dir(load_dataset("cora", CORA_DIR), 2, "metis", tmp_path / "cora")
