@@ -122,3 +122,16 @@ def make_graph(idx_dtype):
                         num_nodes=num_nodes)
 
     return make
+
+
+@pytest.fixture
+def solo_comm():
+    """The Comm of a process group of this process alone: a real all_to_all, which moves the bytes to itself."""
+    from gnnscale.distributed import Comm
+    from gnnscale.distributed.context import init_single_process, shutdown
+
+    ctx = init_single_process()
+    try:
+        yield Comm(ctx)
+    finally:
+        shutdown()

@@ -14,9 +14,9 @@ from gnnscale.cli.flags import add_settings, read_settings
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.settings import flag_names, setting
+from gnnscale.train.api import DEFAULT_TIMEOUT_S  # noqa: F401 (--timeout's default, the library's)
 
 EXIT_BAD_INPUT = 2  # bad input, reported before any work (argparse's own errors exit with 2 too)
-DEFAULT_TIMEOUT_S = 120.0  # seconds a distributed worker waits for its peers by default (--timeout)
 # A value that starts with a minus sign, such as --fanouts -1,5: argparse would take it for a flag.
 NEGATIVE_VALUE = re.compile(r"-\d[\d,.eE+-]*")
 

@@ -102,8 +102,9 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     if args.partitions is None:
         check_single_process_flags(args)
         return TrainSettings(train=train, model=model, outputs=outputs, layout=None)
-    typed = [flag for flag, value in (("--dataset", dataset_flags(args).dataset),
-                                      ("--data-dir", dataset_flags(args).data_dir), ("-o", args.option)) if value]
+    data = dataset_flags(args)
+    typed = [flag for flag, value in (("--dataset", data.dataset), ("--data-dir", data.data_dir),
+                                      ("-o", args.option)) if value]
     if typed:
         raise ValueError(f"partitions: {' and '.join(typed)} cannot be used with --partitions (the partition "
                          "directory holds the dataset); drop them")

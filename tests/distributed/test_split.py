@@ -11,8 +11,6 @@ import torch
 
 from gnnscale.distributed import (SHUFFLE_KINDS, EdgeMetrics, data_parallel_edge_metrics, split_blocks,
                                   split_edge_metrics)
-from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.context import init_single_process, shutdown
 from gnnscale.distributed.split.shuffle import PartialSums, Shuffle, exchange
 from gnnscale.distributed.edge_metrics import (epoch_edge_metrics, minibatch_signature, split_edge_counts,
                                                 union_minibatch_edges)
@@ -378,16 +376,6 @@ def test_layers_aggregate_through_the_split_hook(name, hook):
 
 
 # --- the bfloat16 wire ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def solo_comm():
-    """The Comm of a process group of this process alone: a real all_to_all, which moves the bytes to itself."""
-    ctx = init_single_process()
-    try:
-        yield Comm(ctx)
-    finally:
-        shutdown()
 
 
 def crafted_rows() -> torch.Tensor:

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnscale.distributed import SHUFFLE_FOR_MODEL, Comm, cooperative_blocks, exchange_input_ahead, split_blocks
-from gnnscale.distributed.context import init_single_process, shutdown
+from gnnscale.distributed import SHUFFLE_FOR_MODEL, cooperative_blocks, exchange_input_ahead, split_blocks
 from gnnscale.distributed.split.shuffle import _csr_sum
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.keys import MASK64, mix64_py
@@ -185,15 +184,6 @@ def test_split_partial_sums_torch_path_matches_numba(blocks):
                                                                                   split.num_rows, x, kernels), [x])
                            for kernels in ("numba", "torch")]
                 _assert_paths_agree(results[1], results[0])
-
-
-@pytest.fixture(scope="module")
-def solo_comm():
-    ctx = init_single_process()
-    try:
-        yield Comm(ctx)
-    finally:
-        shutdown()
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
