@@ -42,6 +42,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 2 if path.is_relative_to(_TESTS / "distributed") else 1
 
     items.sort(key=stage)
+    skip_gpu = pytest.mark.skip(reason="needs CUDA (a `gpu` test: `pytest -m gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords and not _cuda_available():
+            item.add_marker(skip_gpu)
+
+
+def _cuda_available() -> bool:
+    import torch  # here: collecting the graph tests needs no torch import of its own
+
+    return torch.cuda.is_available()
 
 
 # The tiny graph (edges point the way messages flow, src -> dst):
