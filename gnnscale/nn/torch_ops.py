@@ -8,9 +8,7 @@ never waits on the host. Autograd differentiates them; no custom backward.
 
 **Keyed dropout** draws the numba kernels' very masks (:mod:`gnnscale.nn.kernels`): element ``k`` is
 kept iff the 32-bit half ``k % 2`` of ``mix64(key + (k // 2 + 1) * GOLDEN)`` is at least
-``round(p * 2**32)``. torch has no uint64 arithmetic on every device, so the hash runs on int64:
-two's-complement addition and multiplication wrap modulo 2**64 exactly as uint64's do (the bits are
-the same), and a logical right shift is an arithmetic one with the sign-extended high bits masked off.
+``round(p * 2**32)``, hashed in int64 ops by :mod:`gnnscale.torch_keys`.
 """
 
 from __future__ import annotations
@@ -18,32 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gnnscale.keys import GOLDEN
-
-_U64 = 1 << 64
-
-
-def _as_int64(value: int) -> int:
-    """The int64 whose two's-complement bits are the uint64 ``value`` (torch multiplies by it, wrapping)."""
-    return value - _U64 if value >= 1 << 63 else value
-
-
-_GOLDEN = _as_int64(GOLDEN)
-_MIX1 = _as_int64(0xBF58476D1CE4E5B9)
-_MIX2 = _as_int64(0x94D049BB133111EB)
-_LOW32 = 0xFFFFFFFF
-
-
-def _xor_shifted(z: Tensor, shift: int) -> Tensor:
-    """``z ^= z >>> shift`` in place (uint64's logical shift: the arithmetic one, high bits masked)."""
-    return z.bitwise_xor_((z >> shift).bitwise_and_((1 << (64 - shift)) - 1))
-
-
-def mix64(z: Tensor) -> Tensor:
-    """SplitMix64's finaliser (:func:`gnnscale.keys.mix64`) on int64 ``z`` seen as uint64 bits, in place."""
-    _xor_shifted(z, 30).mul_(_MIX1)
-    _xor_shifted(z, 27).mul_(_MIX2)
-    return _xor_shifted(z, 31)
+from gnnscale.torch_keys import GOLDEN64, LOW32, mix64
 
 
 def dropout_keep(numel: int, key: int, p: float, device: torch.device) -> Tensor:
@@ -55,9 +28,9 @@ def dropout_keep(numel: int, key: int, p: float, device: torch.device) -> Tensor
     """
     threshold = min(int(round(p * 2**32)), 2**32 - 1)
     pairs = torch.arange(1, (numel + 1) // 2 + 1, dtype=torch.int64, device=device)
-    draws = mix64(pairs.mul_(_GOLDEN).add_(key))  # [pairs] uint64 bits
-    low = (draws & _LOW32) >= threshold
-    high = ((draws >> 32) & _LOW32) >= threshold
+    draws = mix64(pairs.mul_(GOLDEN64).add_(key))  # [pairs] uint64 bits
+    low = (draws & LOW32) >= threshold
+    high = ((draws >> 32) & LOW32) >= threshold
     return torch.stack([low, high], dim=1).view(-1)[:numel]
 
 

@@ -12,7 +12,6 @@ import torch
 from gnnscale.distributed import SHUFFLE_FOR_MODEL, cooperative_blocks, exchange_input_ahead, split_blocks
 from gnnscale.distributed.split.shuffle import _csr_sum
 from gnnscale.graph.csc import csc_from_coo
-from gnnscale.keys import MASK64, mix64_py
 from gnnscale.nn import GATConv, GCNConv, ModelConfig, SAGEConv, build_model, torch_ops
 from gnnscale.nn.functional import _KeyedDropout, keyed_dropout, resolve_kernels
 from gnnscale.partition.book import PartitionBook
@@ -62,13 +61,6 @@ def _assert_paths_agree(got: list[torch.Tensor], expected: list[torch.Tensor]) -
 
 
 # --- keyed dropout: the numba kernel's masks, bit for bit -------------------------------------------------
-
-
-def test_mix64_on_int64_is_splitmix64_on_uint64():
-    values = [0, 1, 2**31, 2**32 - 1, 2**63 - 1, 2**63, 2**64 - 1, 0x9E3779B97F4A7C15, 12345678901234567]
-    as_int64 = torch.tensor([v - 2**64 if v >= 2**63 else v for v in values], dtype=torch.int64)
-    got = [int(v) & MASK64 for v in torch_ops.mix64(as_int64)]
-    assert got == [mix64_py(v) for v in values]
 
 
 @pytest.mark.parametrize("key", [0, 1, 0x5DEECE66D, 2**62 + 977, 2**63 - 1])
