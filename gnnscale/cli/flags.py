@@ -25,6 +25,14 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints such as 10,5, got {text!r}") from None
 
 
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 0.85,0.05,0.10, got {text!r}") \
+            from None
+
+
 def whole_number(text: str) -> int:
     try:
         return int(text)
@@ -80,7 +88,9 @@ def add_settings(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls:
             added = parser.add_argument(name, nargs="?", const=True, choices=flag.allowed(), metavar=flag.metavar,
                                         **common)
         elif typing.get_origin(kinds[0]) is tuple:
-            added = parser.add_argument(name, type=int_list, metavar=flag.metavar or "N,N", **common)
+            floats = typing.get_args(kinds[0])[0] is float
+            added = parser.add_argument(name, type=float_list if floats else int_list,
+                                        metavar=flag.metavar or ("F,F" if floats else "N,N"), **common)
         else:
             choices = flag.allowed()
             metavar = flag.metavar or (None if choices else field.name.upper())

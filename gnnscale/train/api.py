@@ -18,6 +18,7 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import Partitioned
 from gnnscale.train.in_process import InProcess
 from gnnscale.train.layouts import LayoutOptions, layout_options as options_for
+from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.run import RunOutputs, TrainReport
 from gnnscale.train.setup import RunSource, train_run
 
@@ -26,7 +27,7 @@ DEFAULT_TIMEOUT_S = 120.0
 
 def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str, config: TrainConfig = TrainConfig(),
         layout: str | LayoutOptions | None = None, outputs: RunOutputs = RunOutputs(), progress: bool = True,
-        timeout_s: float | None = None) -> TrainReport:
+        timeout_s: float | None = None, task: LinkConfig | None = None) -> TrainReport:
     """Train ``model`` in place by mini-batch neighbor sampling and return the per-epoch report.
 
     Args:
@@ -52,6 +53,10 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         timeout_s: a partition directory only: seconds a worker waits for its peers before it stops with
             an error (default 120).
 
+        task: None trains node classification; a :class:`~gnnscale.train.link_config.LinkConfig` trains link
+            prediction (``model`` then a :class:`~gnnscale.nn.link.LinkModel`, ``layout`` hybrid or vanilla;
+            :mod:`gnnscale.train.link`).
+
     Returns:
         the :class:`~gnnscale.train.run.TrainReport`, the same on every worker: per-epoch loss (and every
         iteration's), accuracy, timings and communication, best validation epoch, and the epoch whose
@@ -66,21 +71,23 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         raise TypeError(f"config: expected a gnnscale.train.config.TrainConfig, got {type(config).__name__}")
     if not isinstance(outputs, RunOutputs):
         raise TypeError(f"outputs: expected a gnnscale.train.run.RunOutputs, got {type(outputs).__name__}")
-    return train_run(model, inputs, config, run_source(data, layout, timeout_s), outputs, progress=progress)
+    if task is not None and not isinstance(task, LinkConfig):
+        raise TypeError(f"task: expected None (node classification) or a LinkConfig, got {type(task).__name__}")
+    return train_run(model, inputs, config, run_source(data, layout, timeout_s, task), outputs, progress=progress)
 
 
 def run_source(data: NodeDataset | str | os.PathLike, layout: str | LayoutOptions | None,
-               timeout_s: float | None) -> RunSource:
+               timeout_s: float | None, task: LinkConfig | None = None) -> RunSource:
     """A dataset trains in this process, a partition directory under torchrun."""
     if isinstance(data, NodeDataset):
         for name, value in (("layout", layout), ("timeout_s", timeout_s)):
             if value is not None:
                 raise ValueError(f"{name}: applies to a distributed run over a partition directory; a NodeDataset "
                                  "trains in this process (drop it, or pass the directory gnnscale partition wrote)")
-        return InProcess(data)
+        return InProcess(data, task)
     if not isinstance(data, (str, os.PathLike)):
         raise TypeError(f"data: expected a gnnscale NodeDataset or a partition directory, got {type(data).__name__}")
-    return Partitioned(Path(data), layout_options(layout), DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+    return Partitioned(Path(data), layout_options(layout), DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s, task)
 
 
 def layout_options(layout: str | LayoutOptions | None) -> LayoutOptions:

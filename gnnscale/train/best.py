@@ -13,12 +13,18 @@ import math
 import torch
 
 
+def score_keys(entry: dict) -> tuple[str, str]:
+    """The validation and test score keys of a history entry: ``val_acc``/``test_acc`` (node accuracy), or
+    ``val_score``/``test_score`` where the entry names its ``metric`` (a link task)."""
+    return ("val_score", "test_score") if "metric" in entry else ("val_acc", "test_acc")
+
+
 def best_entry(history: list[dict]) -> dict:
-    """The history entry of the best epoch: the highest validation accuracy (model selection as in Kipf &
+    """The history entry of the best epoch: the highest validation score (accuracy, or a link task's metric) (model selection as in Kipf &
     Welling and Veličković et al.), the later epoch on a tie. NaN validation accuracy (no validation nodes,
     or no evaluation) never wins: then the last epoch."""
-    scored = [h for h in history if not math.isnan(h["val_acc"])] or history[-1:]
-    return max(scored, key=lambda h: (h["val_acc"], h["epoch"]))
+    scored = [h for h in history if not math.isnan(h[score_keys(h)[0]])] or history[-1:]
+    return max(scored, key=lambda h: (h[score_keys(h)[0]], h["epoch"]))
 
 
 def copy_state(state: dict) -> dict:

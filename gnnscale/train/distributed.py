@@ -35,6 +35,8 @@ from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, run_ident
 from gnnscale.train.inputs import model_inputs, model_signature, seeded_model
 from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout, check_layout_options,
                                     resolved)
+from gnnscale.train.link import build_link_layout, check_link_launch, link_header, task_signature
+from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.run import RunOutputs, check_inputs_fit_sampler, check_model_outputs
 from gnnscale.train.setup import CheckedLaunch
 
@@ -87,15 +89,16 @@ def check_before_manifest(options: LayoutOptions, cfg: TrainConfig, model_name: 
 
 
 def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Module, inputs: str,
-                 cfg: TrainConfig, outputs: RunOutputs) -> CheckedLaunch:
+                 cfg: TrainConfig, outputs: RunOutputs, link: LinkConfig | None = None) -> CheckedLaunch:
     """Every check that needs no peer, before joining the run: every worker fails at once with the same
     line (a :class:`LaunchError`) instead of after loading its part (or, for a metrics path, after the
     whole run)."""
     try:
+        check_link_launch(link, model, outputs, layout=options.layout, dgs=options.dgs is not None)
         adapter = model_inputs(model, inputs)
     except (ValueError, TypeError) as err:
         raise LaunchError(str(err)) from err
-    model_cfg = builtin_config(model)
+    model_cfg = builtin_config(model) if link is None else model.config
     try:
         spec = check_before_manifest(options, cfg, None if model_cfg is None else model_cfg.name, outputs)
         check_inputs_fit_sampler(adapter, cfg)
@@ -104,14 +107,15 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
                                           per_worker_batches=spec.per_worker_batches)
         if model_cfg is not None:
             check_builtin_fits(model_cfg, manifest, cfg, partition_dir)
-        identity = run_identity(partition_dir, manifest, model_signature(model, adapter), cfg, options, world_size)
+        identity = run_identity(partition_dir, manifest, task_signature(model_signature(model, adapter), link), cfg,
+                                options, world_size)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
                                                  overwrite=outputs.overwrite, every=outputs.checkpoint_every,
                                                  rank=rank_from_env(), run=identity, epochs=cfg.epochs)
     except ValueError as err:
         raise LaunchError(str(err)) from err
     return CheckedLaunch(inputs=adapter, spec=spec, options=options, model_cfg=model_cfg, identity=identity,
-                         resume_path=resume_path)
+                         resume_path=resume_path, link=link)
 
 
 def check_builtin_fits(model_cfg: ModelConfig, manifest: dict, cfg: TrainConfig, partition_dir: str | Path) -> None:
@@ -133,18 +137,20 @@ class Partitioned:
         partition_dir: written by ``gnnscale partition``.
         options: the layout and its options.
         timeout_s: a collective waiting longer than this for a peer fails (no hang).
+        link: a link task's settings; None: node classification.
     """
 
     partition_dir: Path
     options: LayoutOptions
     timeout_s: float
+    link: LinkConfig | None = None
 
     def __post_init__(self) -> None:
         # The layout's own options filled in (its defaults where not given): recorded whole.
         object.__setattr__(self, "options", resolved(self.options))
 
     def check(self, model: nn.Module, inputs: str, cfg: TrainConfig, outputs: RunOutputs) -> CheckedLaunch:
-        return check_launch(self.partition_dir, self.options, model, inputs, cfg, outputs)
+        return check_launch(self.partition_dir, self.options, model, inputs, cfg, outputs, self.link)
 
     def join(self) -> DistContext:
         return init_from_env(timeout_s=self.timeout_s)
@@ -153,6 +159,8 @@ class Partitioned:
         return load_local_partition(self.partition_dir, launch.spec.view, comm)
 
     def build(self, ctx: LayoutContext) -> Layout:
+        if self.link is not None:
+            return build_link_layout(ctx, self.link, build_layout)
         return build_layout(ctx)
 
     def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:
@@ -160,7 +168,7 @@ class Partitioned:
         return {"partitions": str(self.partition_dir), "layout": options.layout, "world_size": world_size,
                 "layout_options": asdict(options.settings),
                 "dgs": None if options.dgs is None else asdict(options.dgs),
-                "model": launch.identity.signature["model"], "train": asdict(cfg)}
+                "model": launch.identity.signature["model"], "train": asdict(cfg), **link_header(self.link)}
 
     def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
         return evaluate_full_distributed(model, part, comm, metric)

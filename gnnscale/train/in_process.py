@@ -26,6 +26,8 @@ from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, one_proce
 from gnnscale.train.inputs import model_inputs, model_signature
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions
 from gnnscale.train.layouts.single import SINGLE, whole_partition
+from gnnscale.train.link import build_link_layout, check_link_launch, link_header, task_signature
+from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.run import RunOutputs, check_inputs_fit_sampler, check_model_outputs
 from gnnscale.train.setup import CheckedLaunch
 
@@ -35,6 +37,7 @@ class InProcess:
     """The :class:`~gnnscale.train.setup.RunSource` of a dataset trained in this process."""
 
     dataset: NodeDataset
+    link: LinkConfig | None = None  # a link task's settings; None: node classification
 
     @property
     def partition_dir(self) -> Path | None:
@@ -44,8 +47,9 @@ class InProcess:
         """Every check before training; an existing ``checkpoint`` is continued (``resume``) or replaced
         (``overwrite``), an existing ``metrics_out`` replaced only with ``overwrite``; else ValueError."""
         dataset = self.dataset
+        check_link_launch(self.link, model, outputs)
         adapter = model_inputs(model, inputs)
-        model_cfg = builtin_config(model)
+        model_cfg = builtin_config(model) if self.link is None else model.config
         check_model_outputs(model_cfg, outputs)
         if outputs.full_eval is not None:
             check_metric(outputs.full_eval, dataset.num_classes)
@@ -58,12 +62,13 @@ class InProcess:
         if np.asarray(dataset.train_idx).size == 0:
             raise ValueError("train_idx: the training set is empty; nothing to train on")
         check_finite_features(dataset.features)
-        identity = one_process_identity(dataset_facts(dataset), model_signature(model, adapter), cfg)
+        identity = one_process_identity(dataset_facts(dataset),
+                                        task_signature(model_signature(model, adapter), self.link), cfg)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
                                                  overwrite=outputs.overwrite, every=outputs.checkpoint_every,
                                                  rank=0, run=identity, epochs=cfg.epochs)
         return CheckedLaunch(inputs=adapter, spec=SINGLE, options=LayoutOptions(layout=SINGLE.name),
-                             model_cfg=model_cfg, identity=identity, resume_path=resume_path)
+                             model_cfg=model_cfg, identity=identity, resume_path=resume_path, link=self.link)
 
     def join(self) -> DistContext:
         return init_single_process()
@@ -72,10 +77,13 @@ class InProcess:
         return whole_partition(self.dataset)
 
     def build(self, ctx: LayoutContext) -> Layout:
+        if self.link is not None:
+            return build_link_layout(ctx, self.link, SINGLE.build)
         return SINGLE.build(ctx)
 
     def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:
-        return {"dataset": self.dataset.summary(), "model": launch.identity.signature["model"], "train": asdict(cfg)}
+        return {"dataset": self.dataset.summary(), "model": launch.identity.signature["model"], "train": asdict(cfg),
+                **link_header(self.link)}
 
     def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
         return evaluate_full(model, self.dataset, metric)

@@ -23,8 +23,10 @@ import torch
 from torch import Tensor, nn
 
 from gnnscale.keys import STREAM_INIT, derive_key
+from gnnscale.nn.link import LinkModel
 from gnnscale.nn.models import ModelConfig, build_model, builtin_config
 from gnnscale.train.layouts.base import DistBatch
+from gnnscale.train.link_inputs import LinkInputs
 
 INPUTS = ("blocks", "pyg")
 
@@ -83,6 +85,11 @@ def model_inputs(model: nn.Module, inputs: str) -> ModelInputs:
     if devices != {"cpu"}:
         raise ValueError(f"model: its parameters are on {', '.join(sorted(devices))}; gnnscale trains on the CPU "
                          "(move the model there with model.cpu())")
+    if isinstance(model, LinkModel):
+        if inputs != "blocks":
+            raise ValueError("inputs: a LinkModel's encoder is a gnnscale model, which takes blocks; pass "
+                             "inputs='blocks'")
+        return LinkInputs()
     if builtin_config(model) is not None:
         if inputs != "blocks":
             raise ValueError(f"inputs: {type(model).__name__} is a gnnscale model, which takes blocks; pass "
@@ -99,6 +106,8 @@ def model_inputs(model: nn.Module, inputs: str) -> ModelInputs:
 def model_signature(model: nn.Module, inputs: ModelInputs) -> dict:
     """What identifies the model in a run's checkpoint: a built-in model's config (its fields); for any
     other module, its class, input form and parameter shapes."""
+    if isinstance(model, LinkModel):
+        return {"encoder": asdict(model.config), "decoder": model.decoder_name}
     config = builtin_config(model)
     if config is not None:
         return asdict(config)

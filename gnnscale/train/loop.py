@@ -33,7 +33,7 @@ from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.keys import STREAM_DROPOUT, derive_key
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.prefetch import stream_in_groups
-from gnnscale.train.best import BestWeights
+from gnnscale.train.best import BestWeights, score_keys
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts.base import Layout, Step, add_counts
@@ -59,6 +59,35 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opt
 def progress_bar(iterable, *, enabled: bool, **kwargs):
     """tqdm over ``iterable`` when ``enabled`` and stderr is a terminal: a log file gets no bar."""
     return tqdm(iterable, disable=not enabled or not sys.stderr.isatty(), leave=False, **kwargs)
+
+
+class Scorer(Protocol):
+    """The per-epoch validation and test score of a task: node accuracy (:class:`NodeAccuracy`) or a link
+    metric (:class:`gnnscale.train.link.LinkLayout`). ``score`` is collective."""
+
+    metric: str
+
+    def score(self, model, inputs: ModelInputs, comm: Comm, split: str, cfg: TrainConfig) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAccuracy:
+    """Node classification's score: sampled-inference accuracy over the part's ``val_idx`` or ``test_idx``."""
+
+    layout: Layout
+    part: LocalPartition
+    metric: str = "accuracy"
+
+    def score(self, model, inputs: ModelInputs, comm: Comm, split: str, cfg: TrainConfig) -> float:
+        return evaluate(model, self.layout, inputs, comm, getattr(self.part, f"{split}_idx"), cfg)
+
+
+def score_columns(metric: str, val: float, test: float) -> dict:
+    """An epoch's score entries: ``val_acc``/``test_acc`` for node accuracy; a link task's metric under
+    ``val_score``/``test_score`` beside its name."""
+    if metric == "accuracy":
+        return {"val_acc": val, "test_acc": test}
+    return {"metric": metric, "val_score": val, "test_score": test}
 
 
 def prepared_batches(layout: Layout, inputs: ModelInputs, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer,
@@ -168,8 +197,7 @@ def evaluate(model, layout: Layout, inputs: ModelInputs, comm: Comm, node_ids, c
     return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
 
 
-def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, cpu_s: float, val_acc: float, test_acc: float,
-                  comm: Comm) -> dict:
+def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, cpu_s: float, scores: dict, comm: Comm) -> dict:
     """Global loss (of the epoch and of every iteration) and accuracy (one all-reduce of this worker's
     sums), this worker's time split and communication per iteration, and the layout's metrics."""
     n = len(sums["counts"])
@@ -199,7 +227,7 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, cpu_s: float, val_a
         "cpu_s": cpu_s,
         "loss": float(totals[0] / totals[2]), "train_acc": float(totals[1] / totals[2]),
         "iteration_losses": iteration_losses,
-        "val_acc": val_acc, "test_acc": test_acc, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
+        **scores, "num_batches": len(per_iter), "sampled_edges": sums["edges"],
         "sampled_edges_per_s": sums["edges"] / seconds["sample"] if seconds.get("sample") else 0.0,
         "rounds_per_iteration": {c: v["rounds"] for c, v in comm_mean.items()},
         "bytes_per_iteration": {c: v["bytes_sent"] + v["bytes_received"] for c, v in comm_mean.items()},
@@ -261,12 +289,14 @@ def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int)
 
 def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig,
                  part: LocalPartition, num_batches: int, start: Start, saver: Saver | None, lead: bool,
-                 on_epoch_end: Callable[[list[dict]], None] | None = None) -> list[dict]:
+                 on_epoch_end: Callable[[list[dict]], None] | None = None, scorer: Scorer | None = None) -> list[dict]:
     """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``start.best`` keeps the weights of the best
     one; ``saver`` saves after every epoch and, when due, after an iteration; ``on_epoch_end(history)`` runs
-    after every epoch (the metrics file). Returns the history, the checkpoint's epochs first. A loss that
+    after every epoch (the metrics file); ``scorer`` gives each epoch's validation and test score (default:
+    node accuracy). Returns the history, the checkpoint's epochs first. A loss that
     becomes NaN or infinite stops the run (:class:`TrainingDiverged`) before the broken state is saved."""
     history, best = list(start.history), start.best
+    scorer = scorer if scorer is not None else NodeAccuracy(layout, part)
     for epoch in range(start.epoch, cfg.epochs):
         timer = PhaseTimer()
         resumed = epoch == start.epoch and start.step > 0
@@ -286,11 +316,11 @@ def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Co
                                first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
                                after_step=after_step)
         cpu_s = time.process_time() - cpu_start
-        val_acc = test_acc = float("nan")
+        val = test = float("nan")
         if cfg.evaluate:
-            val_acc = evaluate(model, layout, inputs, comm, part.val_idx, cfg)
-            test_acc = evaluate(model, layout, inputs, comm, part.test_idx, cfg)
-        history.append(epoch_metrics(epoch, sums, timer, cpu_s, val_acc, test_acc, comm))
+            val = scorer.score(model, inputs, comm, "val", cfg)
+            test = scorer.score(model, inputs, comm, "test", cfg)
+        history.append(epoch_metrics(epoch, sums, timer, cpu_s, score_columns(scorer.metric, val, test), comm))
         if lead:
             print_epoch(history[-1])
         check_finite_epoch(history[-1])
@@ -330,8 +360,10 @@ def print_epoch(m: dict) -> None:
                  f"{rounds['shuffle']:g}")
     edges = m.get("edge_metrics", {})
     redundancy = f"  redundancy {edges['redundancy']:.1%}" if edges.get("iterations") and rounds["grad"] else ""
-    print(f"epoch {m['epoch']:3d}  loss {m['loss']:.4f}  train {m['train_acc']:.4f}  val {m['val_acc']:.4f}  "
-          f"test {m['test_acc']:.4f}  {m['epoch_s']:.1f}s ({', '.join(parts)}){speed}{moved}{redundancy}"
+    val, test = score_keys(m)
+    name = f"{m['metric']} " if "metric" in m else ""
+    print(f"epoch {m['epoch']:3d}  loss {m['loss']:.4f}  train {m['train_acc']:.4f}  val {name}{m[val]:.4f}  "
+          f"test {name}{m[test]:.4f}  {m['epoch_s']:.1f}s ({', '.join(parts)}){speed}{moved}{redundancy}"
           f"{dgs_summary(m)}", flush=True)
 
 

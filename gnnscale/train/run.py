@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from gnnscale.nn import ModelConfig
-from gnnscale.train.best import best_entry
+from gnnscale.train.best import best_entry, score_keys
 from gnnscale.sampling.registry import SAMPLERS, sampler_spec
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import ModelInputs
@@ -32,6 +32,7 @@ class TrainReport:
     best_val_acc: float
     test_acc_at_best_val: float
     final_test_acc: float
+    metric: str = "accuracy"  # what the best/final scores are: accuracy, or a link task's metric
     full_eval: dict | None = None  # --eval full: {"metric", "val", "test", "seconds"} after the last epoch
     saved_epoch: int | None = None  # the epoch whose weights model_out holds (None: no model file written)
 
@@ -40,6 +41,11 @@ class TrainReport:
         for key in ("full_eval", "saved_epoch"):  # only where the run has one
             if out[key] is None:
                 del out[key]
+        if self.metric == "accuracy":
+            del out["metric"]  # a node task's file is as it was
+        else:  # a link task's scores are named as what they are
+            for key in ("best_val_acc", "test_acc_at_best_val", "final_test_acc"):
+                out[key.replace("acc", "score")] = out.pop(key)
         return out
 
 
@@ -129,5 +135,7 @@ def summarize(history: list[dict]) -> TrainReport:
     if not history:
         raise ValueError("epochs: no epoch was trained (the checkpoint already has every epoch?)")
     best = best_entry(history)
-    return TrainReport(history=history, best_epoch=best["epoch"], best_val_acc=best["val_acc"],
-                       test_acc_at_best_val=best["test_acc"], final_test_acc=history[-1]["test_acc"])
+    val, test = score_keys(best)
+    return TrainReport(history=history, best_epoch=best["epoch"], best_val_acc=best[val],
+                       test_acc_at_best_val=best[test], final_test_acc=history[-1][test],
+                       metric=best.get("metric", "accuracy"))

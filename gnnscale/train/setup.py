@@ -34,6 +34,7 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity, receive_checkpoint, same_partition
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec
+from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
@@ -51,6 +52,8 @@ class CheckedLaunch:
         model_cfg: the built-in model's config; None for a model of one's own.
         identity: what a checkpoint must match to be resumed.
         resume_path: rank 0: the checkpoint file to resume from (None: start afresh).
+        link: a link task's settings (the layout is then a :class:`~gnnscale.train.link.LinkLayout`, which
+            also scores the epochs); None: node classification.
     """
 
     inputs: ModelInputs
@@ -59,6 +62,7 @@ class CheckedLaunch:
     model_cfg: ModelConfig | None
     identity: RunIdentity
     resume_path: Path | None = None
+    link: LinkConfig | None = None
 
 
 class RunSource(Protocol):
@@ -159,7 +163,7 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
     history = train_epochs(model, optimizer, layout, launch.inputs, comm, cfg, part, num_batches, start, saver, lead,
-                           on_epoch_end=on_epoch_end)
+                           on_epoch_end=on_epoch_end, scorer=layout if launch.link is not None else None)
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
