@@ -15,20 +15,25 @@ from gnnscale.train.api import fit
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import builtin_model_for
-from gnnscale.train.inputs import seeded_model
+from gnnscale.train.inputs import seeded_link_model, seeded_model
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.layouts.registry import (DEFAULT_LAYOUT, layout_spec, layouts_owning, layouts_with,
                                             option_classes)
+from gnnscale.train.link import check_link_layout
+from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.run import RunOutputs, TrainReport
 
 # Model options come from ModelConfig; the dataset gives the rest (in_dim, num_classes, num_layers).
 MODEL_FROM_DATA = ("in_dim", "num_classes", "num_layers")
 
 
+TASKS = ("node", "link")
+
+
 def settings_classes() -> tuple[type, ...]:
     """Every config whose flags ``gnnscale train`` takes (for naming a flag in an error)."""
-    return (ModelConfig, TrainConfig, RunOutputs, *option_classes(), DGSConfig)
+    return (ModelConfig, TrainConfig, LinkConfig, RunOutputs, *option_classes(), DGSConfig)
 
 
 def add_train_parser(sub) -> None:
@@ -37,6 +42,11 @@ def add_train_parser(sub) -> None:
     add_settings(t.add_argument_group("model"), ModelConfig)
     t.add_argument("--layers", type=whole_number, default=None, help="GNN layers (default: number of fanouts)")
     add_settings(t.add_argument_group("training"), TrainConfig)
+    link = t.add_argument_group("link prediction (docs/training.md)")
+    link.add_argument("--task", default="node", choices=TASKS,
+                      help="node classification, or link prediction: the encoder's output (--hidden wide) is a node "
+                           "embedding and a decoder scores pairs")
+    add_settings(link, LinkConfig)
     out = t.add_argument_group("outputs")
     add_settings(out, RunOutputs)
     out.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
@@ -44,8 +54,10 @@ def add_train_parser(sub) -> None:
                      help="full: after the last epoch also score validation and test nodes by layer-wise inference "
                           "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
                           f"(distributed: --layout {layouts_with('layerwise_inference')})")
-    out.add_argument("--metric", default="accuracy", choices=METRICS,
-                     help="the score --eval full reports (roc_auc: two classes, single-process only)")
+    out.add_argument("--metric", default=None, metavar="METRIC",
+                     help=f"node task: the score --eval full reports, one of {', '.join(METRICS)} (roc_auc: two "
+                          "classes, single-process only; default accuracy); --task link: the per-epoch validation and "
+                          "test score that picks the best epoch, roc_auc, ap, mrr or hits@K (default roc_auc)")
     dist = t.add_argument_group("distributed (launch one worker per part with torchrun or python -m gnnscale.launch)")
     dist.add_argument("--partitions", default=None, metavar="DIR",
                       help="a directory from `gnnscale partition` (it holds the data: no --dataset); one worker per "
@@ -74,6 +86,7 @@ class TrainSettings:
     model: dict  # ModelConfig's fields but MODEL_FROM_DATA
     outputs: RunOutputs
     layout: LayoutOptions | None  # None: one process
+    link: LinkConfig | None = None  # None: node classification
 
 
 def fanouts_for(cfg: TrainConfig, layers: int | None) -> TrainConfig:
@@ -91,9 +104,14 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     # Checked now, with stand-ins for what the dataset gives; its own fields (all but those) are kept.
     checked = read_settings(ModelConfig, args, in_dim=1, num_classes=2, num_layers=train.num_layers)
     model = {name: value for name, value in asdict(checked).items() if name not in MODEL_FROM_DATA}
-    full_eval = args.metric if args.eval_mode == "full" else None
-    if args.metric != "accuracy" and full_eval is None:
-        raise ValueError(f"metric: {args.metric} scores the full predictions of --eval full; the sampled per-epoch "
+    link = read_link(args)
+    # A link task's --metric is its LinkConfig's; the node metric (of --eval full) is then unused.
+    metric = "accuracy" if link is not None else args.metric or "accuracy"
+    if metric not in METRICS:
+        raise ValueError(f"metric: expected one of {', '.join(METRICS)} for a node task, got {metric!r}")
+    full_eval = metric if args.eval_mode == "full" else None
+    if metric != "accuracy" and full_eval is None:
+        raise ValueError(f"metric: {metric} scores the full predictions of --eval full; the sampled per-epoch "
                          "evaluation counts accuracy only (add --eval full)")
     outputs = read_settings(RunOutputs, args, full_eval=full_eval)
     dgs_given = given_flags(DGSConfig, args)
@@ -101,17 +119,32 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
         raise ValueError(f"{', '.join(dgs_given)}: given without --dgs; add --dgs")
     if args.partitions is None:
         check_single_process_flags(args)
-        return TrainSettings(train=train, model=model, outputs=outputs, layout=None)
+        return TrainSettings(train=train, model=model, outputs=outputs, layout=None, link=link)
     data = dataset_flags(args)
     typed = [flag for flag, value in (("--dataset", data.dataset), ("--data-dir", data.data_dir),
                                       ("-o", args.option)) if value]
     if typed:
         raise ValueError(f"partitions: {' and '.join(typed)} cannot be used with --partitions (the partition "
                          "directory holds the dataset); drop them")
-    return TrainSettings(train=train, model=model, outputs=outputs, layout=read_layout(args))
+    layout = read_layout(args, metric)
+    if link is not None:
+        check_link_layout(layout.layout, dgs=layout.dgs is not None)
+    return TrainSettings(train=train, model=model, outputs=outputs, layout=layout, link=link)
 
 
-def read_layout(args: argparse.Namespace) -> LayoutOptions:
+def read_link(args: argparse.Namespace) -> LinkConfig | None:
+    """``--task link``'s settings (None for a node task, which takes none of them)."""
+    if args.task == "node":
+        typed = given_flags(LinkConfig, args)
+        if typed:
+            raise ValueError(f"{', '.join(typed)}: applies to --task link; add it or drop the flag")
+        return None
+    if args.eval_mode == "full":
+        raise ValueError("eval_mode: --eval full scores nodes; a link task is scored by --metric every epoch")
+    return read_settings(LinkConfig, args, metric=args.metric or "roc_auc")
+
+
+def read_layout(args: argparse.Namespace, metric: str) -> LayoutOptions:
     """``--layout`` and its own options; a layout option of another layout names the layouts it is for."""
     spec = layout_spec(args.layout or DEFAULT_LAYOUT)
     for cls in option_classes():
@@ -123,7 +156,7 @@ def read_layout(args: argparse.Namespace) -> LayoutOptions:
         raise ValueError(f"eval_mode: full evaluation over a partition runs with --layout "
                          f"{layouts_with('layerwise_inference')}, not {spec.name}; run gnnscale predict --partitions "
                          "on the saved model instead")
-    if args.metric == "roc_auc":
+    if metric == "roc_auc":
         raise ValueError("metric: roc_auc ranks every score together, which a distributed full evaluation does not "
                          "gather; use accuracy or f1_macro, or gnnscale predict --partitions on the saved model")
     return LayoutOptions(layout=spec.name, settings=read_settings(spec.options, args), dgs=dgs)
@@ -149,11 +182,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         # Under torchrun every worker parses the same flags: the same error everywhere.
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
     progress = not args.quiet
+    link = settings.link
     if settings.layout is not None:
-        model = builtin_model_for(args.partitions, settings.layout, settings.model, settings.train, settings.outputs)
+        model = builtin_model_for(args.partitions, settings.layout, settings.model, settings.train, settings.outputs,
+                                  link)
         report = fit(model, args.partitions, inputs="blocks", config=settings.train, layout=settings.layout,
                      outputs=settings.outputs, progress=progress,
-                     timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout)
+                     timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout, task=link)
         if os.environ.get("RANK", "0") != "0":
             return  # every worker has the same report: rank 0 prints it
     else:
@@ -162,10 +197,14 @@ def cmd_train(args: argparse.Namespace) -> None:
         check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
                           overwrite=outputs.overwrite, model_out=outputs.model_out)
         dataset = load_cli_dataset(args)
-        model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=dataset.num_classes,
-                                num_layers=settings.train.num_layers, **settings.model)
-        report = fit(seeded_model(model_cfg, settings.train.seed), dataset, inputs="blocks", config=settings.train,
-                     outputs=outputs, progress=progress)
+        # A link encoder's output is the embedding, --hidden wide.
+        width = dataset.num_classes if link is None else settings.model["hidden_dim"]
+        model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=width, num_layers=settings.train.num_layers,
+                                **settings.model)
+        seed = settings.train.seed
+        model = seeded_model(model_cfg, seed) if link is None else seeded_link_model(model_cfg, link.decoder, seed)
+        report = fit(model, dataset, inputs="blocks", config=settings.train, outputs=outputs, progress=progress,
+                     task=link)
     print_report(report, settings.train, settings.outputs)
 
 
@@ -182,6 +221,7 @@ def print_report(report: TrainReport, cfg: TrainConfig, outputs: RunOutputs) -> 
     if not cfg.evaluate:
         print(f"final: {len(report.history)} epochs trained, no evaluation (--no-eval)")
         return
-    print(f"final: test accuracy {report.final_test_acc:.4f} (epoch {last['epoch']}); "
+    name = "accuracy" if report.metric == "accuracy" else report.metric
+    print(f"final: test {name} {report.final_test_acc:.4f} (epoch {last['epoch']}); "
           f"best validation {report.best_val_acc:.4f} at epoch {report.best_epoch} "
-          f"-> test accuracy {report.test_acc_at_best_val:.4f}")
+          f"-> test {name} {report.test_acc_at_best_val:.4f}")

@@ -32,7 +32,7 @@ from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.train.checks import LaunchError, check_distinct, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, run_identity
-from gnnscale.train.inputs import model_inputs, model_signature, seeded_model
+from gnnscale.train.inputs import model_inputs, model_signature, seeded_link_model, seeded_model
 from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout, check_layout_options,
                                     resolved)
 from gnnscale.train.link import build_link_layout, check_link_launch, link_header, task_signature
@@ -56,20 +56,21 @@ def load_local_partition(partition_dir: str | Path, view: str, comm: Comm) -> Lo
 
 
 def builtin_model_for(partition_dir: str | Path, options: LayoutOptions, model_options: dict, cfg: TrainConfig,
-                      outputs: RunOutputs = RunOutputs()) -> nn.Module:
+                      outputs: RunOutputs = RunOutputs(), link: LinkConfig | None = None) -> nn.Module:
     """The built-in model ``gnnscale train --partitions`` trains: ``model_options`` (ModelConfig fields but
     in_dim, num_classes and num_layers) sized for the partitioned dataset, initialised from ``cfg.seed``
     (the same weights on every worker). The launch checks that need no manifest come first, in
-    :func:`check_launch`'s order."""
+    :func:`check_launch`'s order. With ``link``: a link model whose encoder's output is ``hidden_dim`` wide."""
     try:
         spec = check_before_manifest(options, cfg, model_options["name"], outputs)
         manifest = check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
                                           per_worker_batches=spec.per_worker_batches)
-        model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=manifest["num_classes"],
-                                num_layers=cfg.num_layers, **model_options)
+        width = manifest["num_classes"] if link is None else model_options.get("hidden_dim", 128)
+        model_cfg = ModelConfig(in_dim=manifest["feature_dim"], num_classes=width, num_layers=cfg.num_layers,
+                                **model_options)
     except ValueError as err:
         raise LaunchError(str(err)) from err
-    return seeded_model(model_cfg, cfg.seed)
+    return seeded_model(model_cfg, cfg.seed) if link is None else seeded_link_model(model_cfg, link.decoder, cfg.seed)
 
 
 def check_before_manifest(options: LayoutOptions, cfg: TrainConfig, model_name: str | None,
@@ -106,7 +107,7 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
         manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
                                           per_worker_batches=spec.per_worker_batches)
         if model_cfg is not None:
-            check_builtin_fits(model_cfg, manifest, cfg, partition_dir)
+            check_builtin_fits(model_cfg, manifest, cfg, partition_dir, embeds=link is not None)
         identity = run_identity(partition_dir, manifest, task_signature(model_signature(model, adapter), link), cfg,
                                 options, world_size)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
@@ -118,10 +119,17 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
                          resume_path=resume_path, link=link)
 
 
-def check_builtin_fits(model_cfg: ModelConfig, manifest: dict, cfg: TrainConfig, partition_dir: str | Path) -> None:
-    """A built-in model's input and output widths are the dataset's, and its layers the fanouts' hops."""
+def check_builtin_fits(model_cfg: ModelConfig, manifest: dict, cfg: TrainConfig, partition_dir: str | Path, *,
+                       embeds: bool = False) -> None:
+    """A built-in model's input and output widths are the dataset's (``embeds``, a link encoder: its input
+    width only), and its layers the fanouts' hops."""
     if model_cfg.num_layers != cfg.num_layers:
         raise ValueError(f"fanouts: {cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
+    if embeds:
+        if model_cfg.in_dim != manifest["feature_dim"]:
+            raise ValueError(f"model: built for {model_cfg.in_dim} features, but {partition_dir} holds "
+                             f"{manifest['feature_dim']}")
+        return
     if (model_cfg.in_dim, model_cfg.num_classes) != (manifest["feature_dim"], manifest["num_classes"]):
         raise ValueError(f"model: built for {model_cfg.in_dim} features and {model_cfg.num_classes} classes, but "
                          f"{partition_dir} holds {manifest['feature_dim']} features and {manifest['num_classes']} "

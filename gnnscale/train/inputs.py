@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from gnnscale.keys import STREAM_INIT, derive_key
-from gnnscale.nn.link import LinkModel
+from gnnscale.nn.link import LinkModel, build_link_model
 from gnnscale.nn.models import ModelConfig, build_model, builtin_config
 from gnnscale.train.layouts.base import DistBatch
 from gnnscale.train.link_inputs import LinkInputs
@@ -120,3 +120,10 @@ def seeded_model(config: ModelConfig, seed: int) -> nn.Module:
     every worker and every run of the seed)."""
     torch.manual_seed(derive_key(seed, stream=STREAM_INIT))
     return build_model(config)
+
+
+def seeded_link_model(encoder: ModelConfig, decoder: str, seed: int) -> LinkModel:
+    """The link model of ``encoder`` (its ``num_classes``: the embedding width) and ``decoder``, initialised
+    from the run's ``seed`` as :func:`seeded_model` (the encoder's weights first)."""
+    torch.manual_seed(derive_key(seed, stream=STREAM_INIT))
+    return build_link_model(encoder, decoder)

@@ -206,10 +206,8 @@ def check_link_launch(link: LinkConfig | None, model: nn.Module, outputs, *, lay
     if not isinstance(model, LinkModel):
         raise TypeError(f"model: a link task trains a gnnscale.nn.link.LinkModel (an encoder and a decoder), got "
                         f"{type(model).__name__}")
-    if layout is not None and layout not in LINK_LAYOUTS:
-        raise ValueError(f"task: --task link trains with --layout {' or '.join(LINK_LAYOUTS)}, got --layout {layout}")
-    if dgs:
-        raise ValueError("task: --task link trains without --dgs")
+    if layout is not None:
+        check_link_layout(layout, dgs=dgs)
     if layout is not None and link.link_split is not None:
         raise ValueError("link_split: a dataset's own split trains in one process; a partition directory uses "
                          "--edge-split")
@@ -218,6 +216,14 @@ def check_link_launch(link: LinkConfig | None, model: nn.Module, outputs, *, lay
                          "torch.save(model.state_dict(), path) after fit returns")
     if outputs.full_eval is not None:
         raise ValueError("full_eval: --eval full scores nodes; a link task is evaluated by --metric every epoch")
+
+
+def check_link_layout(layout: str, *, dgs: bool) -> None:
+    """The distributed layouts a link task runs on (:data:`LINK_LAYOUTS`), without DGS."""
+    if layout not in LINK_LAYOUTS:
+        raise ValueError(f"task: --task link trains with --layout {' or '.join(LINK_LAYOUTS)}, got --layout {layout}")
+    if dgs:
+        raise ValueError("task: --task link trains without --dgs")
 
 
 def task_signature(model_signature: dict, link: LinkConfig | None) -> dict:

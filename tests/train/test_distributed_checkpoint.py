@@ -31,6 +31,8 @@ from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
+from gnnscale.train.link import task_signature
+from gnnscale.train.link_config import LinkConfig
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -339,10 +341,21 @@ RESUME_TABLE = [
     # No flag sets it (fit's DGSConfig does).
     # Recorded with the other DGS settings, so refused, though a timeout changes no number.
     row("dgs", "wait_timeout_s", "refused", {}, dict(wait_timeout_s=60.0), "DGSConfig(wait_timeout_s=...)"),
+    # A link task's settings (group "link": LinkConfig, recorded with the model): each changes the batches,
+    # the loss or the score that picks the best epoch.
+    row("link", "edge_split", "refused", {}, dict(edge_split=(0.8, 0.1, 0.1)), "--edge-split"),
+    row("link", "link_split", "refused", {}, dict(link_split="ogb_split"), "--link-split"),
+    row("link", "neg_ratio", "refused", {}, dict(neg_ratio=3), "--neg-ratio"),
+    row("link", "neg_sampling", "refused", {}, dict(neg_sampling="per_source"), "--neg-sampling"),
+    row("link", "decoder", "refused", {}, dict(decoder="mlp"), "--decoder"),
+    row("link", "link_loss", "refused", dict(neg_sampling="per_source"),
+        dict(neg_sampling="per_source", link_loss="softmax"), "--link-loss"),
+    row("link", "metric", "refused", {}, dict(metric="ap"), "--metric"),
+    row("link", "eval_negatives", "refused", {}, dict(eval_negatives=5), "--eval-negatives"),
 ]
 # LayoutOptions.settings is the layout's own options class: its fields are the "layout_options" rows.
 RESUME_GROUPS = {"train": (TrainConfig,), "layout": (LayoutOptions,), "layout_options": option_classes(),
-                 "dgs": (DGSConfig,)}
+                 "dgs": (DGSConfig,), "link": (LinkConfig,)}
 
 
 def test_every_setting_is_classified_for_resume():
@@ -357,11 +370,12 @@ def test_every_setting_is_classified_for_resume():
     assert {flag for *_, flag in rows if flag.startswith("--")} <= options
 
 
-def resume_settings(group: str, overrides: dict) -> tuple[TrainConfig, LayoutOptions]:
+def resume_settings(group: str, overrides: dict) -> tuple[TrainConfig, LayoutOptions, LinkConfig | None]:
     cfg = TrainConfig(**{**RESUME_TRAIN, **(overrides if group == "train" else {})})
+    link = LinkConfig(**overrides) if group == "link" else None
     if group == "dgs":
-        return cfg, layout_options("hybrid", dgs=DGSConfig(**overrides))
-    return cfg, layout_options(**(overrides if group in ("layout", "layout_options") else {}))
+        return cfg, layout_options("hybrid", dgs=DGSConfig(**overrides)), link
+    return cfg, layout_options(**(overrides if group in ("layout", "layout_options") else {})), link
 
 
 @pytest.fixture(scope="module")
@@ -374,31 +388,32 @@ def tiny_partition_dir(tmp_path_factory):
     return path, manifest
 
 
-def dist_identity(partition, cfg: TrainConfig, options: LayoutOptions):
+def dist_identity(partition, cfg: TrainConfig, options: LayoutOptions, link: LinkConfig | None = None):
     """The identity check_launch gives a 2-worker run of these settings."""
     path, manifest = partition
     model = ModelConfig(name="sage", in_dim=8, hidden_dim=16, num_classes=4, num_layers=2)
-    return run_identity(path, manifest, model, cfg, options, 2)
+    return run_identity(path, manifest, task_signature(asdict(model), link), cfg, options, 2)
 
 
 def resume_outcome(path_kind: str, partition, before: tuple, after: tuple) -> None:
     """Resume the run of settings ``before`` with settings ``after`` (single process or distributed), through
     the check each path runs at start-up; ValueError where it refuses."""
-    (cfg0, options0), (cfg1, options1) = before, after
+    (cfg0, options0, link0), (cfg1, options1, link1) = before, after
     ckpt = Path("run.ckpt")
     if path_kind == "single":
         data, model = {"dataset": "synthetic", "num_nodes": 100}, {"name": "sage", "hidden_dim": 16}
-        saved = DistCheckpoint(identity=one_process_identity(data, model, cfg0), epoch=1, step=0, num_batches=3,
-                               model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})
-        check_resume(saved, ckpt, one_process_identity(data, model, cfg1), cfg1.epochs)
+        saved = DistCheckpoint(identity=one_process_identity(data, task_signature(model, link0), cfg0), epoch=1,
+                               step=0, num_batches=3, model_state={}, optimizer_state={}, history=[], workers=[],
+                               layout_state={})
+        check_resume(saved, ckpt, one_process_identity(data, task_signature(model, link1), cfg1), cfg1.epochs)
         return
-    saved = DistCheckpoint(identity=dist_identity(partition, cfg0, options0), epoch=1, step=0, num_batches=3,
+    saved = DistCheckpoint(identity=dist_identity(partition, cfg0, options0, link0), epoch=1, step=0, num_batches=3,
                            model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})
-    check_resume(saved, ckpt, dist_identity(partition, cfg1, options1), cfg1.epochs)
+    check_resume(saved, ckpt, dist_identity(partition, cfg1, options1, link1), cfg1.epochs)
 
 
 def resume_paths(group: str) -> list[str]:
-    return ["single", "distributed"] if group == "train" else ["distributed"]
+    return ["single", "distributed"] if group in ("train", "link") else ["distributed"]
 
 
 @pytest.mark.parametrize("group, name, kind, before, after, flag", RESUME_TABLE)
@@ -420,8 +435,9 @@ def test_a_resume_that_changes_a_setting_is_refused_naming_it(tiny_partition_dir
             message = re.escape(f"was written with layout_options.{name}={was!r}, this run has "
                                 f"layout_options.{name}={now!r}; resume with the same {flag} as")
         else:
-            was, now = (asdict(s[0] if group == "train" else s[1].dgs)[name] for s in (old, new))
-            message = re.escape(f"was written with {group}.{name}={was!r}, this run has {group}.{name}={now!r}; "
+            was, now = (asdict({"train": s[0], "dgs": s[1].dgs, "link": s[2]}[group])[name] for s in (old, new))
+            key = "model.link" if group == "link" else group  # a link task's settings go with its model's
+            message = re.escape(f"was written with {key}.{name}={was!r}, this run has {key}.{name}={now!r}; "
                                 f"resume with the same {flag} as")
         with pytest.raises(ValueError, match=message):
             resume_outcome(path_kind, tiny_partition_dir, old, new)
