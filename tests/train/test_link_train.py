@@ -1,0 +1,165 @@
+"""Link prediction in one process: the batch (target edges out of its blocks, keyed negatives, one seed set),
+the losses against torch's BCE and a hand-written softmax, the per-epoch metric against a full-neighborhood
+recomputation, a resumed run against an uninterrupted one, and the one-line refusals at the CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gnnscale.cli import main
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.inference.link_metrics import link_score
+from gnnscale.nn import ModelConfig
+from gnnscale.sampling import sample_blocks
+from gnnscale.sampling.exclude import block_edges
+from gnnscale.sampling.negatives import negative_pairs
+from gnnscale.train import RunOutputs, TrainConfig, fit
+from gnnscale.train.inputs import seeded_link_model
+from gnnscale.train.layouts import LayoutContext, LayoutOptions
+from gnnscale.train.layouts.single import SINGLE, whole_partition
+from gnnscale.train.link import build_link_layout
+from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.link_data import link_partition
+from gnnscale.train.link_inputs import BINARY, RANKED, pair_logits
+from gnnscale.train.metrics import PhaseTimer
+
+SMALL = dict(num_nodes=400, avg_degree=6.0, num_classes=3, feature_dim=8, seed=4)
+CFG = TrainConfig(fanouts=(4, 3), eval_fanouts=(-1, -1), batch_size=128, epochs=2, lr=0.01, seed=3, threads=1)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return make_synthetic(SyntheticConfig(**SMALL))
+
+
+def link_model(dataset, seed=3, decoder="dot"):
+    encoder = ModelConfig(name="sage", in_dim=dataset.feature_dim, hidden_dim=16, num_classes=16, num_layers=2)
+    return seeded_link_model(encoder, decoder, seed)
+
+
+def test_bce_is_the_two_class_cross_entropy_and_softmax_ranks_each_positive_first():
+    s = torch.tensor([1.5, -0.3, 0.2, 2.0, -1.0, 0.7])
+    y = torch.tensor([1, 1, 0, 0, 0, 0])
+    binary = F.cross_entropy(pair_logits(s, 2, BINARY), y)
+    torch.testing.assert_close(binary, F.binary_cross_entropy_with_logits(s, y.float()))
+    # Two positives, two negatives each: positive i against s[2 + 2i], s[3 + 2i].
+    ranked = F.cross_entropy(pair_logits(s, 2, RANKED), torch.zeros(2, dtype=torch.long))
+    by_hand = -(torch.log_softmax(torch.tensor([1.5, 0.2, 2.0]), 0)[0]
+                + torch.log_softmax(torch.tensor([-0.3, -1.0, 0.7]), 0)[0]) / 2
+    torch.testing.assert_close(ranked, by_hand)
+
+
+@pytest.mark.parametrize("law", ["uniform", "per_source"])
+def test_a_batch_is_one_seed_set_of_its_pairs_without_its_target_edges(dataset, solo_comm, law):
+    link = LinkConfig(neg_ratio=2, neg_sampling=law)
+    ctx = LayoutContext(part=whole_partition(dataset), cfg=CFG, model=None, comm=solo_comm, loader=solo_comm,
+                        options=LayoutOptions(layout="single"), partition_dir=None)
+    layout = build_link_layout(ctx, link, SINGLE.build)
+    steps = layout.plan_epoch(0, layout.local_batches())
+    assert sum(s.pos.shape[1] for s in steps) == layout.edges.train.shape[1]  # every training edge once
+    for step, batch in zip(steps, layout.prepare(steps, PhaseTimer())):
+        b = step.pos.shape[1]
+        neg_src, neg_dst = negative_pairs(step.pos[0], dataset.graph.num_nodes, 2, step.key, law)
+        seeds = batch.blocks[-1].dst_ids
+        assert torch.equal(seeds, torch.cat([step.pos.reshape(-1), neg_src, neg_dst]).unique())
+        assert torch.equal(seeds[batch.src], torch.cat([step.pos[0], neg_src]))
+        assert torch.equal(seeds[batch.dst], torch.cat([step.pos[1], neg_dst]))
+        assert batch.y.tolist() == [1] * b + [0] * (2 * b)
+        targets = {(int(u), int(v)) for u, v in step.pos.T}
+        for block in batch.blocks:
+            edges = set(zip(*(t.tolist() for t in block_edges(block))))
+            assert not edges & (targets | {(v, u) for u, v in targets})
+
+
+def test_the_epoch_metric_is_the_full_neighborhood_score_of_the_trained_model(dataset):
+    link = LinkConfig(neg_ratio=1, eval_negatives=3)
+    model = link_model(dataset)
+    report = fit(model, dataset, inputs="blocks", config=CFG, progress=False, task=link)
+    last = report.history[-1]
+    assert last["metric"] == "roc_auc" and "val_acc" not in last
+    # The oracle: every node's embedding over its whole neighborhood in the message-passing graph, the
+    # split's pairs and negatives recomputed, and the metric of numpy's scores.
+    part, edges = link_partition(whole_partition(dataset), link, CFG.seed, None, 0)
+    model.eval()
+    nodes = np.arange(dataset.graph.num_nodes)
+    blocks = sample_blocks(part.topology, nodes, (-1, -1), key=0)
+    with torch.no_grad():
+        h = model(blocks, torch.from_numpy(dataset.features[blocks[0].src_ids.numpy()]))
+    for split in ("val", "test"):
+        pairs = edges.split(split)
+        pos = model.score(h[pairs.pos[0]], h[pairs.pos[1]]).numpy()
+        neg = model.score(h[pairs.neg[0]], h[pairs.neg[1]]).numpy()
+        assert pairs.neg.shape[1] == 3 * pairs.pos.shape[1]
+        assert last[f"{split}_score"] == pytest.approx(link_score("roc_auc", pos, neg), abs=1e-6)
+    best = max(report.history, key=lambda h: (h["val_score"], h["epoch"]))
+    assert (report.best_epoch, report.best_val_acc) == (best["epoch"], best["val_score"])
+    assert set(report.to_json()) >= {"metric", "best_val_score", "test_score_at_best_val", "final_test_score"}
+
+
+def test_a_resumed_link_run_equals_the_uninterrupted_one(dataset, tmp_path):
+    link = LinkConfig(neg_ratio=2, neg_sampling="per_source", link_loss="softmax", decoder="mlp", metric="mrr")
+    cfg = replace(CFG, epochs=2)
+    whole = fit(link_model(dataset, decoder="mlp"), dataset, inputs="blocks", config=cfg, progress=False, task=link)
+    ckpt = tmp_path / "run.ckpt"
+    first = fit(link_model(dataset, decoder="mlp"), dataset, inputs="blocks", config=replace(cfg, epochs=1),
+                progress=False, task=link, outputs=RunOutputs(checkpoint=ckpt, checkpoint_every=2))
+    resumed = fit(link_model(dataset, decoder="mlp"), dataset, inputs="blocks", config=cfg, progress=False, task=link,
+                  outputs=RunOutputs(checkpoint=ckpt, resume=True))
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
+    assert [(h["val_score"], h["test_score"]) for h in resumed.history] == \
+           [(h["val_score"], h["test_score"]) for h in whole.history]
+    assert first.history[0]["loss"] == whole.history[0]["loss"] and whole.metric == "mrr"
+
+
+SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=300", "-o", "feature_dim=8", "-o", "num_classes=3"]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--task", "link", "--neg-ratio", "0"], "--neg-ratio: expected an int >= 1 negatives per positive, got 0"),
+    (["--task", "link", "--edge-split", "0.8,0.1,0.05"], "--edge-split: the fractions train,val,test must sum to 1"),
+    (["--task", "link", "--edge-split", "1.2,-0.1,-0.1"], "--edge-split: expected fractions >= 0"),
+    (["--task", "link", "--edge-split", "0,0.5,0.5"], "--edge-split: a train fraction of 0 leaves no training edge"),
+    (["--task", "link", "--link-loss", "softmax"], "--link-loss: softmax ranks each positive against its own "
+                                                   "negatives; add --neg-sampling per_source"),
+    (["--task", "link", "--metric", "hits@0"], "--metric: expected roc_auc, ap, mrr or hits@K"),
+    (["--neg-ratio", "2"], "--neg-ratio: applies to --task link"),
+    (["--task", "link", "--partitions", "P", "--layout", "split"],
+     "--task: --task link trains with --layout hybrid or vanilla, got --layout split"),
+    (["--task", "link", "--partitions", "P", "--layout", "1.5d"],
+     "--task: --task link trains with --layout hybrid or vanilla, got --layout 1.5d"),
+    (["--task", "link", "--partitions", "P", "--dgs"], "--task: --task link trains without --dgs"),
+    (["--task", "link", "--save-model", "m.pt"], "--save-model: --save-model writes node classifiers"),
+], ids=["neg-ratio-0", "split-sum", "split-negative", "no-train", "softmax-uniform", "hits0", "node-task",
+        "split-layout", "matrix-layout", "dgs", "save-model"])
+def test_bad_link_input_is_one_line_naming_the_flag(argv, line, capsys):
+    data = [] if "--partitions" in argv else SYNTH
+    assert main(["train", "--quiet", "--epochs", "1", *data, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gnnscale train: error: {line}") and err.count("\n") == 1, err
+
+
+def test_a_split_file_missing_a_key_is_one_line_at_the_cli(tmp_path, capsys):
+    pairs = {"source_node": np.array([0]), "target_node": np.array([1])}
+    for name, arrays in (("train", pairs), ("valid", pairs), ("test", {"source_node": np.array([1])})):
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    assert main(["train", "--quiet", "--epochs", "1", *SYNTH, "--task", "link", "--link-split", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gnnscale train: error: --link-split: ") and "test has no 'target_node'" in err, err
+    assert err.count("\n") == 1
+
+
+def test_the_cli_trains_a_link_task_and_writes_its_metric(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["train", *SYNTH, "--task", "link", "--epochs", "1", "--fanouts", "4,3", "--hidden", "16",
+                 "--metric", "ap", "--metrics-out", str(out), "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    metrics = json.loads(out.read_text())
+    assert metrics["task"] == "link" and metrics["metric"] == "ap"
+    assert f"val ap {metrics['history'][0]['val_score']:.4f}" in text
+    assert f"final: test ap {metrics['final_test_score']:.4f}" in text
