@@ -81,12 +81,14 @@ class VanillaSampler(BatchSampler):
         fanouts: neighbors per node per hop, from the seeds outwards; the same on every worker.
         comm: the collectives; construction costs one "setup" round (checks fanouts agree).
         replace: sample with replacement.
+        any_seeds: seeds may be any nodes, not only owned ones (link prediction: a pair's source and its
+            negatives live anywhere); hop 0 then asks the owners too, 2 rounds more. The same on every worker.
 
     Keeps an O(num_nodes) mapping array, like :class:`gnnscale.sampling.NeighborSampler`.
     """
 
     def __init__(self, book: PartitionBook, rank: int, local_indptr: np.ndarray, local_indices: np.ndarray,
-                 fanouts: Sequence[int], comm: Comm, replace: bool = False) -> None:
+                 fanouts: Sequence[int], comm: Comm, replace: bool = False, any_seeds: bool = False) -> None:
         check_placement(book, rank, comm)
         lo, hi = book.node_range(rank)
         # The part's rows form a CSC matrix with hi - lo rows whose ids are global.
@@ -101,6 +103,7 @@ class VanillaSampler(BatchSampler):
         self.indices = local_indices
         self.fanouts = check_fanouts(fanouts)
         self.replace = bool(replace)
+        self.any_seeds = bool(any_seeds)
         self.workspace = SamplerWorkspace(book.num_nodes)
         self._lo, self._hi = lo, hi
         self._check_same_fanouts()
@@ -108,14 +111,16 @@ class VanillaSampler(BatchSampler):
     def sample(self, seeds, key: int) -> list[Block]:
         """Blocks in model order, identical to ``sample_blocks(full_graph, seeds, fanouts, key=key)``.
 
-        Collective: ``2 * (len(fanouts) - 1)`` "sample" rounds; every worker must call it the same
-        number of times (with its own seeds and key).
+        Collective: ``2 * (len(fanouts) - 1)`` "sample" rounds (``2 * len(fanouts)`` with ``any_seeds``);
+        every worker must call it the same number of times (with its own seeds and key).
 
         Args:
-            seeds: int tensor/array [batch], unique node ids owned by this worker.
+            seeds: int tensor/array [batch], unique node ids owned by this worker (any nodes with ``any_seeds``).
             key: this batch's random key (:func:`gnnscale.sampling.derive_key`), in [0, 2**63).
         """
-        seeds = _check_owned(check_seeds(seeds, self.book.num_nodes), self._lo, self._hi, self.rank)
+        seeds = check_seeds(seeds, self.book.num_nodes)
+        if not self.any_seeds:
+            _check_owned(seeds, self._lo, self._hi, self.rank)
         key = check_key(key)
 
         def sample_hop(nodes, num_dst, num_known, fanout, hop):
@@ -127,7 +132,7 @@ class VanillaSampler(BatchSampler):
 
     def _sample_hop(self, dst: np.ndarray, fanout: int, key: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
         """CSC ``(indptr, chosen global ids)`` of one hop; hops after the first cost 2 rounds."""
-        if hop == 0:  # the seeds are owned here, on every worker: no worker takes part in a round
+        if hop == 0 and not self.any_seeds:  # the seeds are owned here, on every worker: no round
             return self._sample_mine(dst, fanout, key, hop)
         world = self.comm.world_size
         owners = self.book.owner(dst)
@@ -202,10 +207,11 @@ class HybridSampler(BatchSampler):
         rank: this worker.
         fanouts, replace, method: as for :class:`gnnscale.sampling.NeighborSampler` (``"two_step"``
             is the reference sampler, for comparisons).
+        any_seeds: seeds may be any nodes, not only owned ones (link prediction).
     """
 
     def __init__(self, graph: CSCGraph, book: PartitionBook, rank: int, fanouts: Sequence[int],
-                 replace: bool = False, method: str = "fused") -> None:
+                 replace: bool = False, method: str = "fused", any_seeds: bool = False) -> None:
         if not isinstance(book, PartitionBook):
             raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
         if book.num_nodes != graph.num_nodes:
@@ -215,11 +221,14 @@ class HybridSampler(BatchSampler):
         self.book = book
         self.rank = rank
         self.sampler = NeighborSampler(graph, fanouts, replace=replace, method=method)
+        self.any_seeds = bool(any_seeds)
         self._lo, self._hi = book.node_range(rank)
 
     def sample(self, seeds, key: int) -> list[Block]:
         """Blocks in model order; no collective."""
-        _check_owned(check_seeds(seeds, self.book.num_nodes), self._lo, self._hi, self.rank)
+        checked = check_seeds(seeds, self.book.num_nodes)
+        if not self.any_seeds:
+            _check_owned(checked, self._lo, self._hi, self.rank)
         return self.sampler.sample(seeds, key)
 
 

@@ -168,7 +168,7 @@ class Partitioned:
 
     def build(self, ctx: LayoutContext) -> Layout:
         if self.link is not None:
-            return build_link_layout(ctx, self.link, build_layout)
+            return build_link_layout(ctx, self.link)
         return build_layout(ctx)
 
     def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:

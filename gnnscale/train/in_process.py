@@ -78,7 +78,7 @@ class InProcess:
 
     def build(self, ctx: LayoutContext) -> Layout:
         if self.link is not None:
-            return build_link_layout(ctx, self.link, SINGLE.build)
+            return build_link_layout(ctx, self.link)
         return SINGLE.build(ctx)
 
     def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:

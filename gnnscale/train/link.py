@@ -25,7 +25,6 @@ ROC-AUC and AP pool every worker's scores (gathered once), MRR and Hits@K sum ea
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -43,7 +42,8 @@ from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.config import TrainConfig
 from gnnscale.nn.link import LinkModel
 from gnnscale.train.layouts.base import LayoutContext, add_counts
-from gnnscale.train.layouts.data_parallel import DataParallel
+from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
+from gnnscale.train.layouts.single import one_worker
 from gnnscale.train.link_config import LinkConfig, is_ranking
 from gnnscale.train.link_data import LinkEdges, link_partition
 from gnnscale.train.link_inputs import BINARY, RANKED, SCORES, LinkBatch, LinkInputs, LinkStep
@@ -238,9 +238,17 @@ def link_header(link: LinkConfig | None) -> dict:
     return {} if link is None else {"task": "link", "link": asdict(link)}
 
 
-def build_link_layout(ctx: LayoutContext, link: LinkConfig, build: Callable[[LayoutContext], DataParallel]
-                      ) -> LinkLayout:
-    """This worker's link layout: its part over the message-passing topology, the layout ``build`` makes of
+def inner_layout(ctx: LayoutContext) -> DataParallel:
+    """The data-parallel layout a link layout samples and fetches through: one process's, or a hybrid or
+    vanilla worker's whose samplers take seeds owned anywhere (a pair's endpoints and negatives)."""
+    if ctx.partition_dir is None:
+        return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader)
+    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.settings.cache_fraction,
+                               any_seeds=True)
+
+
+def build_link_layout(ctx: LayoutContext, link: LinkConfig) -> LinkLayout:
+    """This worker's link layout: its part over the message-passing topology, the data-parallel layout of
     it, and the supervision edges it owns. A worker whose split fails stops every worker with its message."""
     part, edges, error = None, None, ""
     try:
@@ -250,4 +258,4 @@ def build_link_layout(ctx: LayoutContext, link: LinkConfig, build: Callable[[Lay
             raise  # one process: the error itself, one line
         error = str(err)
     ctx.comm.agree(not error, error)
-    return LinkLayout(build(replace(ctx, part=part)), edges, link, ctx.cfg)
+    return LinkLayout(inner_layout(replace(ctx, part=part)), edges, link, ctx.cfg)

@@ -60,7 +60,7 @@ def test_a_batch_is_one_seed_set_of_its_pairs_without_its_target_edges(dataset, 
     link = LinkConfig(neg_ratio=2, neg_sampling=law)
     ctx = LayoutContext(part=whole_partition(dataset), cfg=CFG, model=None, comm=solo_comm, loader=solo_comm,
                         options=LayoutOptions(layout="single"), partition_dir=None)
-    layout = build_link_layout(ctx, link, SINGLE.build)
+    layout = build_link_layout(ctx, link)
     steps = layout.plan_epoch(0, layout.local_batches())
     assert sum(s.pos.shape[1] for s in steps) == layout.edges.train.shape[1]  # every training edge once
     for step, batch in zip(steps, layout.prepare(steps, PhaseTimer())):

@@ -203,19 +203,20 @@ def worker_memory(held_bytes: int | None, comm: Comm) -> dict:
 
 
 def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
-                        cache_fraction: float = 0.0) -> DataParallel:
+                        cache_fraction: float = 0.0, any_seeds: bool = False) -> DataParallel:
     """The ``hybrid`` (the partition loaded in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout
     of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
     fraction of all nodes' rows (the hottest remote ones,
-    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up)."""
+    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). ``any_seeds``: its
+    samplers take seeds owned anywhere (link prediction's pairs)."""
 
     def sampler(fanouts):
         if part.view == "whole":
             return HybridSampler(part.topology, part.book, loader.rank, fanouts, replace=cfg.replace,
-                                 method=cfg.sampler)
+                                 method=cfg.sampler, any_seeds=any_seeds)
         rows = part.topology
         return VanillaSampler(part.book, loader.rank, rows.local_indptr, rows.local_indices, fanouts, loader,
-                              replace=cfg.replace)
+                              replace=cfg.replace, any_seeds=any_seeds)
 
     store = build_store(part, loader, cache_fraction)
     return DataParallel(sampler(cfg.fanouts), sampler(cfg.inference_fanouts), store, part, cfg, loader)
