@@ -426,7 +426,8 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
 
 @pytest.mark.parametrize("argv, line", [
     (["--fanouts", "-3,5"], "gnnscale train: error: --fanouts: "),
-    (["--metric", "auc"], "gnnscale train: error: argument --metric: invalid choice: 'auc' (choose from "),
+    (["--metric", "auc"], "gnnscale train: error: --metric: expected one of accuracy, roc_auc, f1_macro for a node "
+                          "task, got 'auc'"),
     (["--epochs", "x"], "gnnscale train: error: argument --epochs: expected an int, got 'x'"),
     (["--sampler", "gibbs"], "gnnscale train: error: argument --sampler: invalid choice: 'gibbs'"),
     (["--partitions", "P", "--layout", "hybrid", "--replication", "2"],

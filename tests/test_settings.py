@@ -36,7 +36,7 @@ def a_value_other_than(cls: type, field: dataclasses.Field, flag) -> tuple[list[
         return [name, "7,3"], (7, 3)
     if isinstance(field.default, float):
         return [name, "0.25"], 0.25
-    if field.name in ("metrics_out", "model_out", "checkpoint"):
+    if field.name in ("metrics_out", "model_out", "checkpoint", "link_split"):
         return [name, "f.out"], "f.out"
     return [name, "3"], 3
 

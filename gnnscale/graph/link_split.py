@@ -171,6 +171,9 @@ def read_link_split(graph: CSCGraph, directory: str | Path) -> LinkSplit:
     src = np.asarray(graph.indices, dtype=np.int64)
     dst = edge_destinations(graph.indptr)
     keep = ~np.isin(src * n + dst, held[0] * n + held[1])
+    if not keep.any():
+        raise ValueError(f"link_split: {directory}'s valid and test pairs hold every edge of the graph, which leaves "
+                         "no training edge")
     indptr, indices = keep_edges(graph.indptr, graph.indices, keep)
     negs = {}
     for name, edges in (("valid", val), ("test", test)):
