@@ -78,4 +78,7 @@ class LinkInputs:
 
     def logits(self, model: LinkModel, batch: LinkBatch, *, dropout_key: int | None) -> Tensor:
         h = model(batch.blocks, batch.x, dropout_key=dropout_key)
-        return pair_logits(model.score(h[batch.src], h[batch.dst]), batch.num_pos, batch.form)
+        # index_select, not h[src]: the backward of advanced indexing (index_put_ with accumulate) adds rows in
+        # an order that varies between runs with 2+ CPU threads; index_select's (index_add_) does not.
+        pairs = model.score(h.index_select(0, batch.src), h.index_select(0, batch.dst))
+        return pair_logits(pairs, batch.num_pos, batch.form)

@@ -163,3 +163,13 @@ def test_the_cli_trains_a_link_task_and_writes_its_metric(tmp_path, capsys):
     assert metrics["task"] == "link" and metrics["metric"] == "ap"
     assert f"val ap {metrics['history'][0]['val_score']:.4f}" in text
     assert f"final: test ap {metrics['final_test_score']:.4f}" in text
+
+
+def test_two_threads_train_a_link_model_the_same_twice(dataset):
+    """The pairs' embeddings are gathered with index_select: the backward of ``h[src]`` (index_put_ with
+    accumulate) adds rows in an order that varies between runs on 2 CPU threads."""
+    cfg = replace(CFG, threads=2, epochs=1, evaluate=False)
+    link = LinkConfig(decoder="mlp", neg_ratio=3)
+    losses = [fit(link_model(dataset, decoder="mlp"), dataset, inputs="blocks", config=cfg, progress=False,
+                  task=link).history[0]["iteration_losses"] for _ in range(2)]
+    assert losses[0] == losses[1]
