@@ -11,6 +11,7 @@ from gnnscale.cli.flags import whole_number
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, shutdown
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE
+from gnnscale.inference.link_predict import predict_links, read_pairs
 from gnnscale.inference.metrics import METRICS
 from gnnscale.inference.partitioned import predict_partitioned
 from gnnscale.inference.predict import check_out_dir, predict, read_nodes
@@ -40,6 +41,16 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--chunk-size", type=whole_number, default=DEFAULT_CHUNK_SIZE,
                    help="destination nodes per block (memory is bounded by one chunk's neighborhood)")
     p.add_argument("--threads", type=whole_number, default=2, help="CPU threads for the kernels and torch")
+    link = p.add_argument_group("link prediction (a model from gnnscale train --task link --save-model)")
+    link.add_argument("--task", default="node", choices=("node", "link"),
+                      help="link: write every node's embedding (embeddings.npy), and the scores of --pairs and the "
+                           "--topk best candidates per node; one process")
+    link.add_argument("--pairs", default=None, metavar="FILE.npy",
+                      help="--task link: candidate pairs, an int .npy array [n, 2] of node ids; their scores go to "
+                           "pair_scores.npy (logits)")
+    link.add_argument("--topk", type=whole_number, default=None, metavar="K",
+                      help="--task link: each node's K best-scored other nodes (topk_nodes.npy, topk_scores.npy), "
+                           "computed in chunks of nodes")
     p.add_argument("--overwrite", action="store_true", help="replace the outputs of an earlier run in --out")
     p.add_argument("--partitions", default=None,
                    help="distributed: a directory from `gnnscale partition` (no --dataset); launch one worker per part "
@@ -60,9 +71,25 @@ def add_predict_parser(sub) -> None:
     old.add_argument("--heads", type=whole_number, default=8, help="GAT: its attention heads in hidden layers")
 
 
+def check_task_flags(args) -> None:
+    """Flags of the other task are errors, not silently ignored."""
+    if args.task == "node":
+        given = [flag for flag, value in (("--pairs", args.pairs), ("--topk", args.topk)) if value is not None]
+        if given:
+            raise ValueError(f"{given[0].lstrip('-')}: applies to --task link; add it or drop {given[0]}")
+        return
+    given = [flag for flag, value in (("--nodes", args.nodes), ("--embeddings", args.embeddings),
+                                      ("--logits", args.logits or None), ("--partitions", args.partitions),
+                                      ("--arch", args.arch)) if value is not None]
+    if given:
+        raise ValueError(f"task: {given[0]} applies to node predictions; --task link writes every node's embedding "
+                         "in one process")
+
+
 def cmd_predict(args) -> None:
     if args.threads < 1:
         raise ValueError(f"threads: expected a positive int, got {args.threads}")
+    check_task_flags(args)
     if args.partitions is not None:
         return predict_distributed(args)
     if args.layout is not None or args.timeout is not None:
@@ -78,6 +105,14 @@ def cmd_predict(args) -> None:
         name=args.arch, in_dim=dataset.feature_dim, hidden_dim=args.hidden, num_classes=dataset.num_classes,
         num_layers=args.layers, heads=args.heads, dropout=0.0)
     model_file = read_model_file(args.model, config)
+    if args.task == "link":
+        pairs = None if args.pairs is None else read_pairs(args.pairs, dataset.graph.num_nodes)
+        meta = predict_links(model_file, dataset, args.out, pairs=pairs, topk=args.topk, chunk_size=args.chunk_size,
+                             overwrite=args.overwrite)
+        print(f"wrote {', '.join(meta['files'])} to {args.out} ({meta['seconds']:.2f} s)")
+        return
+    if model_file.decoder is not None:
+        raise ValueError(f"model: {args.model} is a link model (an embedding and a pair decoder); add --task link")
     nodes = None if args.nodes is None else read_nodes(args.nodes, dataset.graph.num_nodes)
     meta = predict(model_file, dataset, args.out, nodes=nodes, embeddings=args.embeddings, logits=args.logits,
                    metric=args.metric, chunk_size=args.chunk_size, overwrite=args.overwrite)

@@ -5,7 +5,9 @@
     {"format": "gnnscale-model", "version": 1,
      "config": ModelConfig fields (name, in_dim, hidden_dim, num_classes, num_layers, dropout, ...),
      "dataset": {"name": str, "feature_dim": int, "num_classes": int, "num_nodes": int},
-     "state_dict": the model's state_dict}
+     "state_dict": the model's state_dict,
+     "link": {"decoder": "dot" | "mlp"}}    (a link model only: ``config`` is its encoder's, whose
+                                           num_classes is the embedding width)
 
 :func:`load_model` rebuilds the model from it in one call. A bare ``state_dict`` (what ``--save-model``
 wrote before) still loads when the caller gives the config it was trained with.
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from gnnscale.files import atomic_write
+from gnnscale.nn.link import DECODERS, LinkModel, build_link_model
 from gnnscale.nn.models import ModelConfig, build_model
 
 FORMAT = "gnnscale-model"
@@ -60,12 +63,14 @@ class DatasetFacts:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelFile:
     """A loaded model file: the rebuilt model (eval mode), its config, and the dataset facts (None for a
-    weight-only file, which records none)."""
+    weight-only file, which records none); ``decoder``: a link model's (its ``model`` a
+    :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier."""
 
     path: Path
     model: nn.Module
     config: ModelConfig
     dataset: DatasetFacts | None
+    decoder: str | None = None
 
     def check_fits(self, *, name: str, feature_dim: int, num_classes: int) -> None:
         """ValueError naming the file and the data when the model's input or output width does not fit."""
@@ -87,6 +92,8 @@ def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dat
         raise TypeError(f"dataset: expected DatasetFacts, got {type(dataset).__name__}")
     payload = {"format": FORMAT, "version": VERSION, "config": asdict(config), "dataset": asdict(dataset),
                "state_dict": model.state_dict() if state_dict is None else state_dict}
+    if isinstance(model, LinkModel):
+        payload["link"] = {"decoder": model.decoder_name}
     return atomic_write(path, lambda f: torch.save(payload, f))
 
 
@@ -119,20 +126,21 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
         facts = DatasetFacts(**payload["dataset"])
         state = payload["state_dict"]
         config = saved
+        decoder = _decoder_from(payload.get("link"), path)
     elif isinstance(payload, Mapping) and payload and all(isinstance(v, torch.Tensor) for v in payload.values()):
         if config is None:
             raise ValueError(f"model: {path} holds weights only (a state_dict from an older --save-model); give the "
                              "model's flags (--arch, --hidden, --layers, --heads) to load it")
-        facts, state = None, payload
+        facts, state, decoder = None, payload, None
     else:
         raise ValueError(f"model: {path} is {NOT_OURS}: it holds a {type(payload).__name__} of other contents")
-    model = build_model(config)
+    model = build_model(config) if decoder is None else build_link_model(config, decoder)
     try:
         model.load_state_dict(state)
     except RuntimeError as err:  # missing/unexpected keys or size mismatches: torch lists them over many lines
         detail = " ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
         raise ValueError(f"model: {path} does not fit {_describe(config)}: {detail[:300]}") from None
-    return ModelFile(path=path, model=model.eval(), config=config, dataset=facts)
+    return ModelFile(path=path, model=model.eval(), config=config, dataset=facts, decoder=decoder)
 
 
 def load_model(path: str | Path, config: ModelConfig | None = None) -> nn.Module:
@@ -140,6 +148,15 @@ def load_model(path: str | Path, config: ModelConfig | None = None) -> nn.Module
 
     ``config`` is needed only for a weight-only file (see :func:`read_model_file`)."""
     return read_model_file(path, config).model
+
+
+def _decoder_from(link: object, path: Path) -> str | None:
+    """A link model's decoder from the file's ``link`` entry (None: a node classifier)."""
+    if link is None:
+        return None
+    if not isinstance(link, Mapping) or link.get("decoder") not in DECODERS:
+        raise ValueError(f"model: {path} records a link decoder this gnnscale does not know ({link!r})")
+    return link["decoder"]
 
 
 def _config_from(entries: object, path: Path) -> ModelConfig:

@@ -211,9 +211,6 @@ def check_link_launch(link: LinkConfig | None, model: nn.Module, outputs, *, lay
     if layout is not None and link.link_split is not None:
         raise ValueError("link_split: a dataset's own split trains in one process; a partition directory uses "
                          "--edge-split")
-    if outputs.model_out is not None:
-        raise ValueError("model_out: --save-model writes node classifiers; a link model is saved with "
-                         "torch.save(model.state_dict(), path) after fit returns")
     if outputs.full_eval is not None:
         raise ValueError("full_eval: --eval full scores nodes; a link task is evaluated by --metric every epoch")
 

@@ -134,9 +134,9 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=300", "-o", "feature_dim=8",
     (["--task", "link", "--partitions", "P", "--layout", "1.5d"],
      "--task: --task link trains with --layout hybrid or vanilla, got --layout 1.5d"),
     (["--task", "link", "--partitions", "P", "--dgs"], "--task: --task link trains without --dgs"),
-    (["--task", "link", "--save-model", "m.pt"], "--save-model: --save-model writes node classifiers"),
+    (["--task", "link", "--eval", "full"], "--eval: --eval full scores nodes"),
 ], ids=["neg-ratio-0", "split-sum", "split-negative", "no-train", "softmax-uniform", "hits0", "node-task",
-        "split-layout", "matrix-layout", "dgs", "save-model"])
+        "split-layout", "matrix-layout", "dgs", "eval-full"])
 def test_bad_link_input_is_one_line_naming_the_flag(argv, line, capsys):
     data = [] if "--partitions" in argv else SYNTH
     assert main(["train", "--quiet", "--epochs", "1", *data, *argv]) == 2
