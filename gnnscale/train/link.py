@@ -36,11 +36,11 @@ from torch import Tensor, nn
 from gnnscale.distributed.comm import Comm
 from gnnscale.inference.link_metrics import link_score, positive_ranks
 from gnnscale.keys import derive_key
+from gnnscale.nn.link import LinkModel
 from gnnscale.sampling.exclude import exclude_target_edges
 from gnnscale.sampling.negatives import negative_pairs
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.config import TrainConfig
-from gnnscale.nn.link import LinkModel
 from gnnscale.train.layouts.base import LayoutContext, add_counts
 from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
 from gnnscale.train.layouts.single import one_worker

@@ -22,7 +22,7 @@ from gnnscale.sampling.negatives import negative_pairs
 from gnnscale.train import RunOutputs, TrainConfig, fit
 from gnnscale.train.inputs import seeded_link_model
 from gnnscale.train.layouts import LayoutContext, LayoutOptions
-from gnnscale.train.layouts.single import SINGLE, whole_partition
+from gnnscale.train.layouts.single import whole_partition
 from gnnscale.train.link import build_link_layout
 from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.link_data import link_partition
