@@ -184,8 +184,8 @@ class DeviceNeighborSampler(BatchSampler):
         """One hop from the destinations ``nodes``: (indptr int64 [num_dst + 1], local source ids int64
         [num_edges], the node list extended by the new sources int64 [num_src])."""
         topo = self.topology
-        start = topo.indptr[nodes]
-        degree = topo.indptr[nodes + 1] - start
+        start = topo.indptr.index_select(0, nodes)
+        degree = topo.indptr.index_select(0, nodes + 1) - start
         counts = _num_chosen(degree, fanout, self.replace)
         indptr = torch.zeros(nodes.shape[0] + 1, dtype=torch.int64, device=self.device)
         torch.cumsum(counts, 0, out=indptr[1:])
@@ -194,9 +194,11 @@ class DeviceNeighborSampler(BatchSampler):
             return indptr, torch.empty(0, dtype=torch.int64, device=self.device), nodes
         row = torch.repeat_interleave(torch.arange(nodes.shape[0], device=self.device), counts,
                                       output_size=num_edges)  # destination index of every edge
-        slot = torch.arange(num_edges, device=self.device) - indptr[row]  # q: the edge's slot in its row
+        # q, the edge's slot in its row. (index_select rather than [] for gathers: on the CPU it is
+        # several times faster than advanced indexing, the same kernel on CUDA.)
+        slot = torch.arange(num_edges, device=self.device) - indptr.index_select(0, row)
         position = self._positions(nodes, degree, fanout, key, hop, row, slot)
-        chosen = topo.indices[start[row] + position].to(torch.int64)
+        chosen = topo.indices.index_select(0, start.index_select(0, row) + position).to(torch.int64)
         local, nodes = self._relabel(nodes, chosen)
         return indptr, local, nodes
 
@@ -206,11 +208,12 @@ class DeviceNeighborSampler(BatchSampler):
         if fanout == ALL_NEIGHBORS:
             return slot
         if self.replace:
-            return uniform_below(node_stream(key, hop, nodes)[row], slot, degree[row])
+            return uniform_below(node_stream(key, hop, nodes).index_select(0, row), slot, degree.index_select(0, row))
         # Rows with degree <= fanout take every neighbor in order; the others take Floyd's subset. Every
         # slot is below fanout here, so the gather from the [num_dst, fanout] subsets is in range.
         subsets = _floyd_subsets(node_stream(key, hop, nodes), fanout, degree)
-        return torch.where(degree[row] > fanout, subsets[row, slot], slot)
+        from_subset = subsets.view(-1).index_select(0, row * fanout + slot)  # subsets[row, slot]
+        return torch.where(degree.index_select(0, row) > fanout, from_subset, slot)
 
     def _relabel(self, nodes: Tensor, chosen: Tensor) -> tuple[Tensor, Tensor]:
         """(local ids of ``chosen``, the node list extended by its new ids in order of first appearance)."""
@@ -219,7 +222,7 @@ class DeviceNeighborSampler(BatchSampler):
         first = self._first
         try:
             first.scatter_reduce_(0, ids, position, reduce="amin")
-            first_position = first[ids]
+            first_position = first.index_select(0, ids)
         finally:
             first.index_fill_(0, ids, _UNSEEN)  # only the entries this hop touched: O(edges), not O(nodes)
         is_new = first_position == position  # the known nodes are distinct: all of them are new here
@@ -228,7 +231,7 @@ class DeviceNeighborSampler(BatchSampler):
         # Every new id to its local slot; repeats go to a spare slot past the end, dropped.
         extended = torch.empty(num_src + 1, dtype=torch.int64, device=self.device)
         extended.scatter_(0, torch.where(is_new, local_at, num_src), ids)
-        return local_at[first_position[nodes.shape[0]:]], extended[:num_src]
+        return local_at.index_select(0, first_position[nodes.shape[0]:]), extended[:num_src]
 
 
 def _num_chosen(degree: Tensor, fanout: int, replace: bool) -> Tensor:
