@@ -150,8 +150,8 @@ class DeviceNeighborSampler(BatchSampler):
             seeds: int tensor (any device) or numpy array [batch]: unique node ids in [0, num_nodes).
             key: the batch's key (:func:`gnnscale.sampling.derive_key`).
         """
+        nodes = self._seeds(seeds)  # seeds before key: sample_blocks' order, so both raise the same first error
         key = check_key(key)
-        nodes = self._seeds(seeds)
         hops = []
         for hop, fanout in enumerate(self.fanouts):
             indptr, local, nodes = self._sample_hop(nodes, fanout, key, hop)

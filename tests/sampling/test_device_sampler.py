@@ -3,11 +3,14 @@ same blocks bit for bit for the same key, on the CPU here and on CUDA where ther
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.synthetic import make_synthetic, products_like_config
 from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.sampling.device import DeviceNeighborSampler, DeviceTopology, build_device_sampler
 from dist_workers import assert_blocks_equal
@@ -144,3 +147,22 @@ def test_cuda_sampler_equals_cpu(random_graph, replace):
         assert_blocks_equal([b.to("cpu") for b in blocks], fused(random_graph, SEEDS, fanouts, key, replace))
     with pytest.raises(ValueError, match="appears twice"):
         sampler.sample(torch.tensor([3, 4, 3], device="cuda"), 0)
+
+
+@pytest.fixture(scope="module")
+def products_graph() -> CSCGraph:
+    """12k nodes shaped like ogbn-products: power-law in-degrees up to a few hundred."""
+    return make_synthetic(dataclasses.replace(products_like_config(0.005), feature_dim=1)).graph
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["no-replace", "replace"])
+def test_equals_fused_sampler_on_a_products_shaped_graph(products_graph, replace):
+    # Floyd's subsets of 15 or 20 out of long rows, and -1 hops of thousands of edges that the fused
+    # kernel relabels across its pipelined chunks (CHUNK_EDGES).
+    rng = np.random.default_rng(0)
+    for fanouts in ([15, 10, 5], [20, -1]):
+        sampler = DeviceNeighborSampler(products_graph, fanouts, replace=replace)
+        for step in range(2):
+            seeds = torch.from_numpy(rng.choice(products_graph.num_nodes, 384, replace=False))
+            key = derive_key(1, step=step)
+            assert_blocks_equal(sampler.sample(seeds, key), fused(products_graph, seeds, fanouts, key, replace))
