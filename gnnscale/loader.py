@@ -15,6 +15,10 @@ sampled by :class:`~gnnscale.sampling.nodewise.NodewiseSampler` (no PyG sampling
 and prepared ``prefetch`` batches ahead by a background thread (the trainer's
 :class:`~gnnscale.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
 step)``: the same seed gives the same batches whatever the thread count or prefetch depth.
+
+With ``device="cuda"`` that thread also moves each batch to the GPU (:class:`DeviceCopy`), as PyG's
+``PrefetchLoader`` does around a loader: pinned host memory, an asynchronous copy on a side stream,
+and an event the training step's stream waits on, so the loop never blocks on a copy.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.loader.utils import filter_data
 
+from gnnscale.devices import resolve_device
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.features import take_rows
@@ -39,9 +44,10 @@ from gnnscale.prefetch import Prefetcher
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
 from gnnscale.sampling.pyg import describe_batch
 
-# torch DataLoader options about worker processes and memory pinning: accepted, with one note, and
-# ignored (sampling runs in numba threads of this process; the background stage is ``prefetch``).
-IGNORED_LOADER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "pin_memory_device",
+# torch DataLoader options about worker processes: accepted, with one note, and ignored (sampling runs
+# in numba threads of this process; the background stage is ``prefetch``). pin_memory_device is
+# deprecated in torch (the current accelerator is used): pin_memory and device say it all.
+IGNORED_LOADER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory_device",
                           "worker_init_fn", "multiprocessing_context", "timeout", "in_order")
 # PyG options gnnscale does not implement, with the only value it accepts (PyG's default).
 _DEFAULT_ONLY = {"input_time": None, "disjoint": False, "temporal_strategy": "uniform", "time_attr": None,
@@ -57,6 +63,60 @@ def _note_ignored(names: list[str]) -> None:
         warnings.warn(f"NeighborLoader: {', '.join(new)} ignored: gnnscale samples in numba threads of this "
                       f"process and prepares batches ahead with prefetch=<batches> instead of worker processes",
                       stacklevel=3)
+
+
+def _note_no_pinning() -> None:
+    """torch's DataLoader warns and goes on where pin_memory=True meets no accelerator; so does the loader
+    (once per process): a script written for a GPU machine still runs on a CPU-only one, unchanged."""
+    if "pin_memory" not in _noted:
+        _noted.add("pin_memory")
+        warnings.warn("NeighborLoader: pin_memory=True ignored: no CUDA device here, so batches stay in ordinary "
+                      "memory (as torch's DataLoader does)", stacklevel=3)
+
+
+class DeviceCopy:
+    """The loader's last background step: a batch's tensors onto ``device``, the copy hidden.
+
+    :meth:`send` runs on the producer (the prefetch thread), :meth:`receive` on the consumer. On CUDA,
+    ``send`` pins the batch's host tensors, enqueues their copies with ``non_blocking=True`` on a side
+    stream of its own and records an event after them; ``receive`` makes the consumer's current stream
+    wait on that event (a wait on the GPU, not on the host), so the step that reads the batch runs after
+    its copy while the host goes on. The copy of batch ``i + 1`` is enqueued while the consumer computes
+    on batch ``i`` (``prefetch`` batches ahead). ``receive`` also records the consumer's stream on every
+    tensor: their memory was allocated on the side stream, and the caching allocator must not hand it to
+    a later copy before the step that reads it is done.
+
+    On the CPU nothing is copied; ``pin_memory`` (where CUDA exists) pins the batches there, as torch's
+    DataLoader, for a caller who copies them on.
+
+    Args:
+        device: where batches go (resolved).
+        pin_memory: pin host batches; ignored on CUDA, where batches are always staged in pinned memory.
+    """
+
+    def __init__(self, device: torch.device, pin_memory: bool) -> None:
+        self.device = device
+        self.pin = device.type == "cuda" or (pin_memory and torch.cuda.is_available())
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def send(self, data: Data) -> tuple[Data, torch.cuda.Event | None]:
+        """Producer side: ``data`` pinned and, on CUDA, its copy enqueued; with the event that ends it."""
+        if self.pin:
+            data = data.apply(lambda t: t.pin_memory() if t.device.type == "cpu" else t)
+        if self.stream is None:
+            return data, None
+        with torch.cuda.stream(self.stream):
+            data = data.to(self.device, non_blocking=True)  # from pinned memory: returns at once
+            return data, self.stream.record_event()
+
+    def receive(self, sent: tuple[Data, torch.cuda.Event | None]) -> Data:
+        """Consumer side: the batch, usable on the consumer's current stream."""
+        data, copied = sent
+        if copied is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(copied)  # the step's kernels queue behind the copy; the host does not wait
+            data.record_stream(stream)
+        return data
 
 
 class NeighborLoader:
@@ -79,6 +139,11 @@ class NeighborLoader:
             else from torch's global generator (so ``torch.manual_seed`` fixes it too).
         prefetch: batches prepared ahead by a background thread (default 1; 0 = on the calling thread).
         generator: a ``torch.Generator`` to draw ``seed`` from (as DataLoader's).
+        device: where the yielded batches' tensors are: ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``,
+            ``"auto"`` or a ``torch.device`` (:func:`~gnnscale.devices.resolve_device`). On CUDA the
+            background thread copies each batch from pinned memory on a side stream (:class:`DeviceCopy`).
+        pin_memory: pin the batches' host memory (torch DataLoader's option; implied on CUDA). Without
+            CUDA: one warning, no effect, as torch's DataLoader. Default False.
         is_sorted, filter_per_worker: accepted, no effect. Worker-process options (``num_workers`` ...):
             accepted, one warning, no effect. PyG's temporal, weighted and disjoint options: only their
             defaults. Anything else: ``TypeError``.
@@ -98,7 +163,8 @@ class NeighborLoader:
                  transform_sampler_output=None, is_sorted: bool = False, filter_per_worker=None,
                  neighbor_sampler=None, directed: bool = True, *, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, seed: int | None = None, prefetch: int = 1,
-                 generator: torch.Generator | None = None, **loader_options) -> None:
+                 generator: torch.Generator | None = None, device: str | torch.device | None = None,
+                 pin_memory: bool = False, **loader_options) -> None:
         given = dict(input_time=input_time, disjoint=disjoint, temporal_strategy=temporal_strategy,
                      time_attr=time_attr, weight_attr=weight_attr, transform_sampler_output=transform_sampler_output,
                      neighbor_sampler=neighbor_sampler, directed=directed)
@@ -120,6 +186,12 @@ class NeighborLoader:
                 raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
         if transform is not None and not callable(transform):
             raise TypeError(f"transform: expected a callable or None, got {type(transform).__name__}")
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory: expected True or False, got {pin_memory!r}")
+        self.device = resolve_device(device)
+        self.pin_memory = pin_memory
+        if pin_memory and not torch.cuda.is_available():
+            _note_no_pinning()
 
         self.data = data
         graph, edge_ids = _graph_of(data)
@@ -152,12 +224,15 @@ class NeighborLoader:
 
     def _stream(self, batches: tuple[Tensor, ...], epoch: int) -> Iterator[Data]:
         # A generator, so that leaving the loop early closes the background stage.
-        with Prefetcher(lambda step: self.batch(batches[step], derive_key(self.seed, epoch, step)),
+        copy = DeviceCopy(self.device, self.pin_memory)
+        with Prefetcher(lambda step: copy.send(self.batch(batches[step], derive_key(self.seed, epoch, step))),
                         len(batches), self.prefetch) as items:
-            yield from items
+            for item in items:
+                yield copy.receive(item)
 
     def batch(self, index: Tensor, key: int) -> Data:
-        """The batch of ``input_nodes[index]`` sampled under ``key``."""
+        """The batch of ``input_nodes[index]`` sampled under ``key``, on the host (iterating moves it to
+        ``device``)."""
         seeds = self.input_nodes[index]
         with self._sampler_lock:  # one mapping array: iterators that are open at once take turns
             out = self.sampler.sample(seeds, key)
@@ -170,7 +245,7 @@ class NeighborLoader:
 
     def __repr__(self) -> str:
         return (f"NeighborLoader(num_neighbors={list(self.num_neighbors)}, input_nodes={self.input_nodes.numel()}, "
-                f"batch_size={self.batch_size}, shuffle={self.shuffle}, seed={self.seed})")
+                f"batch_size={self.batch_size}, shuffle={self.shuffle}, seed={self.seed}, device={self.device})")
 
 
 def _graph_of(data) -> tuple[CSCGraph, np.ndarray | None]:
