@@ -60,7 +60,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
     partition view of the layout named ``layout`` (recorded in ``meta.json``). ``device``: where this
     worker computes; ``"cuda"`` (or ``"auto"`` on a GPU machine) is its own GPU, ``cuda:LOCAL_RANK``."""
     out, error = Path(out), ""
-    target = weights_device(model_file.model)
+    compute_on = weights_device(model_file.model)
     manifest = read_manifest(partition_dir)
     cfg = model_file.config
     try:
@@ -73,7 +73,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
             raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
                              f"{cfg.num_layers - 1}; got {embeddings}")
         if device is not None:
-            target = resolve_device(device)
+            compute_on = resolve_device(device)
         if comm.rank == 0:
             check_out_dir(out, overwrite=overwrite)
     except ValueError as err:
@@ -95,7 +95,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f".predict-rank{comm.rank}-", dir=out) as tmp:
-        layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size, device=target)
+        layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size, device=compute_on)
         inference_s = time.perf_counter() - started
         lo, hi = part.book.node_range(comm.rank)
         original = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")[lo:hi]
@@ -125,7 +125,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
             "dataset": {"name": str(manifest["dataset"]), "num_nodes": n, "num_edges": int(manifest["num_edges"])},
             "partitions": str(partition_dir), "layout": layout, "workers": comm.world_size,
             "rows": n, "rows_are": "original node ids 0 .. num_nodes - 1", "files": sorted(names) + ["meta.json"],
-            "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": target.type, "metric": metric,
+            "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": compute_on.type, "metric": metric,
             "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
             "peak_rss_bytes_per_worker": [int(p) for p in peaks.tolist()]}
     for name in OUTPUT_FILES:
