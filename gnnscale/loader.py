@@ -102,7 +102,8 @@ class DeviceCopy:
     def send(self, data: Data) -> tuple[Data, torch.cuda.Event | None]:
         """Producer side: ``data`` pinned and, on CUDA, its copy enqueued; with the event that ends it."""
         if self.pin:
-            data = data.apply(lambda t: t.pin_memory() if t.device.type == "cpu" else t)
+            # PyG's apply hands every attribute over, tensors or not; a tensor a data kept on a GPU stays there.
+            data = data.apply(lambda t: t.pin_memory() if isinstance(t, Tensor) and t.device.type == "cpu" else t)
         if self.stream is None:
             return data, None
         with torch.cuda.stream(self.stream):
