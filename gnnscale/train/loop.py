@@ -114,8 +114,10 @@ class EpochSums:
                 "edges": self.edges, "comm": list(self.comm)}
 
     def to(self, device: torch.device) -> "EpochSums":
-        """These sums with their tensors on ``device`` (where the step accumulates them)."""
-        return EpochSums(loss_sums=[t.to(device) for t in self.loss_sums], correct=self.correct.to(device),
+        """These sums with their tensors on ``device`` (where the step accumulates them); the losses move as
+        one tensor (one copy, not one per iteration)."""
+        losses = list(torch.stack(self.loss_sums).to(device).unbind()) if self.loss_sums else []
+        return EpochSums(loss_sums=losses, correct=self.correct.to(device),
                          counts=list(self.counts), edges=self.edges, comm=list(self.comm))
 
     @classmethod

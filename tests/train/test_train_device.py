@@ -217,3 +217,14 @@ def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
         assert torch.equal(a.indptr.cpu(), b.indptr) and torch.equal(a.indices.cpu(), b.indices)
         assert torch.equal(a.src_ids.cpu(), b.src_ids)
     assert got.step is batch.step  # the seeds stay on the host
+
+
+@pytest.mark.gpu
+def test_split_parallelism_refuses_a_gpu_in_one_line():
+    from gnnscale.train.layouts import layout_options
+    from gnnscale.train.layouts.registry import check_layout_options
+
+    with pytest.raises(ValueError, match=r"device: --layout split trains on the CPU only \(its cooperative blocks "
+                                         r"have no copy to a GPU.*got --device cuda"):
+        check_layout_options(layout_options("split"), config(device="cuda"), "sage", 2)
+    check_layout_options(layout_options("split"), config(device="cpu"), "sage", 2)
