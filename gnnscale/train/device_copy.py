@@ -53,8 +53,8 @@ class DeviceCopy:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        # One side stream for the run: copies queue behind each other, in batch order, and overlap the
-        # step's kernels on the default stream.
+        # One side stream per pass over the batches (an epoch, an evaluation): its copies queue behind each
+        # other in batch order, and overlap the step's kernels on the training thread's stream.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def send(self, batch: DistBatch, model_input) -> Sent:
