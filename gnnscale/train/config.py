@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from gnnscale.devices import DEVICE_HELP
 from gnnscale.sampling import check_fanouts
 from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
                                         samplers_with)
@@ -36,6 +38,10 @@ class TrainConfig:
             for timing runs on graphs whose test split is large).
         prefetch: batches sampled and gathered ahead by a background thread while the current one
             trains (0: none, everything on the training thread). Does not change the results.
+        device: where the model, the optimizer and the training step run: ``"cpu"`` (the default),
+            ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (:func:`gnnscale.devices.resolve_device`, resolved when the
+            run starts; under torchrun ``"cuda"`` is each worker's ``cuda:LOCAL_RANK``). Sampling and the
+            feature fetch stay on the CPU; each batch is copied to the device in the background stage.
     """
 
     fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "
@@ -58,6 +64,7 @@ class TrainConfig:
     replace: bool = setting(False, "sample neighbors with replacement")
     evaluate: bool = setting(True, "skip validation/test accuracy (timing runs)", negate="--no-eval")
     prefetch: int = setting(1, "batches sampled and gathered ahead in a background thread while one trains (0: none)")
+    device: str = setting("cpu", DEVICE_HELP)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
@@ -72,6 +79,7 @@ class TrainConfig:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool) or self.prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0 (0 = no background loading), got {self.prefetch!r}")
+        check_device_name(self.device)
         if not self.lr > 0:
             raise ValueError(f"lr: expected > 0, got {self.lr}")
         if self.weight_decay < 0:
@@ -108,3 +116,13 @@ class TrainConfig:
     @property
     def inference_fanouts(self) -> tuple[int, ...]:
         return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts
+
+
+# What --device accepts; whether the machine has that device is checked when the run starts
+# (resolve_device), so that a config can be written on a machine without a GPU.
+DEVICE_NAME = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
+
+
+def check_device_name(device: str) -> None:
+    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
+        raise ValueError(f"device: expected cpu, cuda, cuda:N or auto, got {device!r}")
