@@ -18,6 +18,7 @@ seeds, the key) and the communication counts stay on the host: only the layouts 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -35,7 +36,7 @@ class Sent:
         batch: the prepared batch, its tensors on the device (or still being copied there).
         model_input: what the model is called on (``batch`` itself for gnnscale blocks).
         ready: recorded on the copy stream after the last copy was queued; None on the CPU.
-        copies: the tensors the copy stream allocated (empty on the CPU).
+        copies: the batch's device tensors, allocated on the copy stream (empty on the CPU).
     """
 
     batch: DistBatch
@@ -57,6 +58,13 @@ class DeviceCopy:
         # other in batch order, and overlap the step's kernels on the training thread's stream.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
+    def producing(self):
+        """The context the loading thread prepares batches in: on CUDA the side stream, so that what it
+        computes on the device (device sampling, the GPU feature cache's gathers) and the host syncs that
+        sizes its blocks wait only for the loading work, never for the step's kernels on the training
+        stream; :meth:`send`'s event then covers it all. On the CPU: nothing."""
+        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+
     def send(self, batch: DistBatch, model_input) -> Sent:
         """Loading thread: queue the copy of ``batch`` and ``model_input`` (returns at once on CUDA)."""
         if self.stream is None:
@@ -64,8 +72,11 @@ class DeviceCopy:
         copies: list[Tensor] = []
 
         def move(t):
-            if not isinstance(t, Tensor) or t.device == self.device:
-                return t  # a number of a PyG batch (its apply() passes them too), or already there
+            if not isinstance(t, Tensor):
+                return t  # a number of a PyG batch (its apply() passes them too)
+            if t.device == self.device:
+                copies.append(t)  # made on the device in this thread (device sampling, the GPU cache): on the side stream too
+                return t
             # A copy from pageable memory is synchronous; from pinned memory it is a DMA queued on the
             # stream. pin_memory() is itself a host copy, made here in the loading thread, off the step.
             copies.append(t.pin_memory().to(self.device, non_blocking=True))

@@ -15,8 +15,8 @@ One file, written by rank 0 only, is enough to rebuild every worker:
   uninterrupted run's. (Its phase times, edge metrics and cache hit rate cover the iterations after
   the resume.)
 
-What a resumed run may change: the epoch count, threads, prefetch depth and device
-(:data:`RESUMABLE_CHANGES`). Model and optimizer state are saved as CPU tensors and loaded into the
+What a resumed run may change: the epoch count, threads, prefetch depth, device, where batches are
+sampled and the device's feature rows (:data:`RESUMABLE_CHANGES`). Model and optimizer state are saved as CPU tensors and loaded into the
 model wherever it trains, so a run checkpointed on a GPU resumes on the CPU or another GPU.
 The hybrid layout may also continue at an epoch boundary
 on another partition of the same dataset (a layout whose spec is ``repartitionable``), with another worker count: model, optimizer, epoch and
@@ -50,7 +50,9 @@ from gnnscale.train.layouts.single import SINGLE
 # Settings a resumed run may change: they do not change what is computed. The device changes how it is
 # rounded (a GPU's sums add in another order, within float32's rounding), not the model, the batches or the
 # optimizer's state, so a run may move to another device when it resumes.
-RESUMABLE_CHANGES = ("epochs", "threads", "prefetch", "device")
+# Where batches are sampled and which feature rows the device holds change neither: the device sampler
+# draws the host sampler's blocks bit for bit, and the cache returns the store's rows.
+RESUMABLE_CHANGES = ("epochs", "threads", "prefetch", "device", "sample_on", "gpu_cache_fraction")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,11 +74,12 @@ def prepared_batches(layout: Layout, inputs: ModelInputs, steps: list[Step], cfg
     copier = DeviceCopy(device)
 
     def prepare(items: range) -> list:
-        batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
-        with loader.phase("sample"):
-            converted = [(batch, inputs.convert(batch)) for batch in batches]
-        with loader.phase("copy"):  # queueing the copies (pinning included), not the transfers; CPU: nothing
-            return [copier.send(batch, model_input) for batch, model_input in converted]
+        with copier.producing():  # CUDA: device sampling and gathers on the copy's side stream
+            batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
+            with loader.phase("sample"):
+                converted = [(batch, inputs.convert(batch)) for batch in batches]
+            with loader.phase("copy"):  # queueing the copies (pinning included), not the transfers; CPU: nothing
+                return [copier.send(batch, model_input) for batch, model_input in converted]
 
     for sent in stream_in_groups(prepare, len(steps), layout.bulk, cfg.prefetch,
                                  wait_seconds=lambda s: timer.add("wait", s)):

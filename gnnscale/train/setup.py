@@ -11,7 +11,6 @@ the best-validation epoch's weights (:mod:`gnnscale.train.best`), which rank 0 s
 
 from __future__ import annotations
 
-import copy
 import io
 import sys
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from gnnscale.train.checks import LaunchError
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.device_copy import on_host
 from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity, receive_checkpoint, same_partition
-from gnnscale.train.inputs import ModelInputs, model_device
+from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
@@ -111,7 +110,8 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             loader = comm.new_group()
             grads = gradient_comm(comm, launch.device)  # NCCL where every worker has a GPU of its own
             layout = source.build(LayoutContext(part=part, cfg=cfg, model=launch.model_cfg, comm=comm, loader=loader,
-                                                options=launch.options, partition_dir=source.partition_dir))
+                                                options=launch.options, partition_dir=source.partition_dir,
+                                                device=launch.device))
             loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
             header = source.header(launch, cfg, ctx.world_size)
             metrics_out = outputs.metrics_out if ctx.rank == 0 else None
@@ -177,14 +177,9 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
                                                                 start.best))
     if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
-        report = replace(report, full_eval=full_eval(cpu_model(model), part, comm, outputs.full_eval))
+        # On the model's device: layer-wise inference copies each chunk there and its rows back to host memory.
+        report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
     return report
-
-
-def cpu_model(model: nn.Module) -> nn.Module:
-    """``model`` itself on the CPU, else a CPU copy of it: layer-wise inference (``--eval full``) runs on the
-    CPU, over the whole graph's features in host memory."""
-    return model if model_device(model).type == "cpu" else copy.deepcopy(model).cpu()
 
 
 def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,

@@ -185,6 +185,36 @@ def test_a_checkpoint_resumes_under_another_device_setting_exactly(dataset, tmp_
     assert numbers(resumed) == numbers(whole)
 
 
+# --- sampling on the device, feature rows held there -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [dict(sample_on="device"), dict(sample_on="device", gpu_cache_fraction=0.4),
+                                dict(gpu_cache_fraction=1.0)], ids=["device", "device+cache", "cache"])
+def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset, kw):
+    """--sample-on device (the device sampler: the fused kernel's blocks in torch ops) and --gpu-cache-fraction
+    (hot rows held on the device, the rest gathered on the host), here with --device cpu: the run of the
+    host sampler and gather, bit for bit."""
+    assert numbers(trained(dataset, config(**kw))) == numbers(trained(dataset, config(sample_on="host")))
+
+
+@pytest.mark.parametrize(("kw", "layout", "message"), [
+    (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused sampler's "
+                                                         r"blocks; --sampler two_step samples on the host"),
+    (dict(sample_on="gpu"), None, r"sample_on: expected one of \('auto', 'host', 'device'\)"),
+    (dict(gpu_cache_fraction=-0.1), None, r"gpu_cache_fraction: expected a fraction of all nodes in \[0, 1\]"),
+    (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs the whole topology and a feature "
+                                          r"store on each worker \(--layout hybrid\); --layout vanilla"),
+    (dict(gpu_cache_fraction=0.5), "split", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs the whole "
+                                            r"topology"),
+])
+def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
+    from gnnscale.train.layouts import layout_options
+    from gnnscale.train.layouts.registry import check_layout_options
+
+    with pytest.raises(ValueError, match=message):
+        check_layout_options(layout_options(layout or "hybrid"), config(**kw), "sage", 2)
+
+
 # --- on a GPU ---------------------------------------------------------------------------------------------
 
 
@@ -202,6 +232,16 @@ def test_a_run_on_cuda_trains_like_the_cpu_run(dataset, kernels):
                                [h["iteration_losses"] for h in cpu.history], rtol=1e-4)
     for a, b in zip(gpu.history, cpu.history, strict=True):
         assert abs(a["val_acc"] - b["val_acc"]) <= 0.02 and abs(a["test_acc"] - b["test_acc"]) <= 0.02
+
+
+@pytest.mark.gpu
+def test_gpu_sampling_and_the_gpu_cache_train_like_the_cpu_run(dataset):
+    """--sample-on device on the GPU draws the host sampler's blocks (bit for bit); with every row held on the
+    GPU the losses are the CPU run's within 1e-4."""
+    cpu = trained(dataset, config())
+    gpu = trained(dataset, config(device="cuda", sample_on="device", gpu_cache_fraction=1.0))
+    np.testing.assert_allclose([h["loss"] for h in gpu.history], [h["loss"] for h in cpu.history], rtol=1e-4)
+    assert [h["sampled_edges"] for h in gpu.history] == [h["sampled_edges"] for h in cpu.history]
 
 
 @pytest.mark.gpu
