@@ -13,7 +13,7 @@ built-in 3-layer GraphSAGE (hidden 256, dropout 0.5), Adam, no evaluation. Rows:
   consuming them: the sampler's own time, the floor of the next row.
 * ``CPU sampling, GPU step``: ``fit(device="cuda")``: batches sampled on the CPU, copied on a side
   stream from pinned memory one batch ahead, the step on the GPU.
-* ``GPU sampling, GPU step``: ``fit(device="cuda", sample_on="cuda", gpu_cache_fraction=1)``: the
+* ``GPU sampling, GPU step``: ``fit(device="cuda", sample_on="device", gpu_cache_fraction=1)``: the
   topology and every feature row on the GPU, blocks sampled there by the device sampler.
 * ``GPU compute bound``: the same model's forward, backward and Adam step over one epoch of batches
   sampled on the GPU beforehand (their features gathered from the device-resident rows inside the
@@ -60,7 +60,7 @@ def model_config(ds, a) -> ModelConfig:
                        hidden_dim=a.hidden)
 
 
-def train_config(a, *, device: str, sample_on: str = "cpu", gpu_cache_fraction: float = 0.0, seed: int = 0,
+def train_config(a, *, device: str, sample_on: str = "host", gpu_cache_fraction: float = 0.0, seed: int = 0,
                  epochs: int | None = None, evaluate: bool = False) -> TrainConfig:
     return TrainConfig(fanouts=a.fanouts, batch_size=a.batch_size, epochs=epochs or a.epochs, threads=a.threads,
                        seed=seed, evaluate=evaluate, device=device, sample_on=sample_on,
@@ -170,7 +170,7 @@ def accuracy_rows(ds, a, cuda: bool) -> list[dict]:
     out = []
     setups = [("CPU trainer", {"device": "cpu"})]
     if cuda:
-        setups.append(("GPU sampling, GPU step", {"device": "cuda", "sample_on": "cuda", "gpu_cache_fraction": 1.0}))
+        setups.append(("GPU sampling, GPU step", {"device": "cuda", "sample_on": "device", "gpu_cache_fraction": 1.0}))
     for name, kw in setups:
         accs = []
         for seed in range(a.accuracy_seeds):
@@ -221,7 +221,7 @@ def main() -> None:
     rows = [trainer_row("CPU trainer", ds, a, device="cpu"), sampler_alone_row(ds, a)]
     if cuda:
         rows.append(trainer_row("CPU sampling, GPU step", ds, a, device="cuda"))
-        rows.append(trainer_row("GPU sampling, GPU step", ds, a, device="cuda", sample_on="cuda",
+        rows.append(trainer_row("GPU sampling, GPU step", ds, a, device="cuda", sample_on="device",
                                 gpu_cache_fraction=1.0))
         rows.append(compute_bound_row(ds, a))
         rows.append(pyg_row(ds, a))

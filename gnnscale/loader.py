@@ -16,9 +16,9 @@ and prepared ``prefetch`` batches ahead by a background thread (the trainer's
 :class:`~gnnscale.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
 step)``: the same seed gives the same batches whatever the thread count or prefetch depth.
 
-With ``device="cuda"`` that thread also moves each batch to the GPU (:class:`DeviceCopy`), as PyG's
-``PrefetchLoader`` does around a loader: pinned host memory, an asynchronous copy on a side stream,
-and an event the training step's stream waits on, so the loop never blocks on a copy.
+With ``device="cuda"`` that thread also moves each batch to the GPU (:class:`~gnnscale.devices.StreamCopy`),
+as PyG's ``PrefetchLoader`` does around a loader: pinned host memory, an asynchronous copy on a side
+stream, and an event the training step's stream waits on, so the loop never blocks on a copy.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.loader.utils import filter_data
 
-from gnnscale.devices import resolve_device
+from gnnscale.devices import StreamCopy, resolve_device
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.features import take_rows
@@ -74,52 +74,6 @@ def _note_no_pinning() -> None:
                       "memory (as torch's DataLoader does)", stacklevel=3)
 
 
-class DeviceCopy:
-    """The loader's last background step: a batch's tensors onto ``device``, the copy hidden.
-
-    :meth:`send` runs on the producer (the prefetch thread), :meth:`receive` on the consumer. On CUDA,
-    ``send`` pins the batch's host tensors, enqueues their copies with ``non_blocking=True`` on a side
-    stream of its own and records an event after them; ``receive`` makes the consumer's current stream
-    wait on that event (a wait on the GPU, not on the host), so the step that reads the batch runs after
-    its copy while the host goes on. The copy of batch ``i + 1`` is enqueued while the consumer computes
-    on batch ``i`` (``prefetch`` batches ahead). ``receive`` also records the consumer's stream on every
-    tensor: their memory was allocated on the side stream, and the caching allocator must not hand it to
-    a later copy before the step that reads it is done.
-
-    On the CPU nothing is copied; ``pin_memory`` (where CUDA exists) pins the batches there, as torch's
-    DataLoader, for a caller who copies them on.
-
-    Args:
-        device: where batches go (resolved).
-        pin_memory: pin host batches; ignored on CUDA, where batches are always staged in pinned memory.
-    """
-
-    def __init__(self, device: torch.device, pin_memory: bool) -> None:
-        self.device = device
-        self.pin = device.type == "cuda" or (pin_memory and torch.cuda.is_available())
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-
-    def send(self, data: Data) -> tuple[Data, torch.cuda.Event | None]:
-        """Producer side: ``data`` pinned and, on CUDA, its copy enqueued; with the event that ends it."""
-        if self.pin:
-            # PyG's apply hands every attribute over, tensors or not; a tensor a data kept on a GPU stays there.
-            data = data.apply(lambda t: t.pin_memory() if isinstance(t, Tensor) and t.device.type == "cpu" else t)
-        if self.stream is None:
-            return data, None
-        with torch.cuda.stream(self.stream):
-            data = data.to(self.device, non_blocking=True)  # from pinned memory: returns at once
-            return data, self.stream.record_event()
-
-    def receive(self, sent: tuple[Data, torch.cuda.Event | None]) -> Data:
-        """Consumer side: the batch, usable on the consumer's current stream."""
-        data, copied = sent
-        if copied is not None:
-            stream = torch.cuda.current_stream(self.device)
-            stream.wait_event(copied)  # the step's kernels queue behind the copy; the host does not wait
-            data.record_stream(stream)
-        return data
-
-
 class NeighborLoader:
     """Mini-batches of sampled neighborhoods of ``input_nodes``, as PyG ``Data`` objects.
 
@@ -142,7 +96,7 @@ class NeighborLoader:
         generator: a ``torch.Generator`` to draw ``seed`` from (as DataLoader's).
         device: where the yielded batches' tensors are: ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``,
             ``"auto"`` or a ``torch.device`` (:func:`~gnnscale.devices.resolve_device`). On CUDA the
-            background thread copies each batch from pinned memory on a side stream (:class:`DeviceCopy`).
+            background thread copies each batch from pinned memory on a side stream (:class:`~gnnscale.devices.StreamCopy`).
         pin_memory: pin the batches' host memory (torch DataLoader's option; implied on CUDA). Without
             CUDA: one warning, no effect, as torch's DataLoader. Default False.
         is_sorted, filter_per_worker: accepted, no effect. Worker-process options (``num_workers`` ...):
@@ -225,9 +179,13 @@ class NeighborLoader:
 
     def _stream(self, batches: tuple[Tensor, ...], epoch: int) -> Iterator[Data]:
         # A generator, so that leaving the loop early closes the background stage.
-        copy = DeviceCopy(self.device, self.pin_memory)
-        with Prefetcher(lambda step: copy.send(self.batch(batches[step], derive_key(self.seed, epoch, step))),
-                        len(batches), self.prefetch) as items:
+        copy = StreamCopy(self.device, pin=self.pin_memory)
+
+        def prepare(step: int):
+            with copy.producing():
+                return copy.send(self.batch(batches[step], derive_key(self.seed, epoch, step)), Data.apply)
+
+        with Prefetcher(prepare, len(batches), self.prefetch) as items:
             for item in items:
                 yield copy.receive(item)
 

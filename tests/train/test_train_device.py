@@ -119,7 +119,7 @@ def test_the_copy_stage_on_the_cpu_is_the_identity(dataset):
     copier = DeviceCopy(torch.device("cpu"))
     assert copier.stream is None
     sent = copier.send(batch, batch)
-    assert sent.ready is None and sent.copies == ()
+    assert sent.ready is None and sent.tensors == ()
     got, model_input = copier.receive(sent)
     assert got is batch and model_input is batch  # the same objects: nothing copied
     converted = object()  # a model's own form of the batch, whatever it is
@@ -250,7 +250,7 @@ def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
     copier = DeviceCopy(torch.device("cuda", torch.cuda.current_device()))
     sent = copier.send(batch, batch)
     got, model_input = copier.receive(sent)
-    assert model_input is got and len(sent.copies) == 2 + 3 * len(batch.blocks)
+    assert model_input is got and len(sent.tensors) == 2 + 3 * len(batch.blocks)
     assert got.x.is_cuda and got.y.is_cuda and all(b.indices.is_cuda and b.indptr.is_cuda for b in got.blocks)
     assert torch.equal(got.x.cpu(), batch.x) and torch.equal(got.y.cpu(), batch.y)
     for a, b in zip(got.blocks, batch.blocks, strict=True):
