@@ -139,4 +139,7 @@ class StreamCopy:
 
 
 def _pinned(t: Tensor) -> Tensor:
-    return t.pin_memory() if isinstance(t, Tensor) and t.device.type == "cpu" else t
+    """``t`` in pinned memory: as it is when it was made there (a gather straight into pinned rows)."""
+    if isinstance(t, Tensor) and t.device.type == "cpu" and not t.is_pinned():
+        return t.pin_memory()
+    return t

@@ -268,3 +268,13 @@ def test_split_parallelism_refuses_a_gpu_in_one_line():
                                          r"have no copy to a GPU.*got --device cuda"):
         check_layout_options(layout_options("split"), config(device="cuda"), "sage", 2)
     check_layout_options(layout_options("split"), config(device="cpu"), "sage", 2)
+
+
+@pytest.mark.gpu
+def test_training_on_a_gpu_gathers_features_straight_into_pinned_memory(dataset):
+    from gnnscale.train.layouts.single import LocalFeatureStore
+
+    ids = torch.tensor([5, 0, 9])
+    rows = LocalFeatureStore(np.ascontiguousarray(dataset.features, dtype=np.float32), pinned=True).gather(ids)
+    assert rows.is_pinned()
+    assert torch.equal(rows, torch.from_numpy(np.asarray(dataset.features, dtype=np.float32)[ids.numpy()]))

@@ -32,14 +32,21 @@ class LocalFeatureStore:
 
     Args:
         features: float32 [num_nodes, d], numpy (possibly memory-mapped).
+        pinned: gather float32 rows straight into pinned host memory (training on a GPU: the copy stage
+            then sends them without pinning them in another host copy, the largest tensor of a batch).
     """
 
-    def __init__(self, features: np.ndarray) -> None:
+    def __init__(self, features: np.ndarray, pinned: bool = False) -> None:
         self.features = features
         self.feature_dim = int(features.shape[1])
+        self.pinned = pinned and features.dtype == np.float32 and features.flags.c_contiguous
 
     def gather(self, node_ids: Tensor) -> Tensor:
         """float32 [len(node_ids), d]: the rows of ``node_ids`` (a numba kernel that releases the GIL)."""
+        if self.pinned:
+            rows = torch.empty((node_ids.shape[0], self.feature_dim), dtype=torch.float32, pin_memory=True)
+            gather_rows(self.features, node_ids.numpy(), out=rows.numpy())
+            return rows
         return decode(gather_rows(self.features, node_ids.numpy()))
 
 
@@ -66,7 +73,8 @@ def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig
     graph = part.topology
     on_device = samples_on_device(cfg, device, graph)  # once: auto reads the GPU's free memory
     train, evaluate = build_samplers(graph, model, cfg, device if on_device else None)
-    store = device_store(LocalFeatureStore(part.features), np.diff(graph.indptr), cfg, device, on_device)
+    store = LocalFeatureStore(part.features, pinned=device.type == "cuda")
+    store = device_store(store, np.diff(graph.indptr), cfg, device, on_device)
     return DataParallel(train, evaluate, store, part, cfg, loader)
 
 
