@@ -22,6 +22,9 @@ import torch
 from torch import Tensor
 
 
+_NO_IDS = torch.empty(0, dtype=torch.int64)
+
+
 class RowStore(Protocol):
     """What the cache needs of a feature store: float32 rows of global node ids, in the order asked."""
 
@@ -86,6 +89,12 @@ class DeviceFeatureCache:
         in their order; hits from device memory, the rest through the store (called exactly once)."""
         on_device = node_ids.device == self.device and self.device.type != "cpu"
         position = (self._position_device if on_device else self._position_host)[node_ids]
+        self.requests += int(node_ids.shape[0])
+        if self.num_cached == self._position_host.shape[0]:
+            # Every row is held here: no hit mask, no sizes to read back (no host sync on a GPU).
+            self.store.gather(_NO_IDS)  # still once per batch: a distributed store's gather is collective
+            self.hits += int(node_ids.shape[0])
+            return self.rows.index_select(0, position.to(self.device, non_blocking=True).long())
         hit = position >= 0
         # The misses' ids on the host, where the store reads: one transfer of ids for device-sampled ones.
         miss_ids = node_ids[~hit].cpu()
@@ -94,7 +103,6 @@ class DeviceFeatureCache:
         hit_device = hit.to(self.device, non_blocking=True)
         out[hit_device] = self.rows.index_select(0, position[hit].to(self.device, non_blocking=True).long())
         out[~hit_device] = to_device(missed, self.device)
-        self.requests += int(node_ids.shape[0])
         self.hits += int(node_ids.shape[0]) - int(miss_ids.shape[0])
         return out
 
