@@ -10,6 +10,7 @@ field. Then the exact answer on the tiny graph, invariants, keyed determinism an
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import sys
 
@@ -259,3 +260,20 @@ def test_the_module_imports_on_its_own(monkeypatch) -> None:
     assert next(iter(fresh.LinkNeighborLoader(tiny_data(), [1], seed=0))).edge_label_index.shape == (2, 1)
     assert fresh.LinkNeighborLoader is sys.modules["gnnscale.loader"].LinkNeighborLoader
     assert fresh.LinkNeighborLoader is not LinkNeighborLoader  # really imported again
+
+
+def test_node_dataset_seeds_every_csc_edge_like_its_pyg_data(random_graph) -> None:
+    from gnnscale.graph.dataset import NodeDataset
+    from gnnscale.loader import to_pyg_data
+    n = random_graph.num_nodes
+    ds = NodeDataset(name="r", graph=random_graph, features=np.arange(n, dtype=np.float32).reshape(n, 1),
+                     labels=np.arange(n) % 3, train_idx=np.arange(0, n, 5), val_idx=np.arange(1, n, 5),
+                     test_idx=np.arange(2, n, 5), num_classes=3)
+    kwargs = dict(neg_sampling="binary", batch_size=256, seed=1)
+    ours, theirs = LinkNeighborLoader(ds, [3, 2], **kwargs), LinkNeighborLoader(to_pyg_data(ds), [3, 2], **kwargs)
+    assert len(ours) == -(-random_graph.num_edges // 256)
+    indices = torch.from_numpy(random_graph.indices.astype(np.int64))
+    for a, b in itertools.islice(zip(ours, theirs), 3):  # to_pyg_data's edge_index: the CSC, column = position
+        for key in ("n_id", "edge_index", "e_id", "edge_label_index", "edge_label", "input_id", "x"):
+            assert torch.equal(a[key], b[key]), key
+        assert torch.equal(a.n_id[a.edge_label_index[0, :a.input_id.numel()]], indices[a.input_id])
