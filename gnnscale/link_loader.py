@@ -21,6 +21,7 @@ every random choice of a batch, neighbors and negatives, is keyed by ``(seed, ep
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -63,8 +64,8 @@ def link_negatives(neg_sampling, neg_sampling_ratio) -> LinkNegatives | None:
     that ratio (and wins over ``neg_sampling``); ``neg_sampling`` is a ``NegativeSampling``, a mode name,
     a dict or a tuple of its arguments, or None (no negatives)."""
     if neg_sampling_ratio is not None:
-        if isinstance(neg_sampling_ratio, bool) or not isinstance(neg_sampling_ratio, (int, float)) \
-                or not neg_sampling_ratio >= 0 or math.isinf(neg_sampling_ratio):
+        if isinstance(neg_sampling_ratio, bool) or not isinstance(neg_sampling_ratio, numbers.Real) \
+                or not 0 <= neg_sampling_ratio < math.inf:
             raise ValueError(f"neg_sampling_ratio: expected a number > 0 (0 or None: no negatives), got "
                              f"{neg_sampling_ratio!r}")
         if neg_sampling_ratio != 0:
@@ -79,9 +80,9 @@ def link_negatives(neg_sampling, neg_sampling_ratio) -> LinkNegatives | None:
         raise ValueError("neg_sampling: weighted negatives (src_weight, dst_weight) are not supported; gnnscale "
                          "draws them uniformly over the nodes")
     amount = neg.amount
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or math.isinf(amount):
+    if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 < amount < math.inf:
         raise ValueError(f"neg_sampling: expected a finite amount > 0, got {amount!r}")
-    return LinkNegatives(mode=neg.mode.value, amount=amount)
+    return LinkNegatives(mode=neg.mode.value, amount=float(amount) if neg.is_binary() else int(amount))
 
 
 def _edge_label_index(edge_label_index, data, num_nodes: int) -> Tensor:
