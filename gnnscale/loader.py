@@ -377,3 +377,6 @@ def to_pyg_data(dataset: NodeDataset) -> Data:
     # np.require copies only what torch cannot share: read-only (memory-mapped) or non-contiguous arrays.
     x, y = (torch.from_numpy(np.require(a, requirements=["C", "W"])) for a in (dataset.features, dataset.labels))
     return Data(x=x, y=y, edge_index=edge_index, num_nodes=n, **masks)
+
+
+from gnnscale.link_loader import LinkNeighborLoader  # noqa: E402,F401  (PyG's other loader, same import)

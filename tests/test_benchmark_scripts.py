@@ -109,3 +109,19 @@ def test_gpu_benchmark_runs_its_cpu_rows_without_cuda(tmp_path: Path) -> None:
     assert all(r["epoch_s"] > 0 for r in rows.values())
     assert result["accuracy"][0]["row"] == "CPU trainer" and 0 <= result["accuracy"][0]["mean"] <= 1
     assert "| CPU trainer |" in done.stdout
+
+
+@pytest.mark.slow  # a child process that builds a graph and times the loaders: ~15 s
+def test_link_benchmark_runs_its_loader_rows_at_a_tiny_scale() -> None:
+    """benchmarks/link.py's loader part on a tiny products-shaped graph: every loader this Python can run
+    has a row, and each batch holds its 32 seed edges and 32 binary negatives."""
+    cmd = [sys.executable, str(BENCHMARKS / "link.py"), "--scale", "0.001", "--batch-size", "32", "--num-batches", "2",
+           "--repeat", "1", "--parts", "loader"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line[:24].strip(): line[24:].split() for line in done.stdout.splitlines()
+            if line.startswith(("gnnscale, prefetch", "PyG LinkNeighborLoader"))}
+    assert {"gnnscale, prefetch 1", "gnnscale, prefetch 0"} <= set(rows), done.stdout
+    for cells in rows.values():
+        batches_per_s, pairs = float(cells[0]), int(cells[2])
+        assert batches_per_s > 0 and pairs == 64, cells
