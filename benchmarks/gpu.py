@@ -109,10 +109,10 @@ def sampler_alone_row(ds, a) -> dict:
 
 def compute_bound_row(ds, a) -> dict:
     """Forward, backward and Adam over one epoch of batches sampled on the GPU beforehand."""
-    from gnnscale.sampling.device import build_device_sampler
+    from gnnscale.sampling.device import DeviceNeighborSampler
 
     device = torch.device("cuda")
-    sampler = build_device_sampler(ds.graph, a.fanouts, device="cuda")
+    sampler = DeviceNeighborSampler(ds.graph, a.fanouts, device="cuda")
     features = torch.from_numpy(np.ascontiguousarray(ds.features)).to(device)
     labels = torch.from_numpy(np.asarray(ds.labels)).to(device)
     batches = [sampler.sample(torch.from_numpy(s).to(device), derive_key(0, 1, i))

@@ -46,7 +46,7 @@ from gnnscale.sampling.block import Block
 from gnnscale.sampling.choose import ALL_NEIGHBORS
 from gnnscale.torch_keys import node_stream, uniform_below
 
-__all__ = ["DeviceNeighborSampler", "DeviceTopology", "build_device_sampler"]
+__all__ = ["DeviceNeighborSampler", "DeviceTopology"]
 
 _UNSEEN = torch.iinfo(torch.int64).max  # "no position yet" in the first-position array (amin leaves it)
 
@@ -264,10 +264,3 @@ def _first_repeat(seeds: np.ndarray) -> int:
     repeated = np.ones(seeds.shape[0], dtype=bool)
     repeated[first] = False
     return int(seeds[int(np.argmax(repeated))])
-
-
-def build_device_sampler(graph: CSCGraph, fanouts: Sequence[int], replace: bool = False,
-                         device: torch.device | str | None = "auto") -> DeviceNeighborSampler:
-    """The device sampler the trainer builds for ``--sample-on cpu|cuda|auto`` (device names as
-    :func:`gnnscale.devices.resolve_device` reads them: ``auto`` is CUDA where a GPU is visible)."""
-    return DeviceNeighborSampler(graph, fanouts, replace=replace, device=resolve_device(device))

@@ -12,7 +12,7 @@ import torch
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.synthetic import make_synthetic, products_like_config
 from gnnscale.sampling import derive_key, sample_blocks
-from gnnscale.sampling.device import DeviceNeighborSampler, DeviceTopology, build_device_sampler
+from gnnscale.sampling.device import DeviceNeighborSampler, DeviceTopology
 from dist_workers import assert_blocks_equal
 
 # Unsorted, with isolated nodes (random_graph's 0..9 have no in-edges) among them.
@@ -129,8 +129,8 @@ def test_topology_checks(random_graph):
         DeviceNeighborSampler(random_graph, [2], device="tpu")
 
 
-def test_build_device_sampler(random_graph):
-    sampler = build_device_sampler(random_graph, [4], replace=True, device="cpu")
+def test_a_named_device_holds_the_topology_and_the_blocks(random_graph):
+    sampler = DeviceNeighborSampler(random_graph, [4], replace=True, device="cpu")
     assert sampler.device == torch.device("cpu") and sampler.replace and sampler.fanouts == (4,)
     assert all(t.device.type == "cpu" for b in sampler.sample(SEEDS, 3) for t in (b.indptr, b.indices, b.src_ids))
 
