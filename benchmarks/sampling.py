@@ -2,6 +2,10 @@
 
     python benchmarks/sampling.py [--scale 1.0] [--batch-sizes 1024,8192] [--fanouts 15,10,5 20,20,20]
                                   [--threads 1,2] [--repeat 3] [--dgl-python PATH] [--json FILE]
+                                  [--samplers fused,two_step,device] [--device cpu|cuda]
+
+``device`` is the torch-ops sampler (gnnscale/sampling/device.py, the fused sampler's blocks) on
+``--device``; on the CPU its torch ops are slower than the numba kernels: its home is the GPU.
 
 The graph is shaped like ogbn-products (2.4M nodes, ~50 in-edges per node, power-law in-degree; the
 gnnscale synthetic generator at ``--scale``), built once and cached under benchmarks/.cache together
@@ -28,6 +32,7 @@ import numpy as np
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.synthetic import make_synthetic, products_like_config
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.sampling.device import DeviceNeighborSampler
 
 HERE = Path(__file__).resolve().parent
 DGL_SCRIPT = HERE.parent.parent / "shared" / "tools" / "anchors" / "dgl_sampling.py"
@@ -61,12 +66,16 @@ def seed_batches(num_nodes: int, batch_size: int, seed: int, cache: Path, num_ba
     return batches, path
 
 
-def time_gnnscale(graph, batches, fanouts, threads, method, repeat) -> dict:
+def time_gnnscale(graph, batches, fanouts, threads, method, repeat, device: str = "cpu") -> dict:
     set_sampler_threads(threads)
     import torch
 
     torch.set_num_threads(threads)
-    sampler = NeighborSampler(graph, fanouts, method=method)
+    if method == "device":
+        sampler = DeviceNeighborSampler(graph, fanouts, device=device)
+        batches = [torch.from_numpy(seeds).to(sampler.device) for seeds in batches]
+    else:
+        sampler = NeighborSampler(graph, fanouts, method=method)
     sampler.sample(batches[0], derive_key(0))  # warm-up (and numba compilation)
     times, edges = [], 0
     for r in range(repeat):
@@ -74,6 +83,8 @@ def time_gnnscale(graph, batches, fanouts, threads, method, repeat) -> dict:
         edges = 0
         for step, seeds in enumerate(batches):
             edges += sum(b.num_edges for b in sampler.sample(seeds, derive_key(r, 0, step)))
+        if method == "device" and sampler.device.type == "cuda":
+            torch.cuda.synchronize(sampler.device)  # the last hop's kernels may still be running
         times.append(time.perf_counter() - start)
     dt = statistics.median(times)
     return {"sampler": f"gnnscale_{method}", "ms_per_batch": 1e3 * dt / len(batches),
@@ -97,7 +108,8 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--num-batches", type=int, default=8, help="fixed seed batches timed per repeat")
-    p.add_argument("--samplers", default="fused,two_step")
+    p.add_argument("--samplers", default="fused,two_step", help="of fused, two_step, device (torch ops)")
+    p.add_argument("--device", default="cpu", help="where the device sampler runs (cpu, cuda, cuda:N)")
     p.add_argument("--dgl-python", default=None, help="python of the anchor environment (shared/tools/anchors)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
@@ -113,7 +125,8 @@ def main() -> None:
         batches, seeds_path = seed_batches(graph.num_nodes, batch_size, a.seed, cache, a.num_batches)
         for fanouts in (tuple(int(f) for f in spec.split(",")) for spec in a.fanouts):
             for threads in (int(t) for t in a.threads.split(",")):
-                results = [time_gnnscale(graph, batches, fanouts, threads, m, a.repeat) for m in a.samplers.split(",")]
+                results = [time_gnnscale(graph, batches, fanouts, threads, m, a.repeat, a.device)
+                           for m in a.samplers.split(",")]
                 if a.dgl_python:
                     results += time_dgl(a.dgl_python, graph_path, seeds_path, fanouts, threads, a.repeat)
                 dgl_fused = next((r["ms_per_batch"] for r in results if r["sampler"] == "dgl_sample_neighbors_fused"),

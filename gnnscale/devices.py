@@ -1,4 +1,5 @@
-"""Which device a run computes on: ``--device cpu|cuda|cuda:N|auto``, resolved once, with one clear error.
+"""Which device a run computes on (``--device cpu|cuda|cuda:N|auto``, resolved once, with one clear error),
+and how batches get there without the step waiting (:class:`StreamCopy`).
 
 A base module: training, inference and the loader resolve their ``device`` argument here, so that every
 command reads the same values the same way. ``auto`` is CUDA where a GPU is visible, else the CPU.
@@ -9,9 +10,15 @@ modulo the GPUs visible (several workers may share one GPU).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
+from torch import Tensor
 
+T = TypeVar("T")
 DEVICE_HELP = "where the model computes: cpu, cuda, cuda:N, or auto (cuda when a GPU is visible, else cpu)"
 
 
@@ -58,3 +65,81 @@ def resolve_device(spec: str | torch.device | None, *, local_rank: int | None = 
         raise ValueError(f"device: {spec} asks for GPU {device.index}, and {count} GPU"
                          f"{'s are' if count != 1 else ' is'} visible (cuda:0 .. cuda:{count - 1})")
     return device
+
+
+@dataclass(frozen=True, slots=True)
+class Sent(Generic[T]):
+    """A value on its way to the device: its tensors there (or still being copied), the event recorded after
+    the last copy was queued (None where nothing is copied), and every device tensor the copy stream made."""
+
+    value: T
+    ready: torch.cuda.Event | None = None
+    tensors: tuple[Tensor, ...] = ()
+
+
+# map_tensors(value, fn) -> value with fn applied to every tensor it holds (a PyG Data's apply, a batch's fields).
+TensorMap = Callable[[T, Callable[[Tensor], Tensor]], T]
+
+
+class StreamCopy:
+    """Moves values (batches) to ``device`` in a producer thread, one ahead of the consumer, the copy hidden.
+
+    On CUDA, :meth:`send` (producer) pins each host tensor, copies it with ``non_blocking=True`` on a side
+    stream of its own and records an event after the copies; :meth:`receive` (consumer) makes the consumer's
+    current stream wait on that event, a wait queued on the GPU, not a host sync, so the step that reads the
+    value runs after its copy while the host goes on. ``receive`` also records the consumer's stream on
+    every device tensor: they were allocated on the side stream, and the caching allocator must not hand
+    their memory to a later copy before the step that reads them is done. Work the producer computes on
+    the device itself (device sampling, a GPU cache's gathers) belongs on the side stream too
+    (:meth:`producing`), so that its host syncs never wait for the consumer's kernels.
+
+    On the CPU nothing is copied; with ``pin`` (where CUDA exists) host tensors are pinned, as torch's
+    DataLoader's ``pin_memory`` does, for a consumer that copies them on.
+    """
+
+    def __init__(self, device: torch.device, *, pin: bool = False) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.pin = self.stream is not None or (pin and torch.cuda.is_available())
+
+    def producing(self):
+        """The context the producer computes in: the side stream on CUDA, nothing on the CPU."""
+        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+
+    def send(self, value: T, map_tensors: TensorMap) -> Sent[T]:
+        """Producer: ``value`` with its tensors on the device (their copies queued; returns at once on CUDA)."""
+        if self.stream is None:
+            return Sent(map_tensors(value, _pinned) if self.pin else value)
+        made: list[Tensor] = []
+
+        def move(t: Tensor) -> Tensor:
+            if not isinstance(t, Tensor):
+                return t  # a number a map hands over with the tensors (PyG's apply may)
+            if t.device != self.device:
+                # From pinned memory the copy is a DMA queued on the stream (pageable memory would block).
+                # pin_memory() is itself a host copy, made here in the producer's thread, off the step.
+                t = _pinned(t).to(self.device, non_blocking=True)
+            made.append(t)
+            return t
+
+        with self.producing():
+            value = map_tensors(value, move)
+            ready = torch.cuda.Event()
+            ready.record(self.stream)
+        return Sent(value, ready, tuple(made))
+
+    def receive(self, sent: Sent[T]) -> T:
+        """Consumer: the value, usable by the work queued next on this thread's current stream."""
+        if sent.ready is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(sent.ready)
+            for t in sent.tensors:
+                t.record_stream(current)
+        return sent.value
+
+
+def _pinned(t: Tensor) -> Tensor:
+    """``t`` in pinned memory: as it is when it was made there (a gather straight into pinned rows)."""
+    if isinstance(t, Tensor) and t.device.type == "cpu" and not t.is_pinned():
+        return t.pin_memory()
+    return t

@@ -15,6 +15,10 @@ sampled by :class:`~gnnscale.sampling.nodewise.NodewiseSampler` (no PyG sampling
 and prepared ``prefetch`` batches ahead by a background thread (the trainer's
 :class:`~gnnscale.prefetch.Prefetcher`). Every random choice is keyed by ``(seed, epoch,
 step)``: the same seed gives the same batches whatever the thread count or prefetch depth.
+
+With ``device="cuda"`` that thread also moves each batch to the GPU (:class:`~gnnscale.devices.StreamCopy`),
+as PyG's ``PrefetchLoader`` does around a loader: pinned host memory, an asynchronous copy on a side
+stream, and an event the training step's stream waits on, so the loop never blocks on a copy.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.loader.utils import filter_data
 
+from gnnscale.devices import StreamCopy, resolve_device
 from gnnscale.graph.csc import CSCGraph, index_dtype
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.features import take_rows
@@ -39,9 +44,10 @@ from gnnscale.prefetch import Prefetcher
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
 from gnnscale.sampling.pyg import describe_batch
 
-# torch DataLoader options about worker processes and memory pinning: accepted, with one note, and
-# ignored (sampling runs in numba threads of this process; the background stage is ``prefetch``).
-IGNORED_LOADER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "pin_memory_device",
+# torch DataLoader options about worker processes: accepted, with one note, and ignored (sampling runs
+# in numba threads of this process; the background stage is ``prefetch``). pin_memory_device is
+# deprecated in torch (the current accelerator is used): pin_memory and device say it all.
+IGNORED_LOADER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory_device",
                           "worker_init_fn", "multiprocessing_context", "timeout", "in_order")
 # PyG options gnnscale does not implement, with the only value it accepts (PyG's default).
 _DEFAULT_ONLY = {"input_time": None, "disjoint": False, "temporal_strategy": "uniform", "time_attr": None,
@@ -57,6 +63,15 @@ def _note_ignored(names: list[str]) -> None:
         warnings.warn(f"NeighborLoader: {', '.join(new)} ignored: gnnscale samples in numba threads of this "
                       f"process and prepares batches ahead with prefetch=<batches> instead of worker processes",
                       stacklevel=3)
+
+
+def _note_no_pinning() -> None:
+    """torch's DataLoader warns and goes on where pin_memory=True meets no accelerator; so does the loader
+    (once per process): a script written for a GPU machine still runs on a CPU-only one, unchanged."""
+    if "pin_memory" not in _noted:
+        _noted.add("pin_memory")
+        warnings.warn("NeighborLoader: pin_memory=True ignored: no CUDA device here, so batches stay in ordinary "
+                      "memory (as torch's DataLoader does)", stacklevel=3)
 
 
 class NeighborLoader:
@@ -79,6 +94,11 @@ class NeighborLoader:
             else from torch's global generator (so ``torch.manual_seed`` fixes it too).
         prefetch: batches prepared ahead by a background thread (default 1; 0 = on the calling thread).
         generator: a ``torch.Generator`` to draw ``seed`` from (as DataLoader's).
+        device: where the yielded batches' tensors are: ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``,
+            ``"auto"`` or a ``torch.device`` (:func:`~gnnscale.devices.resolve_device`). On CUDA the
+            background thread copies each batch from pinned memory on a side stream (:class:`~gnnscale.devices.StreamCopy`).
+        pin_memory: pin the batches' host memory (torch DataLoader's option; implied on CUDA). Without
+            CUDA: one warning, no effect, as torch's DataLoader. Default False.
         is_sorted, filter_per_worker: accepted, no effect. Worker-process options (``num_workers`` ...):
             accepted, one warning, no effect. PyG's temporal, weighted and disjoint options: only their
             defaults. Anything else: ``TypeError``.
@@ -98,7 +118,8 @@ class NeighborLoader:
                  transform_sampler_output=None, is_sorted: bool = False, filter_per_worker=None,
                  neighbor_sampler=None, directed: bool = True, *, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, seed: int | None = None, prefetch: int = 1,
-                 generator: torch.Generator | None = None, **loader_options) -> None:
+                 generator: torch.Generator | None = None, device: str | torch.device | None = None,
+                 pin_memory: bool = False, **loader_options) -> None:
         given = dict(input_time=input_time, disjoint=disjoint, temporal_strategy=temporal_strategy,
                      time_attr=time_attr, weight_attr=weight_attr, transform_sampler_output=transform_sampler_output,
                      neighbor_sampler=neighbor_sampler, directed=directed)
@@ -120,6 +141,12 @@ class NeighborLoader:
                 raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
         if transform is not None and not callable(transform):
             raise TypeError(f"transform: expected a callable or None, got {type(transform).__name__}")
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory: expected True or False, got {pin_memory!r}")
+        self.device = resolve_device(device)
+        self.pin_memory = pin_memory
+        if pin_memory and not torch.cuda.is_available():
+            _note_no_pinning()
 
         self.data = data
         graph, edge_ids = _graph_of(data)
@@ -152,12 +179,19 @@ class NeighborLoader:
 
     def _stream(self, batches: tuple[Tensor, ...], epoch: int) -> Iterator[Data]:
         # A generator, so that leaving the loop early closes the background stage.
-        with Prefetcher(lambda step: self.batch(batches[step], derive_key(self.seed, epoch, step)),
-                        len(batches), self.prefetch) as items:
-            yield from items
+        copy = StreamCopy(self.device, pin=self.pin_memory)
+
+        def prepare(step: int):
+            with copy.producing():
+                return copy.send(self.batch(batches[step], derive_key(self.seed, epoch, step)), Data.apply)
+
+        with Prefetcher(prepare, len(batches), self.prefetch) as items:
+            for item in items:
+                yield copy.receive(item)
 
     def batch(self, index: Tensor, key: int) -> Data:
-        """The batch of ``input_nodes[index]`` sampled under ``key``."""
+        """The batch of ``input_nodes[index]`` sampled under ``key``, on the host (iterating moves it to
+        ``device``)."""
         seeds = self.input_nodes[index]
         with self._sampler_lock:  # one mapping array: iterators that are open at once take turns
             out = self.sampler.sample(seeds, key)
@@ -170,7 +204,7 @@ class NeighborLoader:
 
     def __repr__(self) -> str:
         return (f"NeighborLoader(num_neighbors={list(self.num_neighbors)}, input_nodes={self.input_nodes.numel()}, "
-                f"batch_size={self.batch_size}, shuffle={self.shuffle}, seed={self.seed})")
+                f"batch_size={self.batch_size}, shuffle={self.shuffle}, seed={self.seed}, device={self.device})")
 
 
 def _graph_of(data) -> tuple[CSCGraph, np.ndarray | None]:
@@ -343,3 +377,6 @@ def to_pyg_data(dataset: NodeDataset) -> Data:
     # np.require copies only what torch cannot share: read-only (memory-mapped) or non-contiguous arrays.
     x, y = (torch.from_numpy(np.require(a, requirements=["C", "W"])) for a in (dataset.features, dataset.labels))
     return Data(x=x, y=y, edge_index=edge_index, num_nodes=n, **masks)
+
+
+from gnnscale.link_loader import LinkNeighborLoader  # noqa: E402,F401  (PyG's other loader, same import)

@@ -92,3 +92,36 @@ def test_scale_benchmark_compares_metis_and_kaminpar_on_products(tmp_path: Path)
         assert r["partition_peak_rss_bytes"] > 0 and r["train_peak_rss_bytes"] > 0, r
     assert "| metis | " in done.stdout and "(1.00)" in done.stdout
     assert list((tmp_path / "work").iterdir()) == []
+
+
+@pytest.mark.slow  # builds a tiny products-shaped graph and trains it: ~10 s
+def test_gpu_benchmark_runs_its_cpu_rows_without_cuda(tmp_path: Path) -> None:
+    """benchmarks/gpu.py at a tiny scale: the CPU rows (all of them without CUDA, and the GPU rows beside
+    them where CUDA exists) with positive epoch times, and the accuracy comparison's CPU row."""
+    out = tmp_path / "gpu.json"
+    cmd = [sys.executable, str(BENCHMARKS / "gpu.py"), "--scale", "0.002", "--threads", "2", "--cache-dir",
+           str(tmp_path / "cache"), "--accuracy-seeds", "1", "--accuracy-epochs", "1", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {r["row"]: r for r in result["rows"]}
+    assert {"CPU trainer", "CPU sampler alone"} <= set(rows)
+    assert all(r["epoch_s"] > 0 for r in rows.values())
+    assert result["accuracy"][0]["row"] == "CPU trainer" and 0 <= result["accuracy"][0]["mean"] <= 1
+    assert "| CPU trainer |" in done.stdout
+
+
+@pytest.mark.slow  # a child process that builds a graph and times the loaders: ~15 s
+def test_link_benchmark_runs_its_loader_rows_at_a_tiny_scale() -> None:
+    """benchmarks/link.py's loader part on a tiny products-shaped graph: every loader this Python can run
+    has a row, and each batch holds its 32 seed edges and 32 binary negatives."""
+    cmd = [sys.executable, str(BENCHMARKS / "link.py"), "--scale", "0.001", "--batch-size", "32", "--num-batches", "2",
+           "--repeat", "1", "--parts", "loader"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line[:24].strip(): line[24:].split() for line in done.stdout.splitlines()
+            if line.startswith(("gnnscale, prefetch", "PyG LinkNeighborLoader"))}
+    assert {"gnnscale, prefetch 1", "gnnscale, prefetch 0"} <= set(rows), done.stdout
+    for cells in rows.values():
+        batches_per_s, pairs = float(cells[0]), int(cells[2])
+        assert batches_per_s > 0 and pairs == 64, cells

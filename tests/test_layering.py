@@ -30,7 +30,7 @@ def stage_of(module: str) -> str:
         return top
     if top in BASE_MODULES:
         return "base"
-    if top == "loader":
+    if top in ("loader", "link_loader"):  # link_loader: the loader stage's second module
         return "loader"
     if top in CLI_MODULES or top.startswith("cli_"):
         return "cli"

@@ -287,6 +287,82 @@ def test_transform_and_ignored_worker_options_note_once(monkeypatch) -> None:
     assert all(b.marked for b in loader)
 
 
+# --- batches on a device -------------------------------------------------------------------------------
+
+def assert_same_batches(got: list[Data], want: list[Data]) -> None:
+    """Batch by batch: the same attributes, in the same order, with equal values (tensors on the host)."""
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in b.keys():
+            if isinstance(b[key], torch.Tensor):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key].cpu(), b[key]), key
+            else:
+                assert a[key] == b[key], key
+
+
+def device_data() -> Data:
+    """random_data with a graph-level attribute (shared by every batch) and one PyG slices (not contiguous)."""
+    data = random_data()
+    data.label_names = ["a", "b"]
+    data.x_view = torch.rand(2, data.num_nodes).t()
+    return data
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_device_cpu_and_pin_memory_yield_the_batches_of_the_default(prefetch, monkeypatch) -> None:
+    monkeypatch.setattr(loader_module, "_noted", set())
+    data = device_data()
+    want = list(NeighborLoader(data, [4, 4], batch_size=64, shuffle=True, seed=3, prefetch=prefetch))
+    assert_same_batches(list(NeighborLoader(data, [4, 4], batch_size=64, shuffle=True, seed=3, prefetch=prefetch,
+                                            device="cpu")), want)
+    if torch.cuda.is_available():  # pinned host batches, as torch's DataLoader gives
+        pinned = list(NeighborLoader(data, [4, 4], batch_size=64, shuffle=True, seed=3, prefetch=prefetch,
+                                     pin_memory=True))
+        assert all(b.x.is_pinned() and b.edge_index.is_pinned() for b in pinned)
+    else:  # a CPU-only machine: torch's DataLoader warns and goes on, and so does the loader, once
+        with pytest.warns(UserWarning, match="pin_memory=True ignored: no CUDA device here"):
+            loader = NeighborLoader(data, [4, 4], batch_size=64, shuffle=True, seed=3, prefetch=prefetch,
+                                    pin_memory=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pinned = list(NeighborLoader(data, [4, 4], batch_size=64, shuffle=True, seed=3, prefetch=prefetch,
+                                         pin_memory=True))
+        assert_same_batches(list(loader), want)
+    assert_same_batches(pinned, want)
+
+
+def test_device_and_pin_memory_errors_name_the_argument(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="device: expected cpu, cuda, cuda:N or auto, got 'tpu'"):
+        NeighborLoader(tiny_data(), [2], device="tpu")
+    with pytest.raises(TypeError, match="pin_memory: expected True or False, got 'yes'"):
+        NeighborLoader(tiny_data(), [2], pin_memory="yes")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device: cuda asks for a GPU and none is available here"):
+        NeighborLoader(tiny_data(), [2], device="cuda")
+    assert NeighborLoader(tiny_data(), [2], device="auto").device == torch.device("cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_batches_on_cuda_are_the_cpu_batches(prefetch) -> None:
+    data = device_data()
+    want = list(NeighborLoader(data, [4, 4], batch_size=32, shuffle=True, seed=5, prefetch=prefetch))
+    loader = NeighborLoader(data, [4, 4], batch_size=32, shuffle=True, seed=5, prefetch=prefetch, device="cuda")
+    got, sums = [], []
+    for batch in loader:
+        assert batch.x.is_cuda and batch.edge_index.is_cuda and batch.n_id.is_cuda and batch.x_view.is_cuda
+        sums.append((batch.x.sum(), batch.edge_index.sum()))  # kernels on the default stream, after the copy
+        got.append(batch)
+    assert_same_batches(got, want)
+    for (x, e), b in zip(sums, want):
+        assert x.item() == b.x.sum().item() and e.item() == b.edge_index.sum().item()
+    next(iter(loader))  # epoch 1, left after one batch: its background stage stops
+    cpu = NeighborLoader(data, [4, 4], batch_size=32, shuffle=True, seed=5, prefetch=prefetch)
+    epochs = [list(cpu) for _ in range(3)]
+    assert_same_batches(list(loader), epochs[2])
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(input_nodes=torch.tensor([0.0, 1.0])), TypeError, "input_nodes: expected an integer tensor"),
     (dict(input_nodes=torch.tensor([0, 6])), ValueError, r"input_nodes: node ids must lie in \[0, 6\), found 6"),

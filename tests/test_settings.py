@@ -38,6 +38,8 @@ def a_value_other_than(cls: type, field: dataclasses.Field, flag) -> tuple[list[
         return [name, "0.25"], 0.25
     if field.name in ("metrics_out", "model_out", "checkpoint", "link_split"):
         return [name, "f.out"], "f.out"
+    if field.name == "device":  # a device name, checked when read (and resolved when the run starts)
+        return [name, "auto"], "auto"
     return [name, "3"], 3
 
 

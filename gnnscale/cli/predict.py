@@ -8,6 +8,7 @@ import torch
 
 from gnnscale.cli.common import DEFAULT_TIMEOUT_S, add_dataset_args, dataset_flags, load_cli_dataset
 from gnnscale.cli.flags import whole_number
+from gnnscale.devices import DEVICE_HELP, resolve_device
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, shutdown
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE
@@ -41,6 +42,9 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--chunk-size", type=whole_number, default=DEFAULT_CHUNK_SIZE,
                    help="destination nodes per block (memory is bounded by one chunk's neighborhood)")
     p.add_argument("--threads", type=whole_number, default=2, help="CPU threads for the kernels and torch")
+    p.add_argument("--device", default="cpu",
+                   help=f"{DEVICE_HELP}; on a GPU each chunk's block and rows are copied there and its output rows "
+                        "back, so the GPU holds the weights and one chunk (distributed: each worker its own GPU)")
     link = p.add_argument_group("link prediction (a model from gnnscale train --task link --save-model)")
     link.add_argument("--task", default="node", choices=("node", "link"),
                       help="link: write every node's embedding (embeddings.npy), and the scores of --pairs and the "
@@ -78,6 +82,8 @@ def check_task_flags(args) -> None:
         if given:
             raise ValueError(f"{given[0].lstrip('-')}: applies to --task link; add it or drop {given[0]}")
         return
+    if args.device != "cpu":
+        raise ValueError(f"device: --task link predicts on the CPU, got --device {args.device}")
     given = [flag for flag, value in (("--nodes", args.nodes), ("--embeddings", args.embeddings),
                                       ("--logits", args.logits or None), ("--partitions", args.partitions),
                                       ("--arch", args.arch)) if value is not None]
@@ -96,6 +102,7 @@ def cmd_predict(args) -> None:
         raise ValueError(f"{'layout' if args.layout is not None else 'timeout'}: applies to a distributed predict "
                          "(--partitions DIR under torchrun); drop it to predict in this process")
     check_out_dir(args.out, overwrite=args.overwrite)  # before loading the dataset (minutes for a large one)
+    device = resolve_device(args.device)
     if not Path(args.model).is_file():
         raise ValueError(f"model: no model file at {args.model}")
     torch.set_num_threads(args.threads)
@@ -115,7 +122,7 @@ def cmd_predict(args) -> None:
         raise ValueError(f"model: {args.model} is a link model (an embedding and a pair decoder); add --task link")
     nodes = None if args.nodes is None else read_nodes(args.nodes, dataset.graph.num_nodes)
     meta = predict(model_file, dataset, args.out, nodes=nodes, embeddings=args.embeddings, logits=args.logits,
-                   metric=args.metric, chunk_size=args.chunk_size, overwrite=args.overwrite)
+                   metric=args.metric, chunk_size=args.chunk_size, overwrite=args.overwrite, device=device)
     print_predicted(meta, args)
 
 
@@ -133,6 +140,7 @@ def predict_distributed(args) -> None:
             name=args.arch, in_dim=manifest["feature_dim"], hidden_dim=args.hidden,
             num_classes=manifest["num_classes"], num_layers=args.layers, heads=args.heads, dropout=0.0)
         model_file = read_model_file(args.model, config)
+        device = resolve_device(args.device)  # cuda: this worker's GPU, cuda:LOCAL_RANK
     except (ValueError, TypeError) as err:
         raise LaunchError(str(err)) from None  # every worker finds the same: one line per machine
     torch.set_num_threads(args.threads)
@@ -142,7 +150,7 @@ def predict_distributed(args) -> None:
         spec = layout_spec(args.layout or DEFAULT_LAYOUT)
         meta = predict_partitioned(model_file, args.partitions, spec.view, Comm(ctx), args.out, layout=spec.name,
                                    embeddings=args.embeddings, logits=args.logits, metric=args.metric,
-                                   chunk_size=args.chunk_size, overwrite=args.overwrite)
+                                   chunk_size=args.chunk_size, overwrite=args.overwrite, device=device)
     finally:
         shutdown()
     if meta is not None:

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, replace
 
 from gnnscale.cli.common import DEFAULT_TIMEOUT_S, add_dataset_args, dataset_flags, load_cli_dataset
 from gnnscale.cli.flags import add_settings, given_flags, read_settings, whole_number
+from gnnscale.devices import resolve_device
 from gnnscale.inference.metrics import METRICS
 from gnnscale.nn import ModelConfig
 from gnnscale.settings import flag_fields
@@ -101,6 +102,7 @@ def fanouts_for(cfg: TrainConfig, layers: int | None) -> TrainConfig:
 def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     """The configs from the flags, every combination checked (a bad one: ValueError naming the field)."""
     train = fanouts_for(read_settings(TrainConfig, args), args.layers)
+    resolve_device(train.device)  # a GPU that is not there fails now, before any data is read
     # Checked now, with stand-ins for what the dataset gives; its own fields (all but those) are kept.
     checked = read_settings(ModelConfig, args, in_dim=1, num_classes=2, num_layers=train.num_layers)
     model = {name: value for name, value in asdict(checked).items() if name not in MODEL_FROM_DATA}

@@ -105,9 +105,13 @@ class Comm:
         ctx: this worker's context (:func:`gnnscale.distributed.init_from_env`); the process group must be open.
         group: the process group the collectives run on (default: all workers). ``rank`` and
             ``world_size`` are this worker's within it. Build further groups with :meth:`new_group`.
+        device: where the group's tensors live (default: the context's, ``cpu`` for gloo); a group on
+            NCCL beside a gloo default group takes this worker's GPU.
+        stats: the accounting to record into (default: a new one); a group may share another's.
     """
 
-    def __init__(self, ctx: DistContext, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, ctx: DistContext, group: dist.ProcessGroup | None = None, *,
+                 device: torch.device | None = None, stats: CommStats | None = None) -> None:
         if not isinstance(ctx, DistContext):
             raise TypeError(f"ctx: expected a DistContext, got {type(ctx).__name__}")
         if not dist.is_initialized():
@@ -119,21 +123,23 @@ class Comm:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
-        self.device = ctx.device
-        self.stats = CommStats()
+        self.device = ctx.device if device is None else device
+        self.stats = CommStats() if stats is None else stats
 
-    def new_group(self, ranks: Sequence[int] | None = None) -> "Comm | None":
+    def new_group(self, ranks: Sequence[int] | None = None, *, backend: str | None = None,
+                  device: torch.device | None = None, stats: CommStats | None = None) -> "Comm | None":
         """A Comm on a new process group of the given global ranks (default: all workers), with its own
-        accounting. Collective over ALL workers (torch's ``new_group`` rule), even those not in
-        ``ranks``; they get None.
+        accounting (or ``stats``), on ``backend`` and ``device`` (default: the context's). Collective over
+        ALL workers (torch's ``new_group`` rule), even those not in ``ranks``; they get None.
 
         Two threads may use two groups at once (e.g. a background data-loading stage beside the
         training step), which one group does not allow: its collectives must stay in one order.
         """
         members = list(range(self.ctx.world_size)) if ranks is None else sorted(int(r) for r in ranks)
         # Collective: every worker of the default group takes part in creating any group.
-        group = dist.new_group(members, timeout=timedelta(seconds=self.ctx.timeout_s), backend=self.ctx.backend)
-        return Comm(self.ctx, group) if self.ctx.rank in members else None
+        group = dist.new_group(members, timeout=timedelta(seconds=self.ctx.timeout_s),
+                               backend=self.ctx.backend if backend is None else backend)
+        return Comm(self.ctx, group, device=device, stats=stats) if self.ctx.rank in members else None
 
     # -- rounds -------------------------------------------------------------------------------------
 

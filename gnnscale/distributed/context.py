@@ -1,7 +1,9 @@
 """The process group: from torchrun's environment in real runs, from a local port in tests.
 
-Backend gloo: gnnscale trains on the CPU (numba kernels), also on a machine with GPUs. NCCL (one GPU
-per worker, ``cuda:LOCAL_RANK``) is there only when asked for by name, for collectives of GPU tensors. Every
+Backend gloo: the default group's exchanges (sampling requests, feature rows, set-up) are host tensors,
+also when the model trains on a GPU. NCCL (one GPU per worker, ``cuda:LOCAL_RANK``) is there only when
+asked for by name; the trainer adds a second group on it for GPU gradients
+(:func:`gnnscale.distributed.gradients.gradient_comm`). Every
 worker of a run calls :func:`init_from_env` once at start-up and :func:`shutdown` once at the end
 (in a ``finally``, so that a failing worker still releases its sockets).
 """
@@ -66,7 +68,7 @@ def init_from_env(
     """Join the run described by torchrun's environment variables and return this worker's context.
 
     Args:
-        backend: ``"gloo"`` or ``"nccl"``; default gloo (gnnscale trains on the CPU).
+        backend: ``"gloo"`` or ``"nccl"``; default gloo (host-side exchanges, whatever the training device).
         timeout_s: how long a collective may wait for its peers before it fails (seconds).
         environ: the environment to read (default ``os.environ``); tests pass a dict.
 

@@ -207,11 +207,14 @@ class HybridSampler(BatchSampler):
         rank: this worker.
         fanouts, replace, method: as for :class:`gnnscale.sampling.NeighborSampler` (``"two_step"``
             is the reference sampler, for comparisons).
+        sampler: the sampler of the owned seeds, instead of a NeighborSampler of ``method`` (the device
+            sampler, :mod:`gnnscale.sampling.device`: the same blocks, drawn on a GPU).
         any_seeds: seeds may be any nodes, not only owned ones (link prediction).
     """
 
     def __init__(self, graph: CSCGraph, book: PartitionBook, rank: int, fanouts: Sequence[int],
-                 replace: bool = False, method: str = "fused", any_seeds: bool = False) -> None:
+                 replace: bool = False, method: str = "fused", sampler: BatchSampler | None = None,
+                 any_seeds: bool = False) -> None:
         if not isinstance(book, PartitionBook):
             raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
         if book.num_nodes != graph.num_nodes:
@@ -220,7 +223,7 @@ class HybridSampler(BatchSampler):
             raise ValueError(f"rank: expected a part in [0, {book.num_parts}), got {rank}")
         self.book = book
         self.rank = rank
-        self.sampler = NeighborSampler(graph, fanouts, replace=replace, method=method)
+        self.sampler = NeighborSampler(graph, fanouts, replace=replace, method=method) if sampler is None else sampler
         self.any_seeds = bool(any_seeds)
         self._lo, self._hi = book.node_range(rank)
 

@@ -38,24 +38,35 @@ def _gather(features, ids, out):
         _copy_rows(features, ids, lo, min(lo + ROWS_PER_PIECE, n), out)
 
 
-def gather_rows(features: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """``features[ids]`` as a new C-contiguous array.
+def gather_rows(features: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``features[ids]`` as a new C-contiguous array, or written into ``out``.
 
     Args:
         features: [num_nodes, dim] array (possibly memory-mapped). C-contiguous float32 or float64
             go through the kernel; anything else through numpy's fancy indexing.
         ids: int64 [n] row ids in [0, num_nodes) (checked).
+        out: a C-contiguous [n, dim] array of ``features``' dtype to write into (pinned host memory, so that
+            the rows go to a GPU without another host copy); None: a new array.
 
-    Returns: [n, dim] array of ``features``' dtype.
+    Returns: [n, dim] array of ``features``' dtype (``out`` when given).
     """
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if ids.ndim != 1:
         raise ValueError(f"ids: expected a 1-D array of row ids, got shape {ids.shape}")
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= features.shape[0]):
         raise ValueError(f"ids: row ids must lie in [0, {features.shape[0]})")
+    if out is not None and (out.shape != (ids.shape[0], features.shape[1]) or out.dtype != features.dtype
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"out: expected a C-contiguous {features.dtype} array of shape {(ids.shape[0], features.shape[1])}, "
+                         f"got {out.dtype} {out.shape}")
     if features.ndim != 2 or features.dtype not in (np.float32, np.float64) or not features.flags.c_contiguous:
-        return np.ascontiguousarray(features[ids])
-    out = np.empty((ids.shape[0], features.shape[1]), dtype=features.dtype)
+        rows = np.ascontiguousarray(features[ids])
+        if out is None:
+            return rows
+        out[...] = rows
+        return out
+    if out is None:
+        out = np.empty((ids.shape[0], features.shape[1]), dtype=features.dtype)
     _gather(features, ids, out)
     return out
 

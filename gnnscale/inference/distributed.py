@@ -8,6 +8,10 @@ which other workers own too, and fetches them like input features are fetched in
 previous layer (two rounds per chunk: ids out, rows back). Fetches are collective, so every worker
 runs the same number of chunks per layer (the largest part's; a worker past its last chunk fetches
 nothing and computes nothing).
+
+With a ``device`` each worker computes its chunks there (under torchrun, ``cuda`` is the worker's own
+GPU, ``cuda:LOCAL_RANK``): the fetched rows travel between workers on the host, as in training's
+feature fetch, and are copied to the device per chunk; the layer files stay on the host.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.features import PartitionedFeatureStore
-from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, apply_layer, layer_widths, rows_block
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, apply_layer, evaluating_on, layer_widths, rows_block
 from gnnscale.partition.directory import LocalPartition
 
 
@@ -41,7 +45,7 @@ def own_rows(part: LocalPartition) -> tuple[np.ndarray, np.ndarray]:
 
 @torch.no_grad()
 def distributed_layerwise(model: nn.Module, part: LocalPartition, comm: Comm, workdir: str | Path, *,
-                          chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[Path]:
+                          chunk_size: int = DEFAULT_CHUNK_SIZE, device: str | torch.device | None = None) -> list[Path]:
     """Run ``model`` (eval mode) over this worker's nodes of the partition, layer by layer; return this
     worker's file of every layer (input layer first), float32 [n_p, width], row ``i`` = node
     ``part.node_offset + i``. Collective: every worker of ``comm`` calls it with the same model.
@@ -52,6 +56,8 @@ def distributed_layerwise(model: nn.Module, part: LocalPartition, comm: Comm, wo
         comm: the workers' collectives.
         workdir: an existing folder of this worker's for its layer files.
         chunk_size: destination nodes per block (> 0). Default :data:`DEFAULT_CHUNK_SIZE`.
+        device: where this worker's layers compute (:func:`~gnnscale.devices.resolve_device`'s names);
+            None (the default): where the model's weights are.
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
@@ -61,11 +67,9 @@ def distributed_layerwise(model: nn.Module, part: LocalPartition, comm: Comm, wo
     # Collective: the largest chunk count of any part, so that every worker makes the same fetches.
     num_chunks = comm.all_reduce_max_int(math.ceil((hi - lo) / chunk_size), "eval")
     local = np.full(book.num_nodes, -1, dtype=np.int64)
-    was_training = model.training
-    model.eval()
     paths: list[Path] = []
     store = PartitionedFeatureStore(book, rank, part.features, comm)  # one "setup" round: equal widths
-    try:
+    with evaluating_on(model, device):
         for i, width in enumerate(layer_widths(model)):
             path = Path(workdir) / f"layer{i + 1}.npy"
             out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(hi - lo, width))
@@ -81,18 +85,17 @@ def distributed_layerwise(model: nn.Module, part: LocalPartition, comm: Comm, wo
             paths.append(path)
             # The next layer fetches this one's rows from their owners.
             store = PartitionedFeatureStore(book, rank, np.load(path, mmap_mode="r"), comm)
-    finally:
-        model.train(was_training)
     return paths
 
 
 def evaluate_full_distributed(model: nn.Module, part: LocalPartition, comm: Comm, metric: str = "accuracy", *,
-                              chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict:
+                              chunk_size: int = DEFAULT_CHUNK_SIZE, device: str | torch.device | None = None) -> dict:
     """``{"metric", "val", "test", "seconds"}`` as :func:`~gnnscale.inference.evaluate.evaluate_full`, over a
     partition: every worker scores its own validation and test nodes and one all-reduce per split sums the
     counts (correct answers; per class true positives, false positives, false negatives). Collective.
 
     ``roc_auc`` ranks every score against every other, which per-worker counts cannot give: ValueError.
+    ``device``: as :func:`distributed_layerwise` (None: where the model's weights are).
     """
     if metric not in ("accuracy", "f1_macro"):
         raise ValueError(f"metric: a distributed --eval full reports accuracy or f1_macro, got {metric!r} "
@@ -101,7 +104,8 @@ def evaluate_full_distributed(model: nn.Module, part: LocalPartition, comm: Comm
     result: dict = {"metric": metric}
     c = part.num_classes
     with tempfile.TemporaryDirectory(prefix="gnnscale-eval-") as tmp:
-        logits = np.load(distributed_layerwise(model, part, comm, tmp, chunk_size=chunk_size)[-1], mmap_mode="r")
+        logits = np.load(distributed_layerwise(model, part, comm, tmp, chunk_size=chunk_size, device=device)[-1],
+                         mmap_mode="r")
         for split in ("val", "test"):
             rows = getattr(part, f"{split}_idx") - part.node_offset
             counts = metric_counts(np.asarray(part.labels[rows]), np.asarray(logits[rows]).argmax(axis=1), c)

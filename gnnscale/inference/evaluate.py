@@ -15,12 +15,13 @@ from gnnscale.inference.metrics import check_metric, score
 
 
 def evaluate_full(model: nn.Module, dataset: NodeDataset, metric: str = "accuracy", *,
-                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict:
+                  chunk_size: int = DEFAULT_CHUNK_SIZE, device: str | torch.device | None = None) -> dict:
     """``{"metric", "val", "test", "seconds"}``: ``metric`` of the model's full-graph predictions (every
     in-neighbor, no sampling) on the validation and test nodes; NaN for an empty split.
 
     Only the rows the validation and test nodes depend on are computed; the layer files go to a
-    temporary folder that is removed afterwards.
+    temporary folder that is removed afterwards. ``device``: where the layers compute (None, the
+    default: where the model's weights are, so a model trained on a GPU is evaluated there).
     """
     check_metric(metric, dataset.num_classes)
     started = time.perf_counter()
@@ -29,7 +30,7 @@ def evaluate_full(model: nn.Module, dataset: NodeDataset, metric: str = "accurac
     with tempfile.TemporaryDirectory(prefix="gnnscale-eval-") as tmp:
         if wanted.size:
             logits = np.load(layerwise_inference(model, dataset.graph, dataset.features, tmp, nodes=wanted,
-                                                 chunk_size=chunk_size)[-1], mmap_mode="r")
+                                                 chunk_size=chunk_size, device=device)[-1], mmap_mode="r")
         for split in ("val", "test"):
             ids = getattr(dataset, f"{split}_idx")
             if ids.size == 0:

@@ -13,10 +13,18 @@ modules compute it: the result is the model's forward pass on the full graph (ev
 With ``nodes`` only the rows those nodes need are computed: layer ``L`` for ``nodes``, layer ``L - 1``
 for them and their in-neighbors, and so on (:func:`needed_nodes`); the other rows of a layer file are
 left unwritten.
+
+On a device (``device="cuda"``) the model's weights move there for the run; each chunk's block and input
+rows are copied there and its output rows back into the layer file, which stays in host memory (or on
+disk): device memory holds the weights and one chunk, never a layer of every node. The built-in layers
+compute CUDA tensors through their torch-native path (``kernels="auto"``); on the CPU nothing is copied
+and the numbers are those of a run without ``device``, bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numba
@@ -25,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnnscale.devices import resolve_device
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.features import gather_rows
 from gnnscale.nn.layers import GATConv
@@ -126,18 +135,46 @@ def layer_widths(model: nn.Module) -> list[int]:
     return widths
 
 
+def weights_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s weights are (its first parameter's device; the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
+@contextmanager
+def evaluating_on(model: nn.Module, device: str | torch.device | None) -> Iterator[torch.device]:
+    """``model`` in eval mode on ``device`` (:func:`~gnnscale.devices.resolve_device`'s names; None: where
+    its weights are) while the block runs; yields that device. Its mode and device are restored after,
+    as a caller (a trainer evaluating between epochs) left them."""
+    home = weights_device(model)
+    target = home if device is None else resolve_device(device)
+    was_training = model.training
+    model.eval()
+    model.to(target)  # in place: the same Parameter objects, so an optimizer's references stay valid
+    try:
+        yield target
+    finally:
+        model.to(home)
+        model.train(was_training)
+
+
 def apply_layer(model: nn.Module, i: int, block: Block, x_src: torch.Tensor) -> np.ndarray:
     """Layer ``i`` of ``model`` on ``block`` in eval mode, with the model's activation after every layer
-    but the last (what its forward does between layers; dropout is off in eval mode)."""
+    but the last (what its forward does between layers; dropout is off in eval mode). ``block`` and
+    ``x_src`` (host tensors) are copied to the device of the model's weights; the output rows come back
+    as a host array (on the CPU: no copy either way)."""
+    device = weights_device(model)
+    if device.type != "cpu":
+        block, x_src = block.to(device), x_src.to(device)
     h = model.layers[i](block, x_src)
     if i < len(model.layers) - 1:
         h = F.relu(h) if model.activation == "relu" else F.elu(h)
-    return h.numpy()
+    return h.cpu().numpy()  # on a device: waits for the chunk's kernels (the one sync point per chunk)
 
 
 @torch.no_grad()
 def layerwise_inference(model: nn.Module, graph: CSCGraph, features: np.ndarray, workdir: str | Path, *,
-                        nodes: np.ndarray | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[Path]:
+                        nodes: np.ndarray | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                        device: str | torch.device | None = None) -> list[Path]:
     """Run ``model`` (eval mode) over the full graph layer by layer; return the ``.npy`` file of every
     layer's output (input layer first), each float32 [num_nodes, width] and indexed by node id.
 
@@ -148,6 +185,9 @@ def layerwise_inference(model: nn.Module, graph: CSCGraph, features: np.ndarray,
         workdir: an existing folder for the layer files ``layer1.npy .. layerL.npy``.
         nodes: int64 node ids whose last-layer output is wanted; None (the default): every node.
         chunk_size: destination nodes per block (> 0). Default :data:`DEFAULT_CHUNK_SIZE`.
+        device: where the layers compute: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or a
+            ``torch.device``; None (the default): where the model's weights are. The layer files stay
+            on the host either way (see the module docstring).
 
     Hidden layers' files hold the activation's output (what the next layer reads); the last layer's
     file holds the logits. Rows no wanted node depends on are left unwritten (see the module docstring).
@@ -160,14 +200,11 @@ def layerwise_inference(model: nn.Module, graph: CSCGraph, features: np.ndarray,
                                                           int(np.max(nodes)) >= graph.num_nodes):
         raise ValueError(f"nodes: expected node ids in [0, {graph.num_nodes}), got range "
                          f"[{int(np.min(nodes))}, {int(np.max(nodes))}]")
-    was_training = model.training
-    model.eval()
     workdir = Path(workdir)
     local = np.full(graph.num_nodes, -1, dtype=np.int64)
     paths, x = [], features
-    try:
-        for i, (width, todo) in enumerate(zip(layer_widths(model),
-                                                     needed_nodes(graph, nodes, len(model.layers)))):
+    with evaluating_on(model, device):
+        for i, (width, todo) in enumerate(zip(layer_widths(model), needed_nodes(graph, nodes, len(model.layers)))):
             path = workdir / f"layer{i + 1}.npy"
             out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(graph.num_nodes, width))
             count = graph.num_nodes if todo is None else todo.shape[0]
@@ -184,6 +221,4 @@ def layerwise_inference(model: nn.Module, graph: CSCGraph, features: np.ndarray,
             del out
             paths.append(path)
             x = np.load(path, mmap_mode="r")  # the next layer reads this one's rows from the file
-    finally:
-        model.train(was_training)
     return paths

@@ -27,9 +27,10 @@ import torch
 import torch.distributed as dist
 
 from gnnscale.distributed.comm import Comm
+from gnnscale.devices import resolve_device
 from gnnscale.files import atomic_write
 from gnnscale.inference.distributed import distributed_layerwise
-from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layer_widths
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layer_widths, weights_device
 from gnnscale.inference.metrics import check_metric, score
 from gnnscale.inference.predict import OUTPUT_FILES, check_out_dir
 from gnnscale.nn.model_file import ModelFile
@@ -53,11 +54,13 @@ def load_part(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartitio
 def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: str, comm: Comm,
                         out: str | Path, *, layout: str, embeddings: int | None = None, logits: bool = False,
                         metric: str = "accuracy", chunk_size: int = DEFAULT_CHUNK_SIZE,
-                        overwrite: bool = False) -> dict | None:
+                        overwrite: bool = False, device: str | torch.device | None = None) -> dict | None:
     """Collective: every worker of ``comm`` calls it. Returns what ``meta.json`` holds on rank 0, None
     elsewhere. Arguments as :func:`~gnnscale.inference.predict.predict` (no node subset); ``view`` is the
-    partition view of the layout named ``layout`` (recorded in ``meta.json``)."""
+    partition view of the layout named ``layout`` (recorded in ``meta.json``). ``device``: where this
+    worker computes; ``"cuda"`` (or ``"auto"`` on a GPU machine) is its own GPU, ``cuda:LOCAL_RANK``."""
     out, error = Path(out), ""
+    compute_on = weights_device(model_file.model)
     manifest = read_manifest(partition_dir)
     cfg = model_file.config
     try:
@@ -69,6 +72,8 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
         if embeddings is not None and not 1 <= embeddings < cfg.num_layers:
             raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
                              f"{cfg.num_layers - 1}; got {embeddings}")
+        if device is not None:
+            compute_on = resolve_device(device)
         if comm.rank == 0:
             check_out_dir(out, overwrite=overwrite)
     except ValueError as err:
@@ -90,7 +95,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f".predict-rank{comm.rank}-", dir=out) as tmp:
-        layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size)
+        layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size, device=compute_on)
         inference_s = time.perf_counter() - started
         lo, hi = part.book.node_range(comm.rank)
         original = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")[lo:hi]
@@ -120,8 +125,8 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
             "dataset": {"name": str(manifest["dataset"]), "num_nodes": n, "num_edges": int(manifest["num_edges"])},
             "partitions": str(partition_dir), "layout": layout, "workers": comm.world_size,
             "rows": n, "rows_are": "original node ids 0 .. num_nodes - 1", "files": sorted(names) + ["meta.json"],
-            "embeddings_layer": embeddings, "chunk_size": chunk_size, "metric": metric, "metrics": metrics,
-            "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
+            "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": compute_on.type, "metric": metric,
+            "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
             "peak_rss_bytes_per_worker": [int(p) for p in peaks.tolist()]}
     for name in OUTPUT_FILES:
         if name not in names and name != "meta.json":

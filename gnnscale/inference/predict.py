@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnscale.devices import resolve_device
 from gnnscale.files import atomic_write
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference, weights_device
 from gnnscale.inference.metrics import check_metric, score
 from gnnscale.nn.model_file import ModelFile
 
@@ -69,7 +70,8 @@ def read_nodes(path: str | Path, num_nodes: int) -> np.ndarray:
 
 def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nodes: np.ndarray | None = None,
             embeddings: int | None = None, logits: bool = False, metric: str = "accuracy",
-            chunk_size: int = DEFAULT_CHUNK_SIZE, overwrite: bool = False) -> dict:
+            chunk_size: int = DEFAULT_CHUNK_SIZE, overwrite: bool = False,
+            device: str | torch.device | None = None) -> dict:
     """Run ``model_file``'s model over ``dataset`` by layer-wise inference and write the outputs to ``out``
     (see the module docstring). Returns what ``meta.json`` holds.
 
@@ -83,8 +85,12 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
         metric: ``accuracy``, ``roc_auc`` (two classes) or ``f1_macro``, reported per split. Default accuracy.
         chunk_size: destination nodes per block (memory per chunk). Default :data:`DEFAULT_CHUNK_SIZE`.
         overwrite: replace earlier outputs in ``out``. Default False.
+        device: where the layers compute: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``
+            (:func:`~gnnscale.devices.resolve_device`); None (default): where the model's weights are (the
+            CPU for a model read from a file). Only the weights and one chunk live on the device.
     """
     out = check_out_dir(out, overwrite=overwrite)
+    device = weights_device(model_file.model) if device is None else resolve_device(device)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
     cfg = model_file.config
@@ -99,7 +105,7 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
     with tempfile.TemporaryDirectory(prefix=".predict-", dir=out) as tmp:
         tmp = Path(tmp)
         layers = layerwise_inference(model_file.model, dataset.graph, dataset.features, tmp, nodes=nodes,
-                                     chunk_size=chunk_size)
+                                     chunk_size=chunk_size, device=device)
         inference_s = time.perf_counter() - started
         rows = np.arange(dataset.graph.num_nodes) if nodes is None else nodes
         files = {}
@@ -118,8 +124,8 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
                             "num_edges": dataset.graph.num_edges},
                 "rows": int(rows.shape[0]), "rows_are": "node ids 0 .. num_nodes - 1" if nodes is None else
                 "the node ids in nodes.npy", "files": sorted(files) + ["meta.json"],
-                "embeddings_layer": embeddings, "chunk_size": chunk_size, "metric": metric, "metrics": metrics,
-                "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
+                "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": str(device), "metric": metric,
+                "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         for name in OUTPUT_FILES:  # outputs of an earlier run that this one does not replace would mislead
             if name not in files and name != "meta.json":

@@ -31,7 +31,8 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
     """Train ``model`` in place by mini-batch neighbor sampling and return the per-epoch report.
 
     Args:
-        model: a ``torch.nn.Module`` on the CPU: gnnscale's GraphSAGE, GCN or GAT, or a model of your own.
+        model: a ``torch.nn.Module``: gnnscale's GraphSAGE, GCN or GAT, or a model of your own, on the CPU or
+            already on ``config.device``; it is moved there in place (and stays there).
         data: a :class:`~gnnscale.graph.dataset.NodeDataset` (``load_dataset(...)``), trained in this process;
             or a partition directory (``gnnscale partition``), one worker per part (or a divisor of the part
             count), each started by torchrun
@@ -41,7 +42,8 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
             PyG's node-wise batch, ``model(x, edge_index)`` -> logits of every node of the batch, the seeds
             first (the conventions of gnnscale's and PyG's ``NeighborLoader``).
         config: fanouts, batch size (per worker), epochs, Adam's ``lr`` and ``weight_decay``, seed, threads,
-            sampler, prefetch (:class:`~gnnscale.train.config.TrainConfig`; default its defaults).
+            sampler, prefetch, device (:class:`~gnnscale.train.config.TrainConfig`; default its defaults;
+            ``TrainConfig(device="cuda")`` trains on a GPU, docs/training.md "GPU").
         layout: a partition directory only: the layout's name (``"hybrid"``, ``"vanilla"``, ``"1d"``,
             ``"1.5d"``, ``"split"``) or :class:`~gnnscale.train.layouts.LayoutOptions` with the layout's own
             options and DGS (``gnnscale.train.layouts.layout_options("split", shuffle_dtype="bfloat16")``).

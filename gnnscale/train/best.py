@@ -28,8 +28,9 @@ def best_entry(history: list[dict]) -> dict:
 
 
 def copy_state(state: dict) -> dict:
-    """A copy that training does not change (``state_dict()`` holds the live tensors)."""
-    return {name: value.detach().clone() if isinstance(value, torch.Tensor) else value
+    """A copy that training does not change (``state_dict()`` holds the live tensors), on the CPU: a GPU
+    keeps its memory for training, and the model file and checkpoints are written from host memory."""
+    return {name: value.detach().to("cpu", copy=True) if isinstance(value, torch.Tensor) else value
             for name, value in state.items()}
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from gnnscale.devices import DEVICE_HELP
+from gnnscale.distributed.device_cache import check_gpu_cache_fraction
 from gnnscale.sampling import check_fanouts
 from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
                                         samplers_with)
 from gnnscale.settings import setting
 
 __all__ = ["TrainConfig", "check_sampler_fits_model"]
+
+SAMPLE_ON = ("auto", "host", "device")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +41,17 @@ class TrainConfig:
             for timing runs on graphs whose test split is large).
         prefetch: batches sampled and gathered ahead by a background thread while the current one
             trains (0: none, everything on the training thread). Does not change the results.
+        device: where the model, the optimizer and the training step run: ``"cpu"`` (the default),
+            ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (:func:`gnnscale.devices.resolve_device`, resolved when the
+            run starts; under torchrun ``"cuda"`` is each worker's ``cuda:LOCAL_RANK``). Each batch is
+            copied to the device in the background stage.
+        sample_on: ``"host"`` (the fused numba kernel), ``"device"`` (:mod:`gnnscale.sampling.device`: the
+            same blocks, bit for bit, drawn by torch ops on ``device``, the topology held there) or
+            ``"auto"`` (device when ``device`` is a GPU that holds the topology, the fused sampler and a
+            layout that keeps the whole topology on each worker: one process or hybrid; else host).
+        gpu_cache_fraction: share of all nodes whose feature rows ``device`` holds, the highest in-degree
+            ones (:class:`~gnnscale.distributed.device_cache.DeviceFeatureCache`); the rest are gathered on
+            the host and copied. On the CPU the "cache" is a host copy that saves nothing.
     """
 
     fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "
@@ -58,6 +74,14 @@ class TrainConfig:
     replace: bool = setting(False, "sample neighbors with replacement")
     evaluate: bool = setting(True, "skip validation/test accuracy (timing runs)", negate="--no-eval")
     prefetch: int = setting(1, "batches sampled and gathered ahead in a background thread while one trains (0: none)")
+    device: str = setting("cpu", DEVICE_HELP)
+    sample_on: str = setting("auto", "where training batches are sampled: host (the fused kernel on the CPU), device "
+                                     "(the same blocks drawn by torch ops on --device, the topology held there), or "
+                                     "auto (device when training on a GPU that holds the topology in half its free "
+                                     "memory, else host)", choices=SAMPLE_ON)
+    gpu_cache_fraction: float = setting(0.0, "feature rows held in --device memory: the highest in-degree nodes', "
+                                             "this fraction of all nodes (1: every row; 0: only what --sample-on "
+                                             "device gathers)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
@@ -72,12 +96,23 @@ class TrainConfig:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool) or self.prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0 (0 = no background loading), got {self.prefetch!r}")
+        check_device_name(self.device)
+        self._check_device_data()
         if not self.lr > 0:
             raise ValueError(f"lr: expected > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay: expected >= 0, got {self.weight_decay}")
         sampler_spec(self.sampler)
         self._check_bulk_options()
+
+    def _check_device_data(self) -> None:
+        """--sample-on and --gpu-cache-fraction: known values, and device sampling only with the fused law."""
+        if self.sample_on not in SAMPLE_ON:
+            raise ValueError(f"sample_on: expected one of {SAMPLE_ON}, got {self.sample_on!r}")
+        if self.sample_on == "device" and self.sampler != "fused":
+            raise ValueError(f"sample_on: --sample-on device draws the fused sampler's blocks; --sampler {self.sampler} "
+                             "samples on the host (use --sample-on host or auto)")
+        check_gpu_cache_fraction(self.gpu_cache_fraction)
 
     def _check_bulk_options(self) -> None:
         """--bulk and --layer-size: positive ints, and only where they mean something."""
@@ -108,3 +143,13 @@ class TrainConfig:
     @property
     def inference_fanouts(self) -> tuple[int, ...]:
         return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts
+
+
+# What --device accepts; whether the machine has that device is checked when the run starts
+# (resolve_device), so that a config can be written on a machine without a GPU.
+DEVICE_NAME = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
+
+
+def check_device_name(device: str) -> None:
+    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
+        raise ValueError(f"device: expected cpu, cuda, cuda:N or auto, got {device!r}")

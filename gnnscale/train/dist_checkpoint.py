@@ -15,7 +15,9 @@ One file, written by rank 0 only, is enough to rebuild every worker:
   uninterrupted run's. (Its phase times, edge metrics and cache hit rate cover the iterations after
   the resume.)
 
-What a resumed run may change: the epoch count, threads and prefetch depth (:data:`RESUMABLE_CHANGES`).
+What a resumed run may change: the epoch count, threads, prefetch depth, device, where batches are
+sampled and the device's feature rows (:data:`RESUMABLE_CHANGES`). Model and optimizer state are saved as CPU tensors and loaded into the
+model wherever it trains, so a run checkpointed on a GPU resumes on the CPU or another GPU.
 The hybrid layout may also continue at an epoch boundary
 on another partition of the same dataset (a layout whose spec is ``repartitionable``), with another worker count: model, optimizer, epoch and
 history carry over; batches are then drawn for the new workers (not bit for bit the old run). The data
@@ -40,12 +42,17 @@ from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, chec
                                        decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.device_copy import on_host
 from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.registry import layout_spec, layouts_with, resolved
 from gnnscale.train.layouts.single import SINGLE
 
-# Settings a resumed run may change: they do not change what is computed.
-RESUMABLE_CHANGES = ("epochs", "threads", "prefetch")
+# Settings a resumed run may change: they do not change what is computed. The device changes how it is
+# rounded (a GPU's sums add in another order, within float32's rounding), not the model, the batches or the
+# optimizer's state, so a run may move to another device when it resumes.
+# Where batches are sampled and which feature rows the device holds change neither: the device sampler
+# draws the host sampler's blocks bit for bit, and the cache returns the store's rows.
+RESUMABLE_CHANGES = ("epochs", "threads", "prefetch", "device", "sample_on", "gpu_cache_fraction")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,7 +334,9 @@ class Checkpointer:
         of the iterations' accounting."""
         def checkpoint(workers: list[dict]) -> DistCheckpoint:
             return DistCheckpoint(identity=self.identity, epoch=epoch, step=step, num_batches=self.num_batches,
-                                  model_state=model.state_dict(), optimizer_state=optimizer.state_dict(),
+                                  # CPU tensors: the checkpoint loads on any device (and on a machine with none).
+                                  model_state=on_host(model.state_dict()),
+                                  optimizer_state=on_host(optimizer.state_dict()),
                                   history=history, workers=workers if step else [], layout_state=layout_state,
                                   best=best)
 

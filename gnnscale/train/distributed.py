@@ -32,7 +32,7 @@ from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.train.checks import LaunchError, check_distinct, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, run_identity
-from gnnscale.train.inputs import model_inputs, model_signature, seeded_link_model, seeded_model
+from gnnscale.train.inputs import model_inputs, model_signature, seeded_link_model, seeded_model, training_device
 from gnnscale.train.layouts import (Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout, check_layout_options,
                                     resolved)
 from gnnscale.train.link import build_link_layout, check_link_launch, link_header, task_signature
@@ -102,6 +102,7 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
     model_cfg = builtin_config(model) if link is None else model.config
     try:
         spec = check_before_manifest(options, cfg, None if model_cfg is None else model_cfg.name, outputs)
+        device = training_device(model, cfg.device)  # this worker's: under torchrun, cuda:LOCAL_RANK
         check_inputs_fit_sampler(adapter, cfg)
         world_size = world_size_from_env()
         manifest = check_partition_launch(partition_dir, world_size, cfg.batch_size,
@@ -116,7 +117,7 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
     except ValueError as err:
         raise LaunchError(str(err)) from err
     return CheckedLaunch(inputs=adapter, spec=spec, options=options, model_cfg=model_cfg, identity=identity,
-                         resume_path=resume_path, link=link)
+                         device=device, resume_path=resume_path, link=link)
 
 
 def check_builtin_fits(model_cfg: ModelConfig, manifest: dict, cfg: TrainConfig, partition_dir: str | Path, *,

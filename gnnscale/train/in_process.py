@@ -23,7 +23,7 @@ from gnnscale.partition.directory import SPLITS, LocalPartition
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig, check_sampler_fits_model
 from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, one_process_identity
-from gnnscale.train.inputs import model_inputs, model_signature
+from gnnscale.train.inputs import model_inputs, model_signature, training_device
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions
 from gnnscale.train.layouts.single import SINGLE, whole_partition
 from gnnscale.train.link import build_link_layout, check_link_launch, link_header, task_signature
@@ -49,6 +49,7 @@ class InProcess:
         dataset = self.dataset
         check_link_launch(self.link, model, outputs)
         adapter = model_inputs(model, inputs)
+        device = training_device(model, cfg.device)
         model_cfg = builtin_config(model) if self.link is None else model.config
         check_model_outputs(model_cfg, outputs)
         if outputs.full_eval is not None:
@@ -68,7 +69,8 @@ class InProcess:
                                                  overwrite=outputs.overwrite, every=outputs.checkpoint_every,
                                                  rank=0, run=identity, epochs=cfg.epochs)
         return CheckedLaunch(inputs=adapter, spec=SINGLE, options=LayoutOptions(layout=SINGLE.name),
-                             model_cfg=model_cfg, identity=identity, resume_path=resume_path, link=self.link)
+                             model_cfg=model_cfg, identity=identity, device=device, resume_path=resume_path,
+                             link=self.link)
 
     def join(self) -> DistContext:
         return init_single_process()

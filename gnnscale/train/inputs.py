@@ -22,6 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from gnnscale.devices import resolve_device
 from gnnscale.keys import STREAM_INIT, derive_key
 from gnnscale.nn.link import LinkModel, build_link_model
 from gnnscale.nn.models import ModelConfig, build_model, builtin_config
@@ -81,10 +82,7 @@ def model_inputs(model: nn.Module, inputs: str) -> ModelInputs:
                          f"`model(blocks, x)` or PyG's `model(x, edge_index)`), got {inputs!r}")
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(f"model: {type(model).__name__} has no trainable parameters")
-    devices = {p.device.type for p in model.parameters()}
-    if devices != {"cpu"}:
-        raise ValueError(f"model: its parameters are on {', '.join(sorted(devices))}; gnnscale trains on the CPU "
-                         "(move the model there with model.cpu())")
+    model_device(model)  # one device for the whole model
     if isinstance(model, LinkModel):
         if inputs != "blocks":
             raise ValueError("inputs: a LinkModel's encoder is a gnnscale model, which takes blocks; pass "
@@ -101,6 +99,33 @@ def model_inputs(model: nn.Module, inputs: str) -> ModelInputs:
     from gnnscale.train.pyg_inputs import PygInputs
 
     return PygInputs()
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The one device of ``model``'s parameters and buffers; ValueError for a model split over devices
+    (the loop sends each batch to one device)."""
+    devices = {t.device for t in (*model.parameters(), *model.buffers())}
+    if len(devices) != 1:
+        raise ValueError(f"model: its parameters and buffers are on {', '.join(sorted(map(str, devices)))}; gnnscale "
+                         "trains a model on one device (move it there with model.to(device))")
+    return devices.pop()
+
+
+def check_model_device(model: nn.Module, device: torch.device) -> None:
+    """A model given on the CPU (moved to ``device`` when the run starts) or already on ``device``; a model
+    on another device is an error, not moved silently."""
+    where = model_device(model)
+    if where.type != "cpu" and where != device:
+        raise ValueError(f"device: the model is on {where}, this run trains on {device}; pass device={str(where)!r} "
+                         "(--device) or give the model on the CPU")
+
+
+def training_device(model: nn.Module, device: str) -> torch.device:
+    """``device`` (``TrainConfig.device``) resolved on this worker (ValueError where it is absent), checked
+    against where ``model`` is (:func:`check_model_device`)."""
+    resolved = resolve_device(device)
+    check_model_device(model, resolved)
+    return resolved
 
 
 def model_signature(model: nn.Module, inputs: ModelInputs) -> dict:

@@ -41,6 +41,7 @@ from gnnscale.sampling.exclude import exclude_target_edges
 from gnnscale.sampling.negatives import negative_pairs
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.inputs import model_device
 from gnnscale.train.layouts.base import LayoutContext, add_counts
 from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
 from gnnscale.train.layouts.single import one_worker
@@ -166,10 +167,9 @@ class LinkLayout:
         stand_in = torch.full((2, 1), self.inner.part.node_offset, dtype=torch.int64)
         steps = [LinkStep(pos=chunks[i] if i < len(chunks) else stand_in, real=i < len(chunks),
                           key=derive_key(cfg.seed, EVAL_EPOCH, i, self.rank)) for i in range(num_steps)]
-        scores = [inputs.logits(model, converted, dropout_key=None)
-                  for batch, converted in prepared_batches(self, inputs, steps, cfg, PhaseTimer(), training=False)
-                  if batch.step.real]
-        s = torch.cat(scores) if scores else torch.zeros(0)
+        batches = prepared_batches(self, inputs, steps, cfg, PhaseTimer(), training=False, device=model_device(model))
+        scores = [inputs.logits(model, converted, dropout_key=None) for batch, converted in batches if batch.step.real]
+        s = torch.cat(scores).cpu() if scores else torch.zeros(0)  # host sync: once per split
         n = pairs.pos.shape[1]
         return reduce_metric(self.metric, s[:n], s[n:], pairs.per_positive, comm)
 
@@ -239,9 +239,9 @@ def inner_layout(ctx: LayoutContext) -> DataParallel:
     """The data-parallel layout a link layout samples and fetches through: one process's, or a hybrid or
     vanilla worker's whose samplers take seeds owned anywhere (a pair's endpoints and negatives)."""
     if ctx.partition_dir is None:
-        return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader)
+        return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader, ctx.device)
     return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.settings.cache_fraction,
-                               any_seeds=True)
+                               device=ctx.device, any_seeds=True)
 
 
 def build_link_layout(ctx: LayoutContext, link: LinkConfig) -> LinkLayout:

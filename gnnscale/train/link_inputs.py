@@ -80,5 +80,7 @@ class LinkInputs:
         h = model(batch.blocks, batch.x, dropout_key=dropout_key)
         # index_select, not h[src]: the backward of advanced indexing (index_put_ with accumulate) adds rows in
         # an order that varies between runs with 2+ CPU threads; index_select's (index_add_) does not.
-        pairs = model.score(h.index_select(0, batch.src), h.index_select(0, batch.dst))
+        # The copy stage moves a batch's blocks, x and y; the pair rows (small) follow the embeddings here.
+        src, dst = batch.src.to(h.device, non_blocking=True), batch.dst.to(h.device, non_blocking=True)
+        pairs = model.score(h.index_select(0, src), h.index_select(0, dst))
         return pair_logits(pairs, batch.num_pos, batch.form)

@@ -35,7 +35,8 @@ from gnnscale.partition.directory import LocalPartition
 from gnnscale.prefetch import stream_in_groups
 from gnnscale.train.best import BestWeights, score_keys
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.inputs import ModelInputs
+from gnnscale.train.device_copy import DeviceCopy
+from gnnscale.train.inputs import ModelInputs, model_device
 from gnnscale.train.layouts.base import Layout, Step, add_counts
 from gnnscale.train.layouts.data_parallel import worker_memory
 from gnnscale.train.metrics import PhaseTimer
@@ -51,8 +52,9 @@ class Saver(Protocol):
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam, fused into one kernel per step on CPU (instead of ~5 small ops per parameter tensor). Every
-    trainer steps with this one: fused and unfused Adam round differently."""
+    """Adam, fused into one kernel per step on the CPU and on CUDA (instead of ~5 small ops per parameter
+    tensor), on the model's device: build it after the model moved there. Every trainer steps with this
+    one: fused and unfused Adam round differently."""
     return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
@@ -91,20 +93,26 @@ def score_columns(metric: str, val: float, test: float) -> dict:
 
 
 def prepared_batches(layout: Layout, inputs: ModelInputs, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer,
-                     *, training: bool = True):
+                     *, training: bool = True, device: torch.device = torch.device("cpu")):
     """``(batch, model input)`` of ``steps``: the layout's batches and the model's form of each
     (:class:`~gnnscale.train.inputs.ModelInputs`), prepared ``cfg.prefetch`` groups ahead in the background
-    stage (its collectives on the loader's own process group). ``timer`` gets the stage's busy time
-    (``sample``, the model's form included; ``fetch``) and the training thread's ``wait``."""
+    stage (its collectives on the loader's own process group) and sent to ``device`` there
+    (:mod:`gnnscale.train.device_copy`; on the CPU nothing moves). ``timer`` gets the stage's busy time
+    (``sample``, the model's form included; ``fetch``; ``copy``) and the training thread's ``wait``."""
     loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
+    copier = DeviceCopy(device)
 
     def prepare(items: range) -> list:
-        batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
-        with loader.phase("sample"):
-            return [(batch, inputs.convert(batch)) for batch in batches]
+        with copier.producing():  # CUDA: device sampling and gathers on the copy's side stream
+            batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
+            with loader.phase("sample"):
+                converted = [(batch, inputs.convert(batch)) for batch in batches]
+            with loader.phase("copy"):  # queueing the copies (pinning included), not the transfers; CPU: nothing
+                return [copier.send(batch, model_input) for batch, model_input in converted]
 
-    yield from stream_in_groups(prepare, len(steps), layout.bulk, cfg.prefetch,
-                                wait_seconds=lambda s: timer.add("wait", s))
+    for sent in stream_in_groups(prepare, len(steps), layout.bulk, cfg.prefetch,
+                                 wait_seconds=lambda s: timer.add("wait", s)):
+        yield copier.receive(sent)
     timer.merge(loader)
 
 
@@ -128,10 +136,19 @@ class EpochSums:
     comm: list[dict] = field(default_factory=list)
 
     def to_state(self) -> dict:
-        """Tensors, numbers and dicts only (``torch.load(weights_only=True)`` reads them back)."""
+        """Tensors (on the CPU, wherever the sums live), numbers and dicts only (``torch.load(weights_only=True)``
+        reads them back)."""
         losses = torch.stack(self.loss_sums) if self.loss_sums else torch.zeros(0, dtype=torch.float64)
-        return {"loss_sums": losses, "correct": self.correct.clone(), "counts": list(self.counts),
+        # Host sync on a GPU: only at a mid-epoch checkpoint.
+        return {"loss_sums": losses.cpu(), "correct": self.correct.to("cpu", copy=True), "counts": list(self.counts),
                 "edges": self.edges, "comm": list(self.comm)}
+
+    def to(self, device: torch.device) -> "EpochSums":
+        """These sums with their tensors on ``device`` (where the step accumulates them); the losses move as
+        one tensor (one copy, not one per iteration)."""
+        losses = list(torch.stack(self.loss_sums).to(device).unbind()) if self.loss_sums else []
+        return EpochSums(loss_sums=losses, correct=self.correct.to(device),
+                         counts=list(self.counts), edges=self.edges, comm=list(self.comm))
 
     @classmethod
     def from_state(cls, state: dict) -> "EpochSums":
@@ -141,17 +158,21 @@ class EpochSums:
 
 def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig, epoch: int,
                 num_batches: int, timer: PhaseTimer, progress: bool, *, first_step: int = 0,
-                sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None) -> dict:
+                sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None,
+                grad_comm: Comm | None = None) -> dict:
     """Iterations ``first_step .. num_batches - 1`` of an epoch (the same on every worker), adding to
     ``sums`` (a resumed epoch's sums so far; default: none). ``after_step(steps_done, sums)`` runs after
-    every iteration (the mid-epoch checkpoints). Returns this worker's sums (per iteration too), the
+    every iteration (the mid-epoch checkpoints). Gradients are reduced on ``grad_comm`` (default ``comm``;
+    its rounds are counted in ``comm``'s accounting). The step runs on the model's device. Returns this worker's sums (per iteration too), the
     communication counted per iteration (loader and training groups together) and the layout's metrics
     of the epoch (collective: :meth:`finish_epoch`)."""
     model.train()
+    device = model_device(model)
     steps = layout.plan_epoch(epoch, num_batches)[first_step:]
-    sums = sums if sums is not None else EpochSums()
+    # The sums stay on the device during the epoch (no host sync per iteration) and come back once, below.
+    sums = (sums if sums is not None else EpochSums()).to(device)
     comm.stats.snapshot_and_reset()
-    batches = prepared_batches(layout, inputs, steps, cfg, timer)
+    batches = prepared_batches(layout, inputs, steps, cfg, timer, device=device)
     bar = progress_bar(batches, enabled=progress, initial=first_step, total=num_batches, desc=f"epoch {epoch}")
     for step, (batch, model_input) in enumerate(bar, start=first_step):
         with timer.phase("forward_backward"):  # split parallelism: its shuffles included
@@ -162,7 +183,7 @@ def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Com
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         with timer.phase("grad_sync"):
-            all_reduce_gradients(model, comm, divisor=layout.gradient_divisor)
+            all_reduce_gradients(model, comm if grad_comm is None else grad_comm, divisor=layout.gradient_divisor)
         optimizer.step()
         layout.after_step(model, epoch * num_batches + step + 1)  # DGS: the model to its explainer, every T
         sums.comm.append(add_counts(batch.comm, comm.stats.snapshot_and_reset()))
@@ -176,8 +197,9 @@ def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Com
     extra = layout.finish_epoch(comm)
     if "memory" not in extra:  # every layout reports its largest worker's peak memory; matrix ones add bytes held
         extra["memory"] = worker_memory(None, comm)
-    return {"loss_sums": sums.loss_sums, "correct": sums.correct, "counts": sums.counts, "edges": sums.edges,
-            "comm": sums.comm, "layout": extra, "bulk": layout.bulk}
+    host = sums.to(torch.device("cpu"))  # host sync on a GPU: once per epoch
+    return {"loss_sums": host.loss_sums, "correct": host.correct, "counts": host.counts, "edges": host.edges,
+            "comm": host.comm, "layout": extra, "bulk": layout.bulk}
 
 
 @torch.no_grad()
@@ -185,14 +207,16 @@ def evaluate(model, layout: Layout, inputs: ModelInputs, comm: Comm, node_ids, c
     """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
     are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
     model.eval()
+    device = model_device(model)
     # Collective: the largest number of inference steps any worker needs.
     num_steps = comm.all_reduce_max_int(layout.eval_steps_needed(node_ids, cfg.eval_batch_size), "eval")
     steps = layout.plan_eval(node_ids, cfg.eval_batch_size, num_steps)
-    correct = 0
-    for batch, model_input in prepared_batches(layout, inputs, steps, cfg, PhaseTimer(), training=False):
+    correct = torch.zeros((), dtype=torch.long, device=device)  # counted on the device: no sync per batch
+    for batch, model_input in prepared_batches(layout, inputs, steps, cfg, PhaseTimer(), training=False,
+                                               device=device):
         if batch.step.real:
-            correct += int((inputs.logits(model, model_input, dropout_key=None).argmax(1) == batch.y).sum())
-    totals = torch.tensor([correct, node_ids.shape[0]], dtype=torch.float64)
+            correct += (inputs.logits(model, model_input, dropout_key=None).argmax(1) == batch.y).sum()
+    totals = torch.tensor([int(correct), node_ids.shape[0]], dtype=torch.float64)  # host sync: once
     comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: global counts
     return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
 
@@ -215,7 +239,9 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, cpu_s: float, score
     seconds = timer.seconds
     return {
         "epoch": epoch, "sample_s": seconds.get("sample", 0.0), "split_s": seconds.get("split", 0.0),
-        "fetch_s": seconds.get("fetch", 0.0), "forward_backward_s": seconds.get("forward_backward", 0.0),
+        "fetch_s": seconds.get("fetch", 0.0),
+        # The loading stage's share of sending batches to the device (pinning, queueing the copies).
+        "copy_s": seconds.get("copy", 0.0), "forward_backward_s": seconds.get("forward_backward", 0.0),
         # Inside forward_backward: the cooperative layers' collectives (split parallelism).
         "shuffle_s": comm_mean["shuffle"]["seconds"] * len(per_iter),
         "grad_sync_s": seconds.get("grad_sync", 0.0), "metrics_s": seconds.get("metrics", 0.0),
@@ -289,7 +315,8 @@ def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int)
 
 def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig,
                  part: LocalPartition, num_batches: int, start: Start, saver: Saver | None, lead: bool,
-                 on_epoch_end: Callable[[list[dict]], None] | None = None, scorer: Scorer | None = None) -> list[dict]:
+                 on_epoch_end: Callable[[list[dict]], None] | None = None, grad_comm: Comm | None = None,
+                 scorer: Scorer | None = None) -> list[dict]:
     """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``start.best`` keeps the weights of the best
     one; ``saver`` saves after every epoch and, when due, after an iteration; ``on_epoch_end(history)`` runs
     after every epoch (the metrics file); ``scorer`` gives each epoch's validation and test score (default:
@@ -314,7 +341,7 @@ def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Co
         with timer.phase("epoch"):
             sums = train_epoch(model, optimizer, layout, inputs, comm, cfg, epoch, num_batches, timer, lead,
                                first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
-                               after_step=after_step)
+                               after_step=after_step, grad_comm=grad_comm)
         cpu_s = time.process_time() - cpu_start
         val = test = float("nan")
         if cfg.evaluate:

@@ -23,6 +23,7 @@ from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
+from gnnscale.distributed.gradients import gradient_comm
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
@@ -31,6 +32,7 @@ from gnnscale.train.best import BestWeights
 from gnnscale.train.checkpoint import save_model
 from gnnscale.train.checks import LaunchError
 from gnnscale.train.config import TrainConfig
+from gnnscale.train.device_copy import on_host
 from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity, receive_checkpoint, same_partition
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec
@@ -51,6 +53,7 @@ class CheckedLaunch:
         options: the layout's options.
         model_cfg: the built-in model's config; None for a model of one's own.
         identity: what a checkpoint must match to be resumed.
+        device: where this worker trains (``TrainConfig.device`` resolved: under torchrun, its own GPU).
         resume_path: rank 0: the checkpoint file to resume from (None: start afresh).
         link: a link task's settings (the layout is then a :class:`~gnnscale.train.link.LinkLayout`, which
             also scores the epochs); None: node classification.
@@ -61,6 +64,7 @@ class CheckedLaunch:
     options: LayoutOptions
     model_cfg: ModelConfig | None
     identity: RunIdentity
+    device: torch.device
     resume_path: Path | None = None
     link: LinkConfig | None = None
 
@@ -102,17 +106,22 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
         try:
             torch.set_num_threads(cfg.threads)
             set_sampler_threads(cfg.threads)
+            if launch.device.type == "cuda":
+                torch.cuda.set_device(launch.device)  # streams, events and NCCL use this worker's GPU
             comm = Comm(ctx)
             part = source.load(launch, comm)
             # The data-loading stage's collectives run on a group of their own, beside the training step's.
             loader = comm.new_group()
+            grads = gradient_comm(comm, launch.device)  # NCCL where every worker has a GPU of its own
             layout = source.build(LayoutContext(part=part, cfg=cfg, model=launch.model_cfg, comm=comm, loader=loader,
-                                                options=launch.options, partition_dir=source.partition_dir))
+                                                options=launch.options, partition_dir=source.partition_dir,
+                                                device=launch.device))
             loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
             header = source.header(launch, cfg, ctx.world_size)
             metrics_out = outputs.metrics_out if ctx.rank == 0 else None
             report = train(model, layout, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
-                           on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval)
+                           on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval,
+                           grad_comm=grads)
             if metrics_out is not None and (report.full_eval is not None or report.saved_epoch is not None):
                 write_json_atomic(metrics_out, {**header, **report.to_json()})
             # Collective: nobody tears the group down while a peer is still in its last collective.
@@ -132,13 +141,14 @@ def broadcast_model(model: nn.Module, comm: Comm) -> None:
     mine = torch.zeros(0, dtype=torch.uint8)
     if comm.rank == 0:
         buffer = io.BytesIO()
-        torch.save(model.state_dict(), buffer)
+        torch.save(on_host(model.state_dict()), buffer)  # CPU tensors: each worker loads them onto its own device
         mine = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
     # Collective: rank 0's state to every worker (rank 0 included: one code path).
     received = comm.all_to_allv([mine] * comm.world_size, "setup")[0]
     if comm.rank != 0:
         # weights_only: what travels is tensors, never code.
-        model.load_state_dict(torch.load(io.BytesIO(received.cpu().numpy().tobytes()), weights_only=True))
+        model.load_state_dict(torch.load(io.BytesIO(received.cpu().numpy().tobytes()), map_location="cpu",
+                                         weights_only=True))
 
 
 FullEval = Callable[[nn.Module, LocalPartition, Comm, str], dict]
@@ -146,9 +156,11 @@ FullEval = Callable[[nn.Module, LocalPartition, Comm, str], dict]
 
 def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig,
           launch: CheckedLaunch, outputs: RunOutputs, *, lead: bool, on_epoch_end=None,
-          full_eval: FullEval) -> TrainReport:
-    """Start every worker from rank 0's model, resume if asked, train every epoch, save the model (rank 0,
-    a built-in model) and score it with ``full_eval`` when ``outputs.full_eval`` asks."""
+          full_eval: FullEval, grad_comm: Comm | None = None) -> TrainReport:
+    """Move the model to the run's device, start every worker from rank 0's model, resume if asked, train
+    every epoch (gradients reduced on ``grad_comm``, default ``comm``), save the model (rank 0, a built-in
+    model) and score it with ``full_eval`` when ``outputs.full_eval`` asks."""
+    model.to(launch.device)  # in place: the caller's model trains there (and stays there)
     broadcast_model(model, comm)
     # One optimizer for every run: fused and unfused Adam round differently, so one worker equals the
     # single-process run only if both step with the same one.
@@ -163,12 +175,14 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
     history = train_epochs(model, optimizer, layout, launch.inputs, comm, cfg, part, num_batches, start, saver, lead,
-                           on_epoch_end=on_epoch_end, scorer=layout if launch.link is not None else None)
+                           on_epoch_end=on_epoch_end, grad_comm=grad_comm,
+                           scorer=layout if launch.link is not None else None)
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
                                                                 start.best))
     if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
+        # On the model's device: layer-wise inference copies each chunk there and its rows back to host memory.
         report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
     return report
 
@@ -178,7 +192,7 @@ def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launc
     """Rank 0 writes the model file: the best-validation epoch's weights (``save_model_at="best"``) or the
     last epoch's. Returns the epoch saved, on every worker."""
     last = report.history[-1]["epoch"]
-    epoch, state = last, None  # the model as trained: the last epoch
+    epoch, state = last, on_host(model.state_dict())  # the model as trained: the last epoch
     if outputs.save_model_at == "best" and report.best_epoch != last:
         if best.epoch == report.best_epoch:
             epoch, state = best.epoch, best.state

@@ -105,3 +105,15 @@ def test_background_stage_uses_the_callers_thread_count():
         numba.set_num_threads(before)
     # A new thread would start at numba's maximum; the stage must follow the caller's setting.
     assert threads == [1, 1]
+
+
+def test_gather_rows_writes_into_a_given_array_and_checks_it():
+    features = np.arange(24, dtype=np.float32).reshape(6, 4)
+    out = np.full((3, 4), -1.0, dtype=np.float32)
+    assert gather_rows(features, np.array([5, 0, 2]), out=out) is out
+    np.testing.assert_array_equal(out, features[[5, 0, 2]])
+    halves = features.astype(np.float16)  # through numpy's indexing, into out all the same
+    out16 = np.empty((2, 4), dtype=np.float16)
+    np.testing.assert_array_equal(gather_rows(halves, np.array([1, 3]), out=out16), halves[[1, 3]])
+    with pytest.raises(ValueError, match=r"out: expected a C-contiguous float32 array of shape \(3, 4\)"):
+        gather_rows(features, np.array([5, 0, 2]), out=np.empty((3, 4), dtype=np.float64))

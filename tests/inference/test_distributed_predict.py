@@ -109,3 +109,21 @@ def test_distributed_eval_full_scores_what_predict_scores(setup, tmp_path):
     meta = json.loads((tmp_path / "p" / "meta.json").read_text())
     assert full["val"] == pytest.approx(meta["metrics"]["val"]["f1_macro"], abs=1e-12)
     assert full["test"] == pytest.approx(meta["metrics"]["test"]["f1_macro"], abs=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_partitioned_predict_on_cuda_equals_the_cpu_run(setup, tmp_path):
+    """Two workers on one GPU machine (sharing its GPU when it has one): each computes on cuda:LOCAL_RANK
+    modulo the GPUs visible, and the outputs are the single-process CPU run's up to rounding."""
+    parts, models = setup
+    out = tmp_path / "dist"
+    run = run_launch(torchrun_predict(2, "--model", str(models["gat"]), "--partitions", str(parts[2]), "--out",
+                                      str(out), "--logits", "--embeddings", "1", "--chunk-size", "300",
+                                      "--device", "cuda"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert main(["predict", "--model", str(models["gat"]), "--out", str(tmp_path / "single"), "--dataset", "cora",
+                 "--data-dir", str(CORA_DIR), "--logits", "--embeddings", "1", "--threads", "1"]) == 0
+    for file in ("logits.npy", "embeddings.npy"):
+        np.testing.assert_allclose(np.load(out / file), np.load(tmp_path / "single" / file), rtol=0, atol=1e-5)
+    assert json.loads((out / "meta.json").read_text())["device"] == "cuda"

@@ -156,3 +156,47 @@ def test_bad_arguments_are_named(tiny_graph, tmp_path):
         layerwise_inference(model, tiny_graph, x, tmp_path, nodes=np.array([0, 6]))
     with pytest.raises(ValueError, match=r"features: expected shape \[6, in_dim\]"):
         layerwise_inference(model, tiny_graph, x[:4], tmp_path)
+
+
+# --- on a device -----------------------------------------------------------------------------------------
+
+def random_case(name: str, n: int = 300, seed: int = 1):
+    """A random graph without self loops, its features and a random-weight model ``name`` on it."""
+    rng = np.random.default_rng(seed)
+    graph = csc_from_coo(rng.integers(0, n, 1500), rng.integers(0, n, 1500), n, remove_self_loops=True)
+    features = rng.standard_normal((n, 10)).astype(np.float32)
+    return graph, features, random_model(ModelConfig(in_dim=10, num_classes=4, **CONFIGS[name]))
+
+
+@pytest.mark.parametrize("name", ["sage", "gat"])
+def test_device_cpu_is_the_run_without_a_device_bit_for_bit(name, tmp_path):
+    graph, features, model = random_case(name)
+    model.train()
+    runs = {}
+    for i, device in enumerate((None, "cpu", torch.device("cpu"))):
+        (tmp_path / str(i)).mkdir()
+        paths = layerwise_inference(model, graph, features, tmp_path / str(i), chunk_size=37, device=device)
+        runs[i] = [np.load(p) for p in paths]
+    for i in (1, 2):
+        for got, want in zip(runs[i], runs[0]):
+            np.testing.assert_array_equal(got, want)
+    assert model.training, "the caller's mode is restored"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_layerwise_on_cuda_equals_the_cpu_run(name, tmp_path):
+    graph, features, model = random_case(name)
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cuda").mkdir()
+    want = [np.load(p) for p in layerwise_inference(model, graph, features, tmp_path / "cpu", chunk_size=37)]
+    got = [np.load(p) for p in layerwise_inference(model, graph, features, tmp_path / "cuda", chunk_size=37,
+                                                   device="cuda")]
+    for g, w in zip(got, want):  # the torch path on the GPU against numba on the CPU: summation order only
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    assert next(model.parameters()).device.type == "cpu", "the weights go back where they were"
+    nodes = np.array([299, 0, 150])
+    (tmp_path / "some").mkdir()
+    some = np.load(layerwise_inference(model, graph, features, tmp_path / "some", nodes=nodes, chunk_size=2,
+                                       device="cuda")[-1])
+    np.testing.assert_allclose(some[nodes], want[-1][nodes], rtol=0, atol=1e-5)

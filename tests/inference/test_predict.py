@@ -153,6 +153,37 @@ def test_a_weight_only_file_predicts_with_its_flags(trained, tmp_path, capsys):
                                   np.load(tmp_path / "b" / "probabilities.npy"))
 
 
+def test_device_cpu_predicts_the_same_bits_as_no_device(trained, tmp_path):
+    assert run_predict(trained, tmp_path / "default", "--logits", "--embeddings", "1", "--chunk-size", "100") == 0
+    assert run_predict(trained, tmp_path / "cpu", "--logits", "--embeddings", "1", "--chunk-size", "100",
+                       "--device", "cpu") == 0
+    for name in ("logits.npy", "embeddings.npy", "predictions.npy"):
+        np.testing.assert_array_equal(np.load(tmp_path / "cpu" / name), np.load(tmp_path / "default" / name))
+    assert json.loads((tmp_path / "cpu" / "meta.json").read_text())["device"] == "cpu"
+
+
+def test_device_cuda_without_cuda_is_one_line(trained, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU-only machine, even on a GPU one
+    assert run_predict(trained, tmp_path / "o", "--device", "cuda") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("gnnscale predict: error: --device: cuda asks for a GPU and none is available here")
+    assert not (tmp_path / "o").exists()
+    assert run_predict(trained, tmp_path / "o", "--device", "tpu") == 2
+    assert "--device: expected cpu, cuda, cuda:N or auto, got 'tpu'" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_predict_on_cuda_equals_predict_on_cpu(trained, tmp_path):
+    for device in ("cpu", "cuda"):
+        assert run_predict(trained, tmp_path / device, "--logits", "--embeddings", "1", "--chunk-size", "100",
+                           "--device", device) == 0
+    for name in ("logits.npy", "embeddings.npy"):
+        np.testing.assert_allclose(np.load(tmp_path / "cuda" / name), np.load(tmp_path / "cpu" / name),
+                                   rtol=0, atol=1e-5)
+    assert json.loads((tmp_path / "cuda" / "meta.json").read_text())["device"].startswith("cuda")
+
+
 # --- metrics -------------------------------------------------------------------------------------------
 
 def test_f1_macro_by_hand():

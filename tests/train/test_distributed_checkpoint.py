@@ -313,6 +313,13 @@ RESUME_TABLE = [
     row("train", "replace", "refused", {}, dict(replace=True), "--replace"),
     row("train", "evaluate", "refused", {}, dict(evaluate=False), "--no-eval"),
     row("train", "prefetch", "resumable", {}, dict(prefetch=3), "--prefetch"),
+    # Checkpoints hold CPU tensors, loaded into the model wherever it trains: a run written on a GPU resumes on
+    # the CPU or another GPU (test_train_device.py resumes one through the code that maps devices).
+    row("train", "device", "resumable", {}, dict(device="auto"), "--device"),
+    # The device sampler draws the host sampler's blocks, the device cache returns the store's rows (test_train_
+    # device.py: bit for bit): neither changes a number.
+    row("train", "sample_on", "resumable", {}, dict(sample_on="device"), "--sample-on"),
+    row("train", "gpu_cache_fraction", "resumable", {}, dict(gpu_cache_fraction=0.5), "--gpu-cache-fraction"),
     row("layout", "layout", "refused", {}, dict(layout="vanilla"), "--layout"),
     # A layout's own options are recorded whole: each is refused, even the two that change no number (the
     # cache holds the owners' rows as stored: test_split_train.py's test_a_cache_changes_the_bytes_not_the_

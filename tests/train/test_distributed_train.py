@@ -117,6 +117,41 @@ def test_background_loading_does_not_change_distributed_training(launched, parti
         assert phases <= a["epoch_s"] and a["wait_s"] >= a["sample_s"] + a["fetch_s"] - 1e-6
 
 
+def launch_on(device: str, partitions, out: Path, *extra: str) -> dict:
+    """Rank 0's metrics of 2 hybrid workers trained with ``--device device`` (and ``extra`` flags)."""
+    run = run_launch(torchrun(2, "--partitions", str(partitions[2]), "--layout", "hybrid", "--metrics-out", str(out),
+                              "--fanouts", "4,3", *TRAIN_ARGS, "--device", device, *extra))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_device_cpu_trains_distributed_bit_for_bit_like_no_device(launched, partitions, tmp_path):
+    """--device cpu on every worker, sampling on the device and feature rows held there: the model, the
+    copy stage (the identity), the device sampler (the fused sampler's blocks in torch ops), the device
+    feature cache in front of the partitioned store (the same rows, still two feature rounds) and the
+    gradient all-reduce (no host copy) as without the flags, bit for bit."""
+    on_cpu = launch_on("cpu", partitions, tmp_path / "cpu.json", "--sample-on", "device", "--gpu-cache-fraction",
+                       "0.3")
+    for a, b in zip(on_cpu["history"], launched(2, "hybrid", "4,3")["history"], strict=True):
+        assert (a["loss"], a["iteration_losses"], a["val_acc"], a["test_acc"]) == \
+            (b["loss"], b["iteration_losses"], b["val_acc"], b["test_acc"])
+        assert a["rounds_per_iteration"] == b["rounds_per_iteration"]
+
+
+@pytest.mark.gpu
+def test_two_workers_on_the_gpus_train_like_two_on_the_cpu(launched, partitions, tmp_path):
+    """Two workers with --device cuda: on one GPU they share it and reduce gradients through host memory
+    over gloo; on two or more each has its own and reduces over NCCL. Either way the losses are the CPU
+    run's within 1e-4 (sums in another order) and the gradient is one round per iteration."""
+    on_gpu = launch_on("cuda", partitions, tmp_path / "cuda.json")
+    on_cpu = launched(2, "hybrid", "4,3")
+    np.testing.assert_allclose([h["loss"] for h in on_gpu["history"]], [h["loss"] for h in on_cpu["history"]],
+                               rtol=1e-4)
+    for a, b in zip(on_gpu["history"], on_cpu["history"], strict=True):
+        assert abs(a["test_acc"] - b["test_acc"]) <= 0.02
+        assert a["rounds_per_iteration"]["grad"] == 1
+
+
 @pytest.mark.parametrize("feature_dtype", [pytest.param("float16", marks=pytest.mark.slow), "bfloat16"])
 def test_half_precision_parts_train_exactly_like_float32_parts_of_the_rounded_features(dataset, tmp_path,
                                                                                       feature_dtype):

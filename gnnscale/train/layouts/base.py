@@ -146,6 +146,8 @@ class LayoutContext:
         loader: the loading stage's Comm (sampling and fetching rounds).
         options: the validated distributed options (``options.settings`` never None: the layout's own).
         partition_dir: the partition directory (1.5D reads other parts' rows from it); None in one process.
+        device: where this worker trains (``cfg.device`` resolved): a layout with ``device_data`` samples
+            and keeps feature rows there when ``cfg`` asks.
     """
 
     part: LocalPartition
@@ -155,6 +157,7 @@ class LayoutContext:
     loader: Comm
     options: LayoutOptions
     partition_dir: Path | None
+    device: torch.device = torch.device("cpu")
 
 
 class Layout(Protocol):
@@ -223,6 +226,9 @@ class LayoutSpec:
         layerwise_inference: a worker can run layer-wise inference over its partition view
             (``--eval full``, ``gnnscale predict --partitions``).
         repartitionable: a checkpoint may resume on another partition (worker count) at an epoch boundary.
+        device_data: samples on the training device (``--sample-on device``) and holds feature rows there
+            (``--gpu-cache-fraction``): a layout whose workers hold the whole topology and gather through a
+            feature store.
         check: the layout's own option rules beyond its options' own validation (which needs the model
             or the worker count).
         build: this worker's layout (collective on the context's Comms).
@@ -238,4 +244,5 @@ class LayoutSpec:
     dgs: bool = False
     layerwise_inference: bool = False
     repartitionable: bool = False
+    device_data: bool = False
     check: OptionCheck = no_check

@@ -40,10 +40,12 @@ from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import BatchSampler, derive_key
+from gnnscale.sampling.device import DeviceNeighborSampler
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutSpec, Step, add_counts
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.samplers import device_store, samples_on_device
 from gnnscale.settings import setting
 
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
@@ -132,8 +134,9 @@ class DataParallel:
             # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
             if training and len(self._signatures) < UNION_ITERATIONS and blocks[0].edge_weight is None:
                 with timer.phase("metrics"):
-                    self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
-                    self._signatures.append(minibatch_signature(blocks))
+                    on_host = [b.to("cpu") for b in blocks]  # blocks sampled on a GPU: the first few only
+                    self._ledger.record(sum(b.num_edges for b in blocks), local_edges(on_host, self.part.book))
+                    self._signatures.append(minibatch_signature(on_host))
             counts = add_counts(comm, self.data_comm.stats.snapshot_and_reset())
             comm = None
             out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
@@ -203,23 +206,37 @@ def worker_memory(held_bytes: int | None, comm: Comm) -> dict:
 
 
 def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
-                        cache_fraction: float = 0.0, any_seeds: bool = False) -> DataParallel:
+                        cache_fraction: float = 0.0, device: torch.device = torch.device("cpu"),
+                        any_seeds: bool = False) -> DataParallel:
     """The ``hybrid`` (the partition loaded in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout
     of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
     fraction of all nodes' rows (the hottest remote ones,
-    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). ``any_seeds``: its
-    samplers take seeds owned anywhere (link prediction's pairs)."""
+    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). The hybrid
+    layout samples on ``device`` and holds feature rows there where ``cfg`` says (collective: the workers
+    agree, since the device cache's set-up gathers through the store). ``any_seeds``: its samplers take
+    seeds owned anywhere (link prediction's pairs)."""
+    on_device = part.view == "whole" and agreed(samples_on_device(cfg, device, part.topology), loader)
 
-    def sampler(fanouts):
+    def sampler(fanouts, sample_device=None):
         if part.view == "whole":
+            inner = None if sample_device is None else DeviceNeighborSampler(part.topology, fanouts,
+                                                                             replace=cfg.replace, device=sample_device)
             return HybridSampler(part.topology, part.book, loader.rank, fanouts, replace=cfg.replace,
-                                 method=cfg.sampler, any_seeds=any_seeds)
+                                 method=cfg.sampler, sampler=inner, any_seeds=any_seeds)
         rows = part.topology
         return VanillaSampler(part.book, loader.rank, rows.local_indptr, rows.local_indices, fanouts, loader,
                               replace=cfg.replace, any_seeds=any_seeds)
 
     store = build_store(part, loader, cache_fraction)
-    return DataParallel(sampler(cfg.fanouts), sampler(cfg.inference_fanouts), store, part, cfg, loader)
+    if part.view == "whole":
+        store = device_store(store, np.diff(part.topology.indptr), cfg, device, on_device)
+    return DataParallel(sampler(cfg.fanouts, device if on_device else None), sampler(cfg.inference_fanouts), store,
+                        part, cfg, loader)
+
+
+def agreed(mine: bool, comm: Comm) -> bool:
+    """True when every worker says so (collective: one ``"setup"`` all-reduce)."""
+    return comm.all_reduce_max_int(0 if mine else 1, "setup") == 0
 
 
 def build_store(part: LocalPartition, loader: Comm, cache_fraction: float) -> PartitionedFeatureStore:
@@ -253,13 +270,14 @@ class CacheOptions:
 
 
 def _build(ctx: LayoutContext) -> DataParallel:
-    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.settings.cache_fraction)
+    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.settings.cache_fraction,
+                               device=ctx.device)
 
 
 HYBRID = LayoutSpec(
     name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
     samplers=("fused", "two_step"), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    repartitionable=True,
+    repartitionable=True, device_data=True,
     build=_build)
 VANILLA = LayoutSpec(
     name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",

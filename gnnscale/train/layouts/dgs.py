@@ -92,9 +92,12 @@ class DGSDataParallel(DataParallel):
 
     def after_step(self, model: nn.Module, iterations_done: int) -> None:
         """Training thread, after the optimizer step that completes ``iterations_done`` iterations:
-        when the schedule explains that model, hand a copy of it to the explainer (non-blocking)."""
+        when the schedule explains that model, hand a copy of it to the explainer (non-blocking). The copy
+        is on the CPU, where the explainer runs (as in the paper: train on the GPU, explain on the CPU); from
+        a GPU it is a host sync, once per refresh."""
         if self.schedule.explains(iterations_done):
-            self._submit({k: v.detach().clone() for k, v in model.state_dict().items()}, iterations_done)
+            self._submit({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+                         iterations_done)
 
     def close(self) -> None:
         self.explainer.close()

@@ -86,8 +86,27 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
         raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout "
                          f"{layouts_sampling_with(cfg.sampler)}, got --layout {spec.name} (which samples with "
                          f"--sampler {' or '.join(spec.samplers)})")
+    check_device_data(options, spec, cfg)
     spec.check(options, cfg, model_name, world_size)
     return spec
+
+
+def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:
+    """--sample-on device and --gpu-cache-fraction need a layout that samples the whole topology and gathers
+    through a feature store (``spec.device_data``), without DGS (whose kernels and fetch are its own)."""
+    asked = [flag for flag, on in (("--sample-on device", cfg.sample_on == "device"),
+                                   (f"--gpu-cache-fraction {cfg.gpu_cache_fraction:g}", cfg.gpu_cache_fraction > 0)) if on]
+    if not asked:
+        return
+    field = "sample_on" if cfg.sample_on == "device" else "gpu_cache_fraction"
+    need = "need" if len(asked) > 1 else "needs"
+    if not spec.device_data:
+        raise ValueError(f"{field}: {' and '.join(asked)} {need} the whole topology and a feature store on each worker "
+                         f"(--layout {layouts_with('device_data')}); --layout {spec.name} samples and gathers on the "
+                         "host")
+    if options.dgs is not None:
+        raise ValueError(f"{field}: {' and '.join(asked)} and --dgs: DGS samples and fetches with its own kernels on "
+                         "the host; drop one of them")
 
 
 def check_dgs(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig, model_name: str | None) -> None:

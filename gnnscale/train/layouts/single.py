@@ -11,6 +11,7 @@ exactly like it. It is not in the registry: ``--layout`` names how workers share
 from __future__ import annotations
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
@@ -23,7 +24,7 @@ from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
-from gnnscale.train.samplers import build_samplers
+from gnnscale.train.samplers import build_samplers, device_store, samples_on_device
 
 
 class LocalFeatureStore:
@@ -31,14 +32,21 @@ class LocalFeatureStore:
 
     Args:
         features: float32 [num_nodes, d], numpy (possibly memory-mapped).
+        pinned: gather float32 rows straight into pinned host memory (training on a GPU: the copy stage
+            then sends them without pinning them in another host copy, the largest tensor of a batch).
     """
 
-    def __init__(self, features: np.ndarray) -> None:
+    def __init__(self, features: np.ndarray, pinned: bool = False) -> None:
         self.features = features
         self.feature_dim = int(features.shape[1])
+        self.pinned = pinned and features.dtype == np.float32 and features.flags.c_contiguous
 
     def gather(self, node_ids: Tensor) -> Tensor:
         """float32 [len(node_ids), d]: the rows of ``node_ids`` (a numba kernel that releases the GIL)."""
+        if self.pinned:
+            rows = torch.empty((node_ids.shape[0], self.feature_dim), dtype=torch.float32, pin_memory=True)
+            gather_rows(self.features, node_ids.numpy(), out=rows.numpy())
+            return rows
         return decode(gather_rows(self.features, node_ids.numpy()))
 
 
@@ -58,16 +66,23 @@ def build_single_process(dataset: NodeDataset, model: ModelConfig | None, cfg: T
     return one_worker(whole_partition(dataset), model, cfg, loader)
 
 
-def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig, loader: Comm) -> DataParallel:
-    train, evaluate = build_samplers(part.topology, model, cfg)
-    return DataParallel(train, evaluate, LocalFeatureStore(part.features), part, cfg, loader)
+def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig, loader: Comm,
+               device: torch.device = torch.device("cpu")) -> DataParallel:
+    """``cfg.sampler``'s sampler over ``part``'s whole graph, every feature local; on ``device`` where
+    ``cfg.sample_on`` and ``cfg.gpu_cache_fraction`` put sampling and feature rows there."""
+    graph = part.topology
+    on_device = samples_on_device(cfg, device, graph)  # once: auto reads the GPU's free memory
+    train, evaluate = build_samplers(graph, model, cfg, device if on_device else None)
+    store = LocalFeatureStore(part.features, pinned=device.type == "cuda")
+    store = device_store(store, np.diff(graph.indptr), cfg, device, on_device)
+    return DataParallel(train, evaluate, store, part, cfg, loader)
 
 
 def build_single(ctx: LayoutContext) -> DataParallel:
     """:func:`build_single_process` from a layout context (its part: :func:`whole_partition`)."""
-    return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader)
+    return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader, ctx.device)
 
 
 # What a checkpoint records as the layout of a run in one process.
 SINGLE = LayoutSpec(name="single", summary="one process: the whole dataset, every feature local", view="whole",
-                    samplers=SAMPLERS, per_worker_batches=True, build=build_single)
+                    samplers=SAMPLERS, per_worker_batches=True, device_data=True, build=build_single)

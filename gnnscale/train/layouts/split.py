@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gnnscale.devices import resolve_device
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_blocks
 from gnnscale.distributed.split.shuffle import WIRE_DTYPES, CooperativeBlock, exchange_input_ahead, split_loss
@@ -267,6 +268,10 @@ class SplitOptions:
 
 def check_split(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:
     check_split_model(model_name)
+    if cfg.device != "cpu" and resolve_device(cfg.device).type != "cpu":
+        raise ValueError(f"device: --layout split trains on the CPU only (its cooperative blocks have no copy to a "
+                         f"GPU, and its shuffles exchange CPU tensors over gloo); got --device {cfg.device}: use "
+                         "--device cpu, or --layout hybrid on the GPU")
 
 
 def _build(ctx: LayoutContext) -> SplitParallel:

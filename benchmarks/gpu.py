@@ -1,0 +1,239 @@
+"""Training on a GPU: where an epoch's time goes, one table from one run on one machine.
+
+    python benchmarks/gpu.py [--scale 1.0] [--fanouts 15,10,5] [--batch-size 1000] [--hidden 256]
+                             [--epochs 2] [--threads N] [--accuracy-seeds 0] [--json FILE]
+
+The graph is the products-shaped synthetic one (``products_like_config(scale)``: 2,449,029 nodes and
+123M edges at scale 1.0, 100 features, 47 classes), cached under benchmarks/.cache. The model is the
+built-in 3-layer GraphSAGE (hidden 256, dropout 0.5), Adam, no evaluation. Rows:
+
+* ``CPU trainer``: ``fit`` on the CPU with every core (``--threads``, default all of them).
+* ``CPU sampler alone``: an epoch of batches (the training nodes shuffled, ``--batch-size`` each)
+  sampled by the fused kernel and gathered by the CPU in the trainer's background stage, with nothing
+  consuming them: the sampler's own time, the floor of the next row.
+* ``CPU sampling, GPU step``: ``fit(device="cuda")``: batches sampled on the CPU, copied on a side
+  stream from pinned memory one batch ahead, the step on the GPU.
+* ``GPU sampling, GPU step``: ``fit(device="cuda", sample_on="device", gpu_cache_fraction=1)``: the
+  topology and every feature row on the GPU, blocks sampled there by the device sampler.
+* ``GPU compute bound``: the same model's forward, backward and Adam step over one epoch of batches
+  sampled on the GPU beforehand (their features gathered from the device-resident rows inside the
+  step, a few microseconds): what no sampler can beat.
+* ``PyG user's path``: gnnscale's ``NeighborLoader`` (device "cuda", its batches copied one ahead on a
+  side stream, as PyG's ``PrefetchLoader``) feeding PyG's ``GraphSAGE`` on the GPU.
+
+Each trainer row reports the median epoch after the first (warm-up: kernel loading, allocation), and
+the ratios the issue's targets are stated in: against the compute bound, and against the CPU sampler's
+own time. Without CUDA only the CPU rows run (a smoke test: ``--scale 0.002``). With
+``--accuracy-seeds K`` the CPU trainer and GPU sampling also train ``--accuracy-epochs`` epochs with
+evaluation for K seeds each and print the test accuracy of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from distributed import cached_dataset  # noqa: E402  (the shared products-shaped dataset cache)
+
+from gnnscale.graph.features import gather_rows  # noqa: E402
+from gnnscale.graph.storage import load_dataset_dir  # noqa: E402
+from gnnscale.keys import STREAM_ORDER, derive_key  # noqa: E402
+from gnnscale.nn import ModelConfig  # noqa: E402
+from gnnscale.prefetch import Prefetcher  # noqa: E402
+from gnnscale.sampling import NeighborSampler, set_sampler_threads  # noqa: E402
+from gnnscale.train import TrainConfig, fit  # noqa: E402
+from gnnscale.train.inputs import seeded_model  # noqa: E402
+
+
+def model_config(ds, a) -> ModelConfig:
+    return ModelConfig(name="sage", in_dim=ds.feature_dim, num_classes=ds.num_classes, num_layers=len(a.fanouts),
+                       hidden_dim=a.hidden)
+
+
+def train_config(a, *, device: str, sample_on: str = "host", gpu_cache_fraction: float = 0.0, seed: int = 0,
+                 epochs: int | None = None, evaluate: bool = False) -> TrainConfig:
+    return TrainConfig(fanouts=a.fanouts, batch_size=a.batch_size, epochs=epochs or a.epochs, threads=a.threads,
+                       seed=seed, evaluate=evaluate, device=device, sample_on=sample_on,
+                       gpu_cache_fraction=gpu_cache_fraction)
+
+
+def epoch_seconds(history: list[dict]) -> dict:
+    """Median per-epoch figures after the first epoch (all of them when there is one)."""
+    timed = history[1:] or history
+    return {key: statistics.median(m[key] for m in timed)
+            for key in ("epoch_s", "sample_s", "fetch_s", "forward_backward_s", "wait_s")}
+
+
+def trainer_row(name: str, ds, a, **kw) -> dict:
+    model = seeded_model(model_config(ds, a), 0)
+    report = fit(model, ds, inputs="blocks", config=train_config(a, **kw), progress=False)
+    return {"row": name, **epoch_seconds(report.history)}
+
+
+def epoch_batches(ds, a, epoch: int = 1) -> list[np.ndarray]:
+    """The seeds of an epoch of batches: the training nodes in a keyed random order."""
+    rng = np.random.default_rng(derive_key(0, epoch, stream=STREAM_ORDER))
+    order = rng.permutation(np.asarray(ds.train_idx))
+    return [order[i:i + a.batch_size] for i in range(0, order.shape[0], a.batch_size)]
+
+
+def sampler_alone_row(ds, a) -> dict:
+    """The CPU sampler and feature gather over one epoch's batches in the background stage, unconsumed."""
+    sampler = NeighborSampler(ds.graph, a.fanouts)
+    batches = epoch_batches(ds, a)
+
+    def prepare(step: int):
+        blocks = sampler.sample(batches[step], derive_key(0, 1, step))
+        return blocks, gather_rows(ds.features, blocks[0].src_ids.numpy())
+
+    def run() -> float:
+        start = time.perf_counter()
+        with Prefetcher(prepare, len(batches), 1) as prepared:
+            for _ in prepared:
+                pass
+        return time.perf_counter() - start
+
+    run()  # warm-up
+    return {"row": "CPU sampler alone", "epoch_s": statistics.median(run() for _ in range(a.repeat))}
+
+
+def compute_bound_row(ds, a) -> dict:
+    """Forward, backward and Adam over one epoch of batches sampled on the GPU beforehand."""
+    from gnnscale.sampling.device import DeviceNeighborSampler
+
+    device = torch.device("cuda")
+    sampler = DeviceNeighborSampler(ds.graph, a.fanouts, device="cuda")
+    features = torch.from_numpy(np.ascontiguousarray(ds.features)).to(device)
+    labels = torch.from_numpy(np.asarray(ds.labels)).to(device)
+    batches = [sampler.sample(torch.from_numpy(s).to(device), derive_key(0, 1, i))
+               for i, s in enumerate(epoch_batches(ds, a))]
+    model = seeded_model(model_config(ds, a), 0).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003, fused=True)
+
+    def run() -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for step, blocks in enumerate(batches):
+            logits = model(blocks, features.index_select(0, blocks[0].src_ids), dropout_key=derive_key(0, 1, step, 0, 2))
+            loss = torch.nn.functional.cross_entropy(logits, labels.index_select(0, blocks[-1].dst_ids))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    run()  # warm-up
+    return {"row": "GPU compute bound", "epoch_s": statistics.median(run() for _ in range(a.repeat))}
+
+
+def pyg_row(ds, a) -> dict:
+    """A PyG user's path: gnnscale's NeighborLoader (device cuda: the copy one batch ahead on a side stream)
+    and PyG's GraphSAGE, trimmed to the layer (PyG's fastest form of the model)."""
+    from torch_geometric.nn import GraphSAGE
+
+    from gnnscale.loader import NeighborLoader
+
+    device = torch.device("cuda")
+    loader = NeighborLoader(ds, list(a.fanouts), input_nodes=torch.from_numpy(np.asarray(ds.train_idx)),
+                            batch_size=a.batch_size, shuffle=True, seed=0, device="cuda")
+    model = GraphSAGE(ds.feature_dim, a.hidden, len(a.fanouts), ds.num_classes, dropout=0.5).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003, fused=True)
+
+    def run() -> float:
+        start = time.perf_counter()
+        for batch in loader:
+            out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                        num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+            loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    run()  # warm-up
+    return {"row": "PyG user's path (gnnscale loader)", "epoch_s": statistics.median(run() for _ in range(a.repeat))}
+
+
+def accuracy_rows(ds, a, cuda: bool) -> list[dict]:
+    """Test accuracy of the CPU trainer and (on a GPU) of GPU sampling, ``--accuracy-seeds`` seeds each."""
+    out = []
+    setups = [("CPU trainer", {"device": "cpu"})]
+    if cuda:
+        setups.append(("GPU sampling, GPU step", {"device": "cuda", "sample_on": "device", "gpu_cache_fraction": 1.0}))
+    for name, kw in setups:
+        accs = []
+        for seed in range(a.accuracy_seeds):
+            model = seeded_model(model_config(ds, a), seed)
+            cfg = train_config(a, seed=seed, epochs=a.accuracy_epochs, evaluate=True, **kw)
+            accs.append(fit(model, ds, inputs="blocks", config=cfg, progress=False).test_acc_at_best_val)
+        out.append({"row": name, "test_acc": accs, "mean": float(np.mean(accs))})
+    return out
+
+
+def print_table(rows: list[dict], a, graph: str) -> None:
+    by = {r["row"]: r for r in rows}
+    bound = by.get("GPU compute bound", {}).get("epoch_s")
+    sampler = by["CPU sampler alone"]["epoch_s"]
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    print(f"\n{graph}; GraphSAGE {len(a.fanouts)} layers, hidden {a.hidden}, fanouts {a.fanouts}, batch "
+          f"{a.batch_size}; {a.threads} threads, {device}")
+    print("| row | epoch s | sample s | fetch s | fwd+bwd s | wait s | / compute bound | / CPU sampler |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        cells = [f"{r[k]:.2f}" if k in r else "" for k in ("epoch_s", "sample_s", "fetch_s", "forward_backward_s",
+                                                           "wait_s")]
+        ratio_bound = f"{r['epoch_s'] / bound:.2f}x" if bound else ""
+        print(f"| {r['row']} | {' | '.join(cells)} | {ratio_bound} | {r['epoch_s'] / sampler:.2f}x |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", type=float, default=1.0, help="fraction of products' 2.45M nodes")
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=2, help="epochs per trainer row; the first is warm-up")
+    p.add_argument("--repeat", type=int, default=1, help="timed passes of the non-trainer rows (median)")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--accuracy-seeds", type=int, default=0, help="seeds of the accuracy comparison (0: none)")
+    p.add_argument("--accuracy-epochs", type=int, default=5)
+    p.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    a = p.parse_args()
+    a.fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    set_sampler_threads(a.threads)
+    torch.set_num_threads(a.threads)
+    ds = load_dataset_dir(cached_dataset(a.scale, 0, a.cache_dir), mmap=False)
+    graph = f"products-shaped scale {a.scale:g}: {ds.graph.num_nodes:,} nodes, {ds.graph.num_edges:,} edges"
+    print(graph, flush=True)
+    cuda = torch.cuda.is_available()
+    rows = [trainer_row("CPU trainer", ds, a, device="cpu"), sampler_alone_row(ds, a)]
+    if cuda:
+        rows.append(trainer_row("CPU sampling, GPU step", ds, a, device="cuda"))
+        rows.append(trainer_row("GPU sampling, GPU step", ds, a, device="cuda", sample_on="device",
+                                gpu_cache_fraction=1.0))
+        rows.append(compute_bound_row(ds, a))
+        rows.append(pyg_row(ds, a))
+    else:
+        print("no CUDA here: the CPU rows only", flush=True)
+    print_table(rows, a, graph)
+    accuracy = accuracy_rows(ds, a, cuda) if a.accuracy_seeds else []
+    for r in accuracy:
+        print(f"test accuracy, {r['row']}: mean {r['mean']:.4f} over seeds {', '.join(f'{x:.4f}' for x in r['test_acc'])}")
+    if a.json is not None:
+        a.json.write_text(json.dumps({"graph": graph, "rows": rows, "accuracy": accuracy}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

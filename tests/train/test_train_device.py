@@ -1,0 +1,280 @@
+"""Training on a device (``--device``, ``TrainConfig.device``): on the CPU every device setting is the
+run without one, bit for bit; the copy stage is the identity there; a checkpoint resumes under another
+device setting; a GPU that is absent is one line. The `gpu` tests compare a CUDA run with the CPU one
+(they skip without CUDA; ``pytest -m gpu`` on a GPU machine)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gnnscale.cli import main
+from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
+from gnnscale.nn import ModelConfig
+from gnnscale.sampling import NeighborSampler
+from gnnscale.train.api import fit
+from gnnscale.train.checkpoint import previous_path, read_payload
+from gnnscale.train.config import TrainConfig
+from gnnscale.train.device_copy import DeviceCopy, block_to, converted_to, on_host
+from gnnscale.train.inputs import check_model_device, model_device, seeded_model
+from gnnscale.train.layouts.base import DistBatch, Step
+from gnnscale.train.run import RunOutputs
+
+SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=16, seed=3)
+# --fanouts 4,3: two layers; dropout on, so that the keyed masks are part of what must match.
+CLI = ["train", "--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4",
+       "--fanouts", "4,3", "--epochs", "2", "--threads", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return make_synthetic(SyntheticConfig(**SMALL))
+
+
+def model_config(ds, kernels: str = "auto") -> ModelConfig:
+    return ModelConfig(name="sage", in_dim=ds.feature_dim, hidden_dim=16, num_classes=ds.num_classes, num_layers=2,
+                       dropout=0.2, kernels=kernels)
+
+
+def config(**overrides) -> TrainConfig:
+    return TrainConfig(**{**dict(fanouts=(4, 3), batch_size=128, epochs=2, lr=0.01, seed=7, threads=1), **overrides})
+
+
+def trained(ds, cfg: TrainConfig, kernels: str = "auto", **outputs):
+    return fit(seeded_model(model_config(ds, kernels), cfg.seed), ds, inputs="blocks", config=cfg,
+               outputs=RunOutputs(**outputs), progress=False)
+
+
+def numbers(report) -> list[tuple]:
+    """What a run computed, epoch by epoch (not its timings)."""
+    return [(h["loss"], h["iteration_losses"], h["train_acc"], h["val_acc"], h["test_acc"]) for h in report.history]
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+def test_device_cpu_and_auto_train_bit_for_bit_like_no_device(tmp_path, capsys, kernels):
+    """Through the CLI: --device cpu and --device auto (the CPU on a machine without a GPU; the run's
+    setting is recorded as given) compute exactly the run without the flag, on both kernel paths
+    (--kernels torch: the layers a GPU runs)."""
+    runs = {}
+    for device in (None, "cpu", "auto"):
+        out = tmp_path / f"{kernels}-{device}.json"
+        flag = [] if device is None else ["--device", device]
+        assert main([*CLI, "--kernels", kernels, *flag, "--metrics-out", str(out)]) == 0
+        metrics = json.loads(out.read_text())
+        assert metrics["train"]["device"] == (device or "cpu")
+        runs[device] = [(h["loss"], h["iteration_losses"], h["train_acc"], h["val_acc"], h["test_acc"])
+                        for h in metrics["history"]]
+    assert runs["cpu"] == runs[None] and runs["auto"] == runs[None]
+    assert len(runs[None]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: --device cuda runs")
+def test_device_cuda_without_a_gpu_is_one_line_and_exit_2(capsys):
+    assert main([*CLI, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("gnnscale train: error: --device: cuda asks for a GPU and none is available here")
+    with pytest.raises(ValueError, match=r"device: cuda:1 asks for a GPU and none is available"):
+        fit(nn.Linear(2, 2), make_synthetic(SyntheticConfig(num_nodes=50, feature_dim=2, num_classes=2)),
+            inputs="blocks", config=config(device="cuda:1"), progress=False)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "cpu:0 ", 0])
+def test_a_device_that_is_no_device_name_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match=rf"device: expected cpu, cuda, cuda:N or auto, got {bad!r}"):
+        config(device=bad)
+
+
+def test_a_model_split_over_devices_or_on_another_device_is_refused():
+    """The meta device stands in for a GPU here: a model on two devices cannot train; one on another
+    device than the run's is not moved silently."""
+    split = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, device="meta"))
+    with pytest.raises(ValueError, match=r"model: its parameters and buffers are on cpu, meta; gnnscale trains a "
+                                         r"model on one device"):
+        model_device(split)
+    elsewhere = nn.Linear(2, 2, device="meta")
+    with pytest.raises(ValueError, match=r"device: the model is on meta, this run trains on cpu; pass "
+                                         r"device='meta' \(--device\) or give the model on the CPU"):
+        check_model_device(elsewhere, torch.device("cpu"))
+    check_model_device(nn.Linear(2, 2), torch.device("cpu"))  # on the run's device: accepted
+
+
+def a_batch(ds) -> DistBatch:
+    """One prepared batch as the one-process layout makes it: 2-hop blocks, their features and labels."""
+    seeds = torch.arange(0, 40)
+    blocks = NeighborSampler(ds.graph, (4, 3)).sample(seeds, 11)
+    x = torch.from_numpy(np.asarray(ds.features)[blocks[0].src_ids.numpy()])
+    return DistBatch(step=Step(seeds=seeds, key=11), blocks=blocks, x=x,
+                     y=torch.from_numpy(np.asarray(ds.labels)[seeds.numpy()]), sampled_edges=0, comm={})
+
+
+def test_the_copy_stage_on_the_cpu_is_the_identity(dataset):
+    batch = a_batch(dataset)
+    copier = DeviceCopy(torch.device("cpu"))
+    assert copier.stream is None
+    sent = copier.send(batch, batch)
+    assert sent.ready is None and sent.tensors == ()
+    got, model_input = copier.receive(sent)
+    assert got is batch and model_input is batch  # the same objects: nothing copied
+    converted = object()  # a model's own form of the batch, whatever it is
+    assert copier.receive(copier.send(batch, converted)) == (batch, converted)
+    # Saved state: CPU tensors are written as they are, sharing their memory.
+    state = {"w": torch.ones(3), "opt": {"state": {0: {"exp_avg": torch.zeros(3)}}, "param_groups": [{"lr": 0.1}]}}
+    host = on_host(state)
+    assert host["w"].data_ptr() == state["w"].data_ptr()
+    assert host["opt"]["state"][0]["exp_avg"].data_ptr() == state["opt"]["state"][0]["exp_avg"].data_ptr()
+    assert host["opt"]["param_groups"] == [{"lr": 0.1}]
+
+
+def test_the_copy_stage_moves_every_tensor_a_step_reads(dataset):
+    """What DeviceCopy sends through ``move`` on a GPU, checked with a move that copies on the CPU: every
+    tensor of every block (edge weights included) and of a PyG batch, each once, the values unchanged."""
+    batch = a_batch(dataset)
+    moved = []
+
+    def move(t):
+        if not isinstance(t, torch.Tensor):  # PyG's apply() hands over the batch's numbers too
+            return t
+        moved.append(t)
+        return t.clone()
+
+    weighted = replace(batch.blocks[0], edge_weight=torch.rand(batch.blocks[0].num_edges))
+    for block in (batch.blocks[1], weighted):
+        moved.clear()
+        copy = block_to(block, move)
+        expected = [block.indptr, block.indices, block.src_ids] + ([] if block.edge_weight is None else
+                                                                     [block.edge_weight])
+        assert sorted(id(t) for t in moved) == sorted(id(t) for t in expected)
+        for name in ("indptr", "indices", "src_ids", "edge_weight"):
+            a, b = getattr(copy, name), getattr(block, name)
+            assert (a is None and b is None) or (torch.equal(a, b) and a is not b)
+        assert copy.num_dst == block.num_dst
+    from gnnscale.train.pyg_inputs import pyg_batch
+
+    data = pyg_batch(batch)
+    tensors = {key: value for key, value in data.to_dict().items() if isinstance(value, torch.Tensor)}
+    moved.clear()
+    converted_to(data, move)
+    assert sorted(id(t) for t in moved) == sorted(id(t) for t in tensors.values())
+    assert all(torch.equal(data[key], value) and data[key] is not value for key, value in tensors.items())
+    assert data.batch_size == 40 and data.num_sampled_nodes[0] == 40
+    with pytest.raises(TypeError, match="device: the copy stage moves gnnscale Blocks, got str"):
+        block_to("not a block", move)
+
+
+def test_a_checkpoint_resumes_under_another_device_setting_exactly(dataset, tmp_path):
+    """Written by a run on --device cpu mid-epoch, resumed with --device auto (here the CPU): the run
+    continues bit for bit, through the CPU state the checkpoint holds (model, Adam's moments, the epoch's
+    running sums), loaded onto the device the run trains on."""
+    whole = trained(dataset, config(epochs=3))
+    ckpt = tmp_path / "run.pt"
+    trained(dataset, config(epochs=2, device="cpu"), checkpoint=ckpt, checkpoint_every=4)
+    mid = tmp_path / "mid.pt"  # the save before the last one: epoch 1, 2 of its 6 iterations done
+    mid.write_bytes(previous_path(ckpt).read_bytes())
+    payload = read_payload(mid)
+    assert (payload["epoch"], payload["step"]) == (1, 2)
+    assert "device" not in payload["signature"]["train"]  # not part of what a resume must match
+    assert all(t.device.type == "cpu" for t in payload["model_state"].values())
+    resumed = trained(dataset, config(epochs=3, device="auto"), checkpoint=mid, resume=True)
+    assert numbers(resumed) == numbers(whole)
+
+
+# --- sampling on the device, feature rows held there -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [dict(sample_on="device"), dict(sample_on="device", gpu_cache_fraction=0.4),
+                                dict(gpu_cache_fraction=1.0)], ids=["device", "device+cache", "cache"])
+def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset, kw):
+    """--sample-on device (the device sampler: the fused kernel's blocks in torch ops) and --gpu-cache-fraction
+    (hot rows held on the device, the rest gathered on the host), here with --device cpu: the run of the
+    host sampler and gather, bit for bit."""
+    assert numbers(trained(dataset, config(**kw))) == numbers(trained(dataset, config(sample_on="host")))
+
+
+@pytest.mark.parametrize(("kw", "layout", "message"), [
+    (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused sampler's "
+                                                         r"blocks; --sampler two_step samples on the host"),
+    (dict(sample_on="gpu"), None, r"sample_on: expected one of \('auto', 'host', 'device'\)"),
+    (dict(gpu_cache_fraction=-0.1), None, r"gpu_cache_fraction: expected a fraction of all nodes in \[0, 1\]"),
+    (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs the whole topology and a feature "
+                                          r"store on each worker \(--layout hybrid\); --layout vanilla"),
+    (dict(gpu_cache_fraction=0.5), "split", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs the whole "
+                                            r"topology"),
+])
+def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
+    from gnnscale.train.layouts import layout_options
+    from gnnscale.train.layouts.registry import check_layout_options
+
+    with pytest.raises(ValueError, match=message):
+        check_layout_options(layout_options(layout or "hybrid"), config(**kw), "sage", 2)
+
+
+# --- on a GPU ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernels", ["auto", "torch"])
+def test_a_run_on_cuda_trains_like_the_cpu_run(dataset, kernels):
+    """The same batches, keyed dropout masks and Adam steps on the GPU: the losses within 1e-4 of the CPU
+    run's (sums in another order), the accuracies alike, and the model left on the GPU."""
+    cpu = trained(dataset, config(), kernels)
+    model = seeded_model(model_config(dataset, kernels), 7)
+    gpu = fit(model, dataset, inputs="blocks", config=config(device="cuda"), progress=False)
+    assert model_device(model).type == "cuda"
+    np.testing.assert_allclose([h["loss"] for h in gpu.history], [h["loss"] for h in cpu.history], rtol=1e-4)
+    np.testing.assert_allclose([h["iteration_losses"] for h in gpu.history],
+                               [h["iteration_losses"] for h in cpu.history], rtol=1e-4)
+    for a, b in zip(gpu.history, cpu.history, strict=True):
+        assert abs(a["val_acc"] - b["val_acc"]) <= 0.02 and abs(a["test_acc"] - b["test_acc"]) <= 0.02
+
+
+@pytest.mark.gpu
+def test_gpu_sampling_and_the_gpu_cache_train_like_the_cpu_run(dataset):
+    """--sample-on device on the GPU draws the host sampler's blocks (bit for bit); with every row held on the
+    GPU the losses are the CPU run's within 1e-4."""
+    cpu = trained(dataset, config())
+    gpu = trained(dataset, config(device="cuda", sample_on="device", gpu_cache_fraction=1.0))
+    np.testing.assert_allclose([h["loss"] for h in gpu.history], [h["loss"] for h in cpu.history], rtol=1e-4)
+    assert [h["sampled_edges"] for h in gpu.history] == [h["sampled_edges"] for h in cpu.history]
+
+
+@pytest.mark.gpu
+def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
+    batch = a_batch(dataset)
+    copier = DeviceCopy(torch.device("cuda", torch.cuda.current_device()))
+    sent = copier.send(batch, batch)
+    got, model_input = copier.receive(sent)
+    assert model_input is got and len(sent.tensors) == 2 + 3 * len(batch.blocks)
+    assert got.x.is_cuda and got.y.is_cuda and all(b.indices.is_cuda and b.indptr.is_cuda for b in got.blocks)
+    assert torch.equal(got.x.cpu(), batch.x) and torch.equal(got.y.cpu(), batch.y)
+    for a, b in zip(got.blocks, batch.blocks, strict=True):
+        assert torch.equal(a.indptr.cpu(), b.indptr) and torch.equal(a.indices.cpu(), b.indices)
+        assert torch.equal(a.src_ids.cpu(), b.src_ids)
+    assert got.step is batch.step  # the seeds stay on the host
+
+
+@pytest.mark.gpu
+def test_split_parallelism_refuses_a_gpu_in_one_line():
+    from gnnscale.train.layouts import layout_options
+    from gnnscale.train.layouts.registry import check_layout_options
+
+    with pytest.raises(ValueError, match=r"device: --layout split trains on the CPU only \(its cooperative blocks "
+                                         r"have no copy to a GPU.*got --device cuda"):
+        check_layout_options(layout_options("split"), config(device="cuda"), "sage", 2)
+    check_layout_options(layout_options("split"), config(device="cpu"), "sage", 2)
+
+
+@pytest.mark.gpu
+def test_training_on_a_gpu_gathers_features_straight_into_pinned_memory(dataset):
+    from gnnscale.train.layouts.single import LocalFeatureStore
+
+    ids = torch.tensor([5, 0, 9])
+    rows = LocalFeatureStore(np.ascontiguousarray(dataset.features, dtype=np.float32), pinned=True).gather(ids)
+    assert rows.is_pinned()
+    assert torch.equal(rows, torch.from_numpy(np.asarray(dataset.features, dtype=np.float32)[ids.numpy()]))
