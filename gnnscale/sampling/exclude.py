@@ -52,8 +52,12 @@ def drop_edges(block: Block, drop: Tensor) -> Block:
 
 
 def exclude_target_edges(blocks: list[Block], src: Tensor, dst: Tensor, num_nodes: int) -> list[Block]:
-    """``blocks`` without any edge between a pair ``(src[i], dst[i])``, in either direction."""
-    keys = excluded_keys(src, dst, num_nodes)
+    """``blocks`` without any edge between a pair ``(src[i], dst[i])``, in either direction (on the blocks'
+    device: the device sampler's blocks stay on the GPU)."""
+    if not blocks:
+        return []
+    device = blocks[0].indptr.device
+    keys = excluded_keys(src.to(device), dst.to(device), num_nodes)
     out = []
     for block in blocks:
         e_src, e_dst = block_edges(block)
