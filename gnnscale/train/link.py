@@ -183,8 +183,8 @@ def reduce_metric(metric: str, pos: Tensor, neg: Tensor, per_positive: int, comm
         comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: the global mean's sums
         return float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
     # Collective: every worker's scores to every worker (the pooled metrics rank them all together).
-    all_pos = torch.cat(comm.all_to_allv([pos.float()] * comm.world_size, "eval"))
-    all_neg = torch.cat(comm.all_to_allv([neg.float()] * comm.world_size, "eval"))
+    all_pos = torch.cat([t.cpu() for t in comm.all_to_allv([pos.float()] * comm.world_size, "eval")])
+    all_neg = torch.cat([t.cpu() for t in comm.all_to_allv([neg.float()] * comm.world_size, "eval")])
     if all_pos.numel() == 0:
         return math.nan
     return link_score(metric, all_pos.numpy(), all_neg.numpy())
@@ -197,8 +197,8 @@ LINK_LAYOUTS = ("hybrid", "vanilla")
 
 def check_link_launch(link: LinkConfig | None, model: nn.Module, outputs, *, layout: str | None = None,
                       dgs: bool = False) -> None:
-    """A link task's one-line refusals before any work: its model, the outputs it cannot write yet and the
-    layouts it does not run on (``layout`` None: one process)."""
+    """A link task's one-line refusals before any work: its model, ``--eval full`` (which scores nodes) and
+    the layouts it does not run on (``layout`` None: one process)."""
     if link is None:
         if isinstance(model, LinkModel):
             raise ValueError("task: a LinkModel trains a link task; pass task=LinkConfig() (--task link)")
