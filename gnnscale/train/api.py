@@ -27,7 +27,7 @@ DEFAULT_TIMEOUT_S = 120.0
 
 def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str, config: TrainConfig = TrainConfig(),
         layout: str | LayoutOptions | None = None, outputs: RunOutputs = RunOutputs(), progress: bool = True,
-        timeout_s: float | None = None, task: LinkConfig | None = None) -> TrainReport:
+        timeout_s: float | None = None, task: str | LinkConfig | None = None) -> TrainReport:
     """Train ``model`` in place by mini-batch neighbor sampling and return the per-epoch report.
 
     Args:
@@ -55,8 +55,8 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         timeout_s: a partition directory only: seconds a worker waits for its peers before it stops with
             an error (default 120).
 
-        task: None trains node classification; a :class:`~gnnscale.train.link_config.LinkConfig` trains link
-            prediction (``model`` then a :class:`~gnnscale.nn.link.LinkModel`, ``layout`` hybrid or vanilla;
+        task: None or ``"node"`` trains node classification; ``"link"`` (its default settings) or a
+            :class:`~gnnscale.train.link_config.LinkConfig` trains link prediction (``model`` then a :class:`~gnnscale.nn.link.LinkModel`, ``layout`` hybrid or vanilla;
             :mod:`gnnscale.train.link`).
 
     Returns:
@@ -73,8 +73,12 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         raise TypeError(f"config: expected a gnnscale.train.config.TrainConfig, got {type(config).__name__}")
     if not isinstance(outputs, RunOutputs):
         raise TypeError(f"outputs: expected a gnnscale.train.run.RunOutputs, got {type(outputs).__name__}")
+    if isinstance(task, str):
+        if task not in ("node", "link"):
+            raise ValueError(f"task: expected 'node', 'link' or a LinkConfig, got {task!r}")
+        task = LinkConfig() if task == "link" else None
     if task is not None and not isinstance(task, LinkConfig):
-        raise TypeError(f"task: expected None (node classification) or a LinkConfig, got {type(task).__name__}")
+        raise TypeError(f"task: expected 'node', 'link' or a LinkConfig, got {task!r}")
     return train_run(model, inputs, config, run_source(data, layout, timeout_s, task), outputs, progress=progress)
 
 

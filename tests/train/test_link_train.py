@@ -173,3 +173,14 @@ def test_two_threads_train_a_link_model_the_same_twice(dataset):
     losses = [fit(link_model(dataset, decoder="mlp"), dataset, inputs="blocks", config=cfg, progress=False,
                   task=link).history[0]["iteration_losses"] for _ in range(2)]
     assert losses[0] == losses[1]
+
+
+def test_fit_takes_task_link_as_the_default_link_config(dataset):
+    cfg = replace(CFG, epochs=1, evaluate=False)
+    by_name, by_config = (fit(link_model(dataset), dataset, inputs="blocks", config=cfg, progress=False, task=task)
+                          for task in ("link", LinkConfig()))
+    assert by_name.history[0]["iteration_losses"] == by_config.history[0]["iteration_losses"]
+    with pytest.raises(ValueError, match="^task: expected 'node', 'link' or a LinkConfig, got 'edge'$"):
+        fit(link_model(dataset), dataset, inputs="blocks", config=cfg, progress=False, task="edge")
+    with pytest.raises(ValueError, match="^task: a LinkModel trains a link task"):
+        fit(link_model(dataset), dataset, inputs="blocks", config=cfg, progress=False)
