@@ -70,11 +70,32 @@ def edge_destinations(indptr: np.ndarray) -> np.ndarray:
 
 
 def keep_edges(indptr: np.ndarray, indices: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The CSC rows with only the edges ``keep`` marks (bool [e]), order kept."""
+    """The CSC rows with only the edges ``keep`` marks (bool [e]), order kept. Kept edges are counted per
+    row by one reduction over ``keep`` (no per-edge row array)."""
     rows = indptr.shape[0] - 1
+    # A False sentinel: a row's range may end at e, and reduceat needs an index inside the array.
+    counts = np.add.reduceat(np.append(keep, False), indptr[:-1], dtype=np.int64) if rows else np.zeros(0, np.int64)
+    counts[np.diff(indptr) == 0] = 0  # reduceat gives an empty range's first element, not 0
     new_indptr = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(edge_destinations(indptr)[keep], minlength=rows), out=new_indptr[1:])
+    np.cumsum(counts, out=new_indptr[1:])
     return new_indptr, np.ascontiguousarray(indices[keep])
+
+
+def csc_edge_codes(indptr: np.ndarray, indices: np.ndarray, fractions: tuple[float, float, float], key: int,
+                   original_ids: np.ndarray | None = None, first_row: int = 0) -> np.ndarray:
+    """:func:`edge_codes` of every CSC edge (row ``r`` is node ``first_row + r``), a chunk of edges at a
+    time: each chunk's destinations are found by a binary search in ``indptr``, so no per-edge id array
+    of the whole graph is made."""
+    e = indices.shape[0]
+    out = np.empty(e, dtype=np.int8)
+    for start in range(0, e, _CHUNK):
+        stop = min(e, start + _CHUNK)
+        src = np.asarray(indices[start:stop], dtype=np.int64)
+        dst = np.searchsorted(indptr, np.arange(start, stop), side="right") - 1 + first_row
+        if original_ids is not None:
+            src, dst = original_ids[src], original_ids[dst]
+        out[start:stop] = edge_codes(src, dst, fractions, key)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,19 +132,22 @@ class LinkSplit:
             raise ValueError("edge_split: the split leaves no training edge")
 
 
-def random_link_split(graph: CSCGraph, fractions, key: int, original_ids: np.ndarray | None = None) -> LinkSplit:
+def random_link_split(graph: CSCGraph, fractions, key: int, original_ids: np.ndarray | None = None,
+                      rows: tuple[int, int] | None = None) -> LinkSplit:
     """The random split of ``graph``'s edges (module docstring); ``original_ids[v]`` is node ``v``'s id in
-    the dataset (a partition's relabelling; None: the graph's own ids), which the hash reads."""
+    the dataset (a partition's relabelling; None: the graph's own ids), which the hash reads. The
+    supervision pairs are those whose destination is in ``rows`` (lo, hi) (a worker's own nodes; None:
+    every node); the message-passing graph is always the whole one."""
     fractions = check_edge_split(fractions)
-    dst = edge_destinations(graph.indptr)
-    src = np.asarray(graph.indices, dtype=np.int64)
-    if original_ids is None:
-        codes = edge_codes(src, dst, fractions, key)
-    else:
-        codes = edge_codes(original_ids[src], original_ids[dst], fractions, key)
+    codes = csc_edge_codes(graph.indptr, graph.indices, fractions, key, original_ids)
     indptr, indices = keep_edges(graph.indptr, graph.indices, codes == 0)
     mp = CSCGraph(indptr=indptr, indices=indices, num_nodes=graph.num_nodes)
-    pairs = [np.stack([src[codes == c], dst[codes == c]]) for c in range(3)]
+    lo, hi = rows if rows is not None else (0, graph.num_nodes)
+    e0, e1 = int(graph.indptr[lo]), int(graph.indptr[hi])
+    src = np.asarray(graph.indices[e0:e1], dtype=np.int64)
+    dst = edge_destinations(graph.indptr[lo:hi + 1] - e0) + lo
+    mine = codes[e0:e1]
+    pairs = [np.stack([src[mine == c], dst[mine == c]]) for c in range(3)]
     return LinkSplit(graph=mp, train=pairs[0], val=pairs[1], test=pairs[2])
 
 

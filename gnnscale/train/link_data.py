@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.graph.link_split import LinkSplit, edge_codes, edge_destinations, keep_edges, random_link_split, \
-    read_link_split
+from gnnscale.graph.link_split import (LinkSplit, csc_edge_codes, edge_destinations, keep_edges, random_link_split,
+                                      read_link_split)
 from gnnscale.keys import derive_key
 from gnnscale.partition.directory import LocalPartition, PartRows
 from gnnscale.sampling.negatives import negative_pairs
@@ -89,18 +89,20 @@ def eval_negatives(pos: np.ndarray, given: np.ndarray | None, link: LinkConfig, 
 
 
 def whole_view_split(part: LocalPartition, link: LinkConfig, seed: int, original_ids: np.ndarray | None) -> LinkSplit:
-    """The split of the replicated topology (one process, or a hybrid worker)."""
+    """The split of the replicated topology (one process, or a hybrid worker: the pairs of its own nodes)."""
     if link.link_split is not None:
         return read_link_split(part.topology, link.link_split)
-    return random_link_split(part.topology, link.edge_split, split_key(seed), original_ids)
+    return random_link_split(part.topology, link.edge_split, split_key(seed), original_ids,
+                             rows=part.book.node_range(part.part))
 
 
 def own_view_split(part: LocalPartition, link: LinkConfig, seed: int, original_ids: np.ndarray) -> tuple[PartRows, LinkSplit]:
     """A vanilla worker's rows without its validation and test in-edges, and its own supervision edges."""
     rows: PartRows = part.topology
+    codes = csc_edge_codes(rows.local_indptr, rows.local_indices, link.edge_split, split_key(seed), original_ids,
+                           first_row=rows.node_offset)
     src = np.asarray(rows.local_indices, dtype=np.int64)
     dst = edge_destinations(rows.local_indptr) + rows.node_offset
-    codes = edge_codes(original_ids[src], original_ids[dst], link.edge_split, split_key(seed))
     indptr, indices = keep_edges(rows.local_indptr, rows.local_indices, codes == 0)
     kept = PartRows(local_indptr=indptr, local_indices=indices, node_offset=rows.node_offset, num_nodes=rows.num_nodes)
     # A stand-in graph: only the edges matter here (the worker samples through its rows).

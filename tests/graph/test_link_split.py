@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from gnnscale.graph.csc import csc_from_coo
-from gnnscale.graph.link_split import (check_edge_split, edge_destinations, random_link_split, read_link_split)
+from gnnscale.graph.link_split import (check_edge_split, csc_edge_codes, edge_codes, edge_destinations, keep_edges,
+                                      random_link_split, read_link_split)
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 
 
@@ -103,3 +104,17 @@ def test_a_split_file_missing_a_key_is_one_line(tmp_path):
     (tmp_path / "test.npz").unlink()
     with pytest.raises(ValueError, match=r"^link_split: .* has neither test.npz nor test.pt"):
         read_link_split(g, tmp_path)
+
+
+def test_keep_edges_counts_rows_with_empty_ones_anywhere():
+    # Rows 0 and 3 and 4 empty (4 and 5 trail), row 1 has 3 edges, row 2 has 2.
+    indptr = np.array([0, 0, 3, 5, 5, 5])
+    indices = np.array([7, 8, 9, 1, 2])
+    keep = np.array([True, False, True, False, True])
+    new_indptr, new_indices = keep_edges(indptr, indices, keep)
+    assert new_indptr.tolist() == [0, 0, 2, 3, 3, 3] and new_indices.tolist() == [7, 9, 2]
+    # The chunked codes equal the per-edge ones (destinations found by binary search, empty rows skipped).
+    dst = edge_destinations(indptr)
+    assert dst.tolist() == [1, 1, 1, 2, 2]
+    np.testing.assert_array_equal(csc_edge_codes(indptr, indices, (0.5, 0.25, 0.25), 3, first_row=10),
+                                  edge_codes(indices, dst + 10, (0.5, 0.25, 0.25), 3))
