@@ -11,7 +11,8 @@ Files (memory-mapped ``.npy``, written under a temporary folder and renamed into
 
 Memory is bounded by chunks: the embeddings by layer-wise inference's; pair scores ``PAIR_CHUNK`` pairs
 at a time; top-K ``SOURCE_CHUNK`` sources against ``CANDIDATE_CHUNK`` candidates at a time, keeping a
-running top-K per source (the dot decoder as one product, the MLP decoder over the chunk's pairs).
+running top-K per source (the dot decoder as one product, the MLP decoder over the chunk's pairs; a
+float ``topk`` per chunk, exact ranking keys for what it picks).
 A node is never its own candidate; existing edges are candidates like any other pair.
 """
 
@@ -78,8 +79,34 @@ def chunk_scores(model: LinkModel, sources: torch.Tensor, candidates: torch.Tens
     return model.score(sources[:, None, :].expand(s, c, -1), candidates[None, :, :].expand(s, c, -1))
 
 
+def ranking_keys(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """int64 keys that order (score, id) pairs as the ranking does: a higher score first, the lower id on a
+    tie. The high 32 bits are the float32 score's bits mapped to a signed int of the same order (negative
+    floats have their magnitude bits flipped); the low 32 bits are ``2**32 - 1 - id``. One ``topk`` over
+    the keys is then the exact ranking, with no sort of the scores themselves."""
+    bits = (scores.float() + 0.0).view(torch.int32).to(torch.int64)  # + 0.0: -0.0 ranks as 0.0
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return (ordered << 32) | (_LOW32 - ids)
+
+
+def keys_to_ranking(keys: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, scores)`` of :func:`ranking_keys`' keys; ``NO_CANDIDATE`` gives id ``n`` and score -inf."""
+    ordered = keys >> 32
+    bits = torch.where(ordered < 0, ordered ^ 0x7FFFFFFF, ordered).to(torch.int32)
+    none = keys == NO_CANDIDATE
+    ids = torch.where(none, n, _LOW32 - (keys & _LOW32))
+    return ids, torch.where(none, -torch.inf, bits.view(torch.float32))
+
+
+_LOW32 = 0xFFFFFFFF
+NO_CANDIDATE = torch.iinfo(torch.int64).min  # below every key: a node itself, or no candidate yet
+
+
 def top_k(model: LinkModel, emb: np.ndarray, k: int, nodes_path: Path, scores_path: Path) -> None:
-    """Every node's ``k`` best-scored other nodes (module docstring), best first; ties: the lower id."""
+    """Every node's ``k`` best-scored other nodes (module docstring), best first; ties: the lower id.
+
+    A running top-``k`` of :func:`ranking_keys` per source chunk, merged with each candidate chunk's own
+    top-``k`` (:func:`chunk_top`), so that the ranking is exact whatever the chunking."""
     n = emb.shape[0]
     best_nodes = np.lib.format.open_memmap(nodes_path, mode="w+", dtype=np.int64, shape=(n, k))
     best_scores = np.lib.format.open_memmap(scores_path, mode="w+", dtype=np.float32, shape=(n, k))
@@ -87,23 +114,36 @@ def top_k(model: LinkModel, emb: np.ndarray, k: int, nodes_path: Path, scores_pa
         for lo in range(0, n, SOURCE_CHUNK):
             src = torch.from_numpy(np.array(emb[lo:lo + SOURCE_CHUNK]))
             rows = torch.arange(lo, lo + src.shape[0])
-            top_s = torch.full((src.shape[0], k), -torch.inf)
-            top_i = torch.full((src.shape[0], k), n, dtype=torch.int64)  # n: no candidate yet
+            top = torch.full((src.shape[0], k), NO_CANDIDATE, dtype=torch.int64)
             for c_lo in range(0, n, CANDIDATE_CHUNK):
                 cand = torch.from_numpy(np.array(emb[c_lo:c_lo + CANDIDATE_CHUNK]))
                 ids = torch.arange(c_lo, c_lo + cand.shape[0])
-                s = chunk_scores(model, src, cand)
-                s[rows[:, None] == ids[None, :]] = -torch.inf  # never a node's own candidate
-                merged_s = torch.cat([top_s, s], 1)
-                merged_i = torch.cat([top_i, ids.expand(src.shape[0], -1)], 1)
-                # Highest score first, the lower id on a tie (a stable order whatever the chunking).
-                order = np.lexsort((merged_i.numpy(), -merged_s.numpy()), axis=1)[:, :k]
-                top_s = torch.gather(merged_s, 1, torch.from_numpy(order))
-                top_i = torch.gather(merged_i, 1, torch.from_numpy(order))
-            best_nodes[lo:lo + src.shape[0]] = top_i.numpy()
-            best_scores[lo:lo + src.shape[0]] = top_s.numpy()
+                scores = chunk_scores(model, src, cand)
+                if c_lo < lo + src.shape[0] and lo < c_lo + cand.shape[0]:  # the chunks share nodes
+                    scores[rows[:, None] == ids[None, :]] = -torch.inf  # never a node's own candidate
+                top = torch.cat([top, chunk_top(scores, ids, k)], 1).topk(k, dim=1).values  # sorted: best first
+            nodes, scores = keys_to_ranking(top, n)
+            best_nodes[lo:lo + src.shape[0]] = nodes.numpy()
+            best_scores[lo:lo + src.shape[0]] = scores.numpy()
     best_nodes.flush()
     best_scores.flush()
+
+
+def chunk_top(scores: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """int64 [s, <= k]: :func:`ranking_keys` of each row's best ``k`` of a candidate chunk (-inf scores, a
+    node's own pair, as :data:`NO_CANDIDATE`).
+
+    A float ``topk`` picks them (linear in the chunk); keys are made for those alone. Only where a row's
+    ``k``-th and ``k+1``-th scores tie, which of the tied ids enters is the ranking's choice (the lower id)
+    rather than ``topk``'s: such a chunk is ranked by keys over all its pairs."""
+    values, where = scores.topk(min(k + 1, scores.shape[1]), dim=1)
+    if values.shape[1] > k and bool((values[:, k - 1] == values[:, k]).any()):
+        keys = ranking_keys(scores, ids)
+        keys[scores == -torch.inf] = NO_CANDIDATE
+        return keys.topk(k, dim=1).values
+    values, where = values[:, :k], where[:, :k]
+    keys = ranking_keys(values, ids.index_select(0, where.reshape(-1)).view(where.shape))
+    return keys.masked_fill_(values == -torch.inf, NO_CANDIDATE)
 
 
 def predict_links(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, pairs: np.ndarray | None = None,

@@ -83,3 +83,34 @@ def test_a_bad_pairs_file_is_one_line(dataset, saved, tmp_path, capsys, array, m
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gnnscale predict: error: --pairs: "), err
     assert __import__("re").search(message, err), err
+
+
+def test_ranking_keys_order_by_score_then_the_lower_id_and_decode_back():
+    scores = torch.tensor([[0.5, -1.0, 0.5, -0.0, 0.0, 3e38, -torch.inf, -2.0]])
+    ids = torch.tensor([7, 1, 3, 9, 2, 5, 4, 0])
+    keys = link_predict.ranking_keys(scores, ids)
+    order = keys.argsort(dim=1, descending=True)[0]
+    # Highest score first; 0.5 twice: id 3 before 7; -0.0 and 0.0 tie: id 2 before 9.
+    assert ids[order].tolist() == [5, 3, 7, 2, 9, 1, 0, 4]
+    got_ids, got_scores = link_predict.keys_to_ranking(keys, n=10)
+    assert torch.equal(got_ids[0], ids) and torch.equal(got_scores, scores + 0.0)
+    none_ids, none_scores = link_predict.keys_to_ranking(torch.tensor([link_predict.NO_CANDIDATE]), n=10)
+    assert none_ids.tolist() == [10] and none_scores.tolist() == [-float("inf")]
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 64], ids=["ties-across-chunks", "chunk-of-k", "one-chunk"])
+def test_top_k_ranks_ties_by_the_lower_id_whatever_the_chunking(tmp_path, monkeypatch, chunk):
+    """Embeddings with many equal scores (the dot decoder over repeated rows): the running top-K equals a
+    brute-force ranking by (score descending, id ascending) exactly, ties across chunk borders included."""
+    rng = np.random.default_rng(0)
+    emb = rng.integers(-2, 3, size=(40, 3)).astype(np.float32)  # few distinct rows: ties everywhere
+    model = LinkModel(seeded_link_model(ModelConfig(name="sage", in_dim=3, hidden_dim=3, num_classes=3,
+                                                    num_layers=1), "dot", 0).encoder, "dot")
+    monkeypatch.setattr(link_predict, "SOURCE_CHUNK", chunk)
+    monkeypatch.setattr(link_predict, "CANDIDATE_CHUNK", chunk)
+    link_predict.top_k(model, emb, 4, tmp_path / "n.npy", tmp_path / "s.npy")
+    full = emb @ emb.T
+    np.fill_diagonal(full, -np.inf)
+    expected = np.stack([np.lexsort((np.arange(40), -row))[:4] for row in full])
+    np.testing.assert_array_equal(np.load(tmp_path / "n.npy"), expected)
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), np.take_along_axis(full, expected, 1))
