@@ -82,8 +82,6 @@ def check_task_flags(args) -> None:
         if given:
             raise ValueError(f"{given[0].lstrip('-')}: applies to --task link; add it or drop {given[0]}")
         return
-    if args.device != "cpu":
-        raise ValueError(f"device: --task link predicts on the CPU, got --device {args.device}")
     given = [flag for flag, value in (("--nodes", args.nodes), ("--embeddings", args.embeddings),
                                       ("--logits", args.logits or None), ("--partitions", args.partitions),
                                       ("--arch", args.arch)) if value is not None]
@@ -115,7 +113,7 @@ def cmd_predict(args) -> None:
     if args.task == "link":
         pairs = None if args.pairs is None else read_pairs(args.pairs, dataset.graph.num_nodes)
         meta = predict_links(model_file, dataset, args.out, pairs=pairs, topk=args.topk, chunk_size=args.chunk_size,
-                             overwrite=args.overwrite)
+                             overwrite=args.overwrite, device=device)
         print(f"wrote {', '.join(meta['files'])} to {args.out} ({meta['seconds']:.2f} s)")
         return
     if model_file.decoder is not None:

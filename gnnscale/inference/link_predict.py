@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gnnscale.devices import resolve_device
 from gnnscale.files import atomic_write
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference
@@ -59,14 +60,20 @@ def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
     return pairs.astype(np.int64)
 
 
-def pair_scores(model: LinkModel, emb: np.ndarray, pairs: np.ndarray, path: Path) -> Path:
-    """The decoder's logit of every pair, ``PAIR_CHUNK`` pairs at a time, into ``path``."""
+def rows_on(emb: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Rows of the (memory-mapped) embeddings as a tensor on ``device``."""
+    return torch.from_numpy(np.array(emb)).to(device)
+
+
+def pair_scores(model: LinkModel, emb: np.ndarray, pairs: np.ndarray, path: Path,
+                device: torch.device = torch.device("cpu")) -> Path:
+    """The decoder's logit of every pair, ``PAIR_CHUNK`` pairs at a time (scored on ``device``), into ``path``."""
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(pairs.shape[0],))
     with torch.no_grad():
         for lo in range(0, pairs.shape[0], PAIR_CHUNK):
             chunk = pairs[lo:lo + PAIR_CHUNK]
-            out[lo:lo + chunk.shape[0]] = model.score(torch.from_numpy(np.array(emb[chunk[:, 0]])),
-                                                      torch.from_numpy(np.array(emb[chunk[:, 1]]))).numpy()
+            scores = model.score(rows_on(emb[chunk[:, 0]], device), rows_on(emb[chunk[:, 1]], device))
+            out[lo:lo + chunk.shape[0]] = scores.cpu().numpy()
     out.flush()
     return path
 
@@ -102,29 +109,31 @@ _LOW32 = 0xFFFFFFFF
 NO_CANDIDATE = torch.iinfo(torch.int64).min  # below every key: a node itself, or no candidate yet
 
 
-def top_k(model: LinkModel, emb: np.ndarray, k: int, nodes_path: Path, scores_path: Path) -> None:
+def top_k(model: LinkModel, emb: np.ndarray, k: int, nodes_path: Path, scores_path: Path,
+          device: torch.device = torch.device("cpu")) -> None:
     """Every node's ``k`` best-scored other nodes (module docstring), best first; ties: the lower id.
 
     A running top-``k`` of :func:`ranking_keys` per source chunk, merged with each candidate chunk's own
-    top-``k`` (:func:`chunk_top`), so that the ranking is exact whatever the chunking."""
+    top-``k`` (:func:`chunk_top`), so that the ranking is exact whatever the chunking. Scores and ranking on
+    ``device``; each source chunk's result comes back to the host files."""
     n = emb.shape[0]
     best_nodes = np.lib.format.open_memmap(nodes_path, mode="w+", dtype=np.int64, shape=(n, k))
     best_scores = np.lib.format.open_memmap(scores_path, mode="w+", dtype=np.float32, shape=(n, k))
     with torch.no_grad():
         for lo in range(0, n, SOURCE_CHUNK):
-            src = torch.from_numpy(np.array(emb[lo:lo + SOURCE_CHUNK]))
-            rows = torch.arange(lo, lo + src.shape[0])
-            top = torch.full((src.shape[0], k), NO_CANDIDATE, dtype=torch.int64)
+            src = rows_on(emb[lo:lo + SOURCE_CHUNK], device)
+            rows = torch.arange(lo, lo + src.shape[0], device=device)
+            top = torch.full((src.shape[0], k), NO_CANDIDATE, dtype=torch.int64, device=device)
             for c_lo in range(0, n, CANDIDATE_CHUNK):
-                cand = torch.from_numpy(np.array(emb[c_lo:c_lo + CANDIDATE_CHUNK]))
-                ids = torch.arange(c_lo, c_lo + cand.shape[0])
+                cand = rows_on(emb[c_lo:c_lo + CANDIDATE_CHUNK], device)
+                ids = torch.arange(c_lo, c_lo + cand.shape[0], device=device)
                 scores = chunk_scores(model, src, cand)
                 if c_lo < lo + src.shape[0] and lo < c_lo + cand.shape[0]:  # the chunks share nodes
                     scores[rows[:, None] == ids[None, :]] = -torch.inf  # never a node's own candidate
                 top = torch.cat([top, chunk_top(scores, ids, k)], 1).topk(k, dim=1).values  # sorted: best first
             nodes, scores = keys_to_ranking(top, n)
-            best_nodes[lo:lo + src.shape[0]] = nodes.numpy()
-            best_scores[lo:lo + src.shape[0]] = scores.numpy()
+            best_nodes[lo:lo + src.shape[0]] = nodes.cpu().numpy()
+            best_scores[lo:lo + src.shape[0]] = scores.cpu().numpy()
     best_nodes.flush()
     best_scores.flush()
 
@@ -147,9 +156,11 @@ def chunk_top(scores: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def predict_links(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, pairs: np.ndarray | None = None,
-                  topk: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, overwrite: bool = False) -> dict:
+                  topk: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, overwrite: bool = False,
+                  device: str | torch.device | None = None) -> dict:
     """Write a link model's outputs over ``dataset`` to ``out`` (module docstring); returns ``meta.json``'s
-    contents. ``pairs``: int64 [n, 2] (:func:`read_pairs`); ``topk``: K >= 1, K < num_nodes."""
+    contents. ``pairs``: int64 [n, 2] (:func:`read_pairs`); ``topk``: K >= 1, K < num_nodes; ``device``:
+    where the encoder's layers, the pair scores and the ranking compute (default the CPU)."""
     out = check_out_dir(out, overwrite=overwrite)
     model = model_file.model
     if not isinstance(model, LinkModel):
@@ -161,25 +172,27 @@ def predict_links(model_file: ModelFile, dataset: NodeDataset, out: str | Path, 
     n = dataset.graph.num_nodes
     if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk < n):
         raise ValueError(f"topk: expected an int in [1, {n - 1}] (other nodes per node), got {topk!r}")
+    device = resolve_device(device)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=".predict-", dir=out) as tmp:
         tmp = Path(tmp)
-        layers = layerwise_inference(model.encoder, dataset.graph, dataset.features, tmp, chunk_size=chunk_size)
+        layers = layerwise_inference(model.encoder, dataset.graph, dataset.features, tmp, chunk_size=chunk_size,
+                                     device=device)
         os.replace(layers[-1], tmp / "embeddings.npy")
         emb = np.load(tmp / "embeddings.npy", mmap_mode="r")
         files = ["embeddings.npy"]
         if pairs is not None:
-            pair_scores(model, emb, pairs, tmp / "pair_scores.npy")
+            pair_scores(model.to(device), emb, pairs, tmp / "pair_scores.npy", device)
             files.append("pair_scores.npy")
         if topk is not None:
-            top_k(model, emb, topk, tmp / "topk_nodes.npy", tmp / "topk_scores.npy")
+            top_k(model.to(device), emb, topk, tmp / "topk_nodes.npy", tmp / "topk_scores.npy", device)
             files += ["topk_nodes.npy", "topk_scores.npy"]
         meta = {"task": "link", "model": {"file": str(model_file.path), "decoder": model_file.decoder},
                 "dataset": {"name": dataset.name, "num_nodes": n, "num_edges": dataset.graph.num_edges},
                 "rows_are": "node ids 0 .. num_nodes - 1 (pair_scores.npy: the rows of the pairs file)",
                 "files": files + ["meta.json"], "pairs": None if pairs is None else int(pairs.shape[0]), "topk": topk,
-                "chunk_size": chunk_size, "seconds": time.perf_counter() - started,
+                "chunk_size": chunk_size, "device": str(device), "seconds": time.perf_counter() - started,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         for name in LINK_OUTPUT_FILES:  # outputs of an earlier run that this one does not replace would mislead
             if name not in files and name != "meta.json":

@@ -114,3 +114,24 @@ def test_top_k_ranks_ties_by_the_lower_id_whatever_the_chunking(tmp_path, monkey
     expected = np.stack([np.lexsort((np.arange(40), -row))[:4] for row in full])
     np.testing.assert_array_equal(np.load(tmp_path / "n.npy"), expected)
     np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), np.take_along_axis(full, expected, 1))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_link_predictions_on_a_device_equal_the_cpu_ones(dataset, saved, tmp_path, device):
+    """--device: the encoder's layers, pair scores and ranking there; on the CPU the same bits as without
+    the setting, on a GPU the same within rounding (and the same top-K wherever no near-tie decides)."""
+    path, _ = saved
+    pairs = np.array([[0, 1], [5, 7], [299, 3]])
+    link_predict.predict_links(read_model_file(path), dataset, tmp_path / "default", pairs=pairs, topk=5)
+    meta = link_predict.predict_links(read_model_file(path), dataset, tmp_path / device, pairs=pairs, topk=5,
+                                      device=device)
+    assert meta["device"].startswith(device)
+    for name in ("embeddings.npy", "pair_scores.npy", "topk_scores.npy"):
+        got, expected = np.load(tmp_path / device / name), np.load(tmp_path / "default" / name)
+        if device == "cpu":
+            np.testing.assert_array_equal(got, expected)
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    if device == "cpu":
+        np.testing.assert_array_equal(np.load(tmp_path / device / "topk_nodes.npy"),
+                                      np.load(tmp_path / "default" / "topk_nodes.npy"))
