@@ -120,20 +120,32 @@ def compute_bound_row(ds, a) -> dict:
     model = seeded_model(model_config(ds, a), 0).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.003, fused=True)
 
-    def run() -> float:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
+    def epoch() -> None:
         for step, blocks in enumerate(batches):
             logits = model(blocks, features.index_select(0, blocks[0].src_ids), dropout_key=derive_key(0, 1, step, 0, 2))
-            loss = torch.nn.functional.cross_entropy(logits, labels.index_select(0, blocks[-1].dst_ids))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            adam_step(optimizer, logits, labels.index_select(0, blocks[-1].dst_ids))
+
+    return {"row": "GPU compute bound", "epoch_s": median_gpu_seconds(epoch, a.repeat)}
+
+
+def adam_step(optimizer: torch.optim.Optimizer, logits: torch.Tensor, labels: torch.Tensor) -> None:
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def median_gpu_seconds(epoch, repeat: int) -> float:
+    """Median wall time of ``epoch()`` over ``repeat`` runs after a warm-up run, the GPU synchronised."""
+    def timed() -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        epoch()
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    run()  # warm-up
-    return {"row": "GPU compute bound", "epoch_s": statistics.median(run() for _ in range(a.repeat))}
+    timed()
+    return statistics.median(timed() for _ in range(repeat))
 
 
 def pyg_row(ds, a) -> dict:
@@ -149,20 +161,13 @@ def pyg_row(ds, a) -> dict:
     model = GraphSAGE(ds.feature_dim, a.hidden, len(a.fanouts), ds.num_classes, dropout=0.5).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.003, fused=True)
 
-    def run() -> float:
-        start = time.perf_counter()
+    def epoch() -> None:
         for batch in loader:
             out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                        num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
-            loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        torch.cuda.synchronize()
-        return time.perf_counter() - start
+                        num_sampled_edges_per_hop=batch.num_sampled_edges)
+            adam_step(optimizer, out[:batch.batch_size], batch.y[:batch.batch_size])
 
-    run()  # warm-up
-    return {"row": "PyG user's path (gnnscale loader)", "epoch_s": statistics.median(run() for _ in range(a.repeat))}
+    return {"row": "PyG user's path (gnnscale loader)", "epoch_s": median_gpu_seconds(epoch, a.repeat)}
 
 
 def accuracy_rows(ds, a, cuda: bool) -> list[dict]:
