@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=stage)
     skip_gpu = pytest.mark.skip(reason="needs CUDA (a `gpu` test: `pytest -m gpu` on a GPU machine)")
     for item in items:
-        if "gpu" in item.keywords and not _cuda_available():
+        if item.get_closest_marker("gpu") is not None and not _cuda_available():
             item.add_marker(skip_gpu)
 
 
