@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "gnnscale"
 
 STAGES = ("base", "graph", "sampling", "partition", "nn", "distributed", "inference", "train", "loader", "cli")
-BASE_MODULES = {"devices", "files", "intrinsics", "keys", "prefetch", "settings", "threading_layer", "torch_keys"}
+BASE_MODULES = {"batch_stream", "devices", "files", "intrinsics", "keys", "prefetch", "settings", "threading_layer", "torch_keys"}
 CLI_MODULES = {"__init__", "__main__", "cli", "launch", "compile"}
 
 

@@ -28,14 +28,15 @@ import torch.distributed as dist
 from torch import Tensor
 from tqdm import tqdm
 
+from gnnscale.batch_stream import batch_stream
+from gnnscale.devices import StreamCopy
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.keys import STREAM_DROPOUT, derive_key
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.prefetch import stream_in_groups
 from gnnscale.train.best import BestWeights, score_keys
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.device_copy import DeviceCopy
+from gnnscale.train.device_copy import batch_tensors
 from gnnscale.train.inputs import ModelInputs, model_device
 from gnnscale.train.layouts.base import Layout, Step, add_counts
 from gnnscale.train.layouts.data_parallel import worker_memory
@@ -100,19 +101,16 @@ def prepared_batches(layout: Layout, inputs: ModelInputs, steps: list[Step], cfg
     (:mod:`gnnscale.train.device_copy`; on the CPU nothing moves). ``timer`` gets the stage's busy time
     (``sample``, the model's form included; ``fetch``; ``copy``) and the training thread's ``wait``."""
     loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
-    copier = DeviceCopy(device)
 
     def prepare(items: range) -> list:
-        with copier.producing():  # CUDA: device sampling and gathers on the copy's side stream
-            batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
-            with loader.phase("sample"):
-                converted = [(batch, inputs.convert(batch)) for batch in batches]
-            with loader.phase("copy"):  # queueing the copies (pinning included), not the transfers; CPU: nothing
-                return [copier.send(batch, model_input) for batch, model_input in converted]
+        batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
+        with loader.phase("sample"):
+            return [(batch, inputs.convert(batch)) for batch in batches]
 
-    for sent in stream_in_groups(prepare, len(steps), layout.bulk, cfg.prefetch,
-                                 wait_seconds=lambda s: timer.add("wait", s)):
-        yield copier.receive(sent)
+    # The sends are timed as "copy": queueing the copies (pinning included), not the transfers; CPU: nothing.
+    yield from batch_stream(prepare, len(steps), copy=StreamCopy(device), map_tensors=batch_tensors,
+                            group_size=layout.bulk, depth=cfg.prefetch, wait_seconds=lambda s: timer.add("wait", s),
+                            copy_phase=lambda: loader.phase("copy"))
     timer.merge(loader)
 
 
