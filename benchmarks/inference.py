@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_single_process, shutdown
+from gnnscale.distributed.device_policy import HOST
 from gnnscale.graph.datasets import load_dataset
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference
 from gnnscale.nn import MODELS, ModelConfig, build_model
@@ -30,8 +32,10 @@ from gnnscale.nn.model_file import read_model_file
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import BuiltinBlockInputs
-from gnnscale.train.layouts.single import build_single_process
-from gnnscale.train.loop import evaluate
+from gnnscale.train.layouts.single import one_worker, whole_partition
+from gnnscale.train.stages import Pipeline
+from gnnscale.train.tasks.base import TaskContext
+from gnnscale.train.tasks.node import build_node_task
 
 
 def reset_peak_rss() -> None:
@@ -96,11 +100,15 @@ def main() -> None:
     ctx = init_single_process()
     try:
         comm = Comm(ctx)
-        layout = build_single_process(dataset, cfg, train_cfg, comm.new_group())
+        part = replace(whole_partition(dataset), val_idx=nodes)  # the nodes scored as the "val" split
+        task = build_node_task(TaskContext(part=part, cfg=train_cfg, settings=None, comm=comm, partition_dir=None,
+                                           shared_batches=False))
+        layout = one_worker(part, cfg, train_cfg, comm.new_group(), HOST)
+        pipeline = Pipeline(task, layout, BuiltinBlockInputs(), HOST, train_cfg.prefetch)
         reset_peak_rss()
         before = rss_mb("VmRSS")
         start = time.perf_counter()
-        sampled_acc = evaluate(model, layout, BuiltinBlockInputs(), comm, nodes, train_cfg)
+        sampled_acc = task.score(model, pipeline, comm, "val")
         sampled_s = time.perf_counter() - start
     finally:
         shutdown()

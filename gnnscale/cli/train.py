@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from gnnscale.cli.common import DEFAULT_TIMEOUT_S, add_dataset_args, dataset_flags, load_cli_dataset
 from gnnscale.cli.flags import add_settings, given_flags, read_settings, whole_number
@@ -16,25 +16,22 @@ from gnnscale.train.api import fit
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import builtin_model_for
-from gnnscale.train.inputs import seeded_link_model, seeded_model
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.layouts.registry import (DEFAULT_LAYOUT, layout_spec, layouts_owning, layouts_with,
                                             option_classes)
-from gnnscale.train.link import check_link_layout
-from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.rules import RunSettings, check_run
 from gnnscale.train.run import RunOutputs, TrainReport
+from gnnscale.train.tasks.base import TaskSpec
+from gnnscale.train.tasks.registry import DEFAULT_TASK, TASKS, task_settings_classes, task_spec
 
 # Model options come from ModelConfig; the dataset gives the rest (in_dim, num_classes, num_layers).
 MODEL_FROM_DATA = ("in_dim", "num_classes", "num_layers")
 
 
-TASKS = ("node", "link")
-
-
 def settings_classes() -> tuple[type, ...]:
     """Every config whose flags ``gnnscale train`` takes (for naming a flag in an error)."""
-    return (ModelConfig, TrainConfig, LinkConfig, RunOutputs, *option_classes(), DGSConfig)
+    return (ModelConfig, TrainConfig, *task_settings_classes(), RunOutputs, *option_classes(), DGSConfig)
 
 
 def add_train_parser(sub) -> None:
@@ -43,15 +40,16 @@ def add_train_parser(sub) -> None:
     add_settings(t.add_argument_group("model"), ModelConfig)
     t.add_argument("--layers", type=whole_number, default=None, help="GNN layers (default: number of fanouts)")
     add_settings(t.add_argument_group("training"), TrainConfig)
-    link = t.add_argument_group("link prediction (docs/training.md)")
-    link.add_argument("--task", default="node", choices=TASKS,
-                      help="node classification, or link prediction: the encoder's output (--hidden wide) is a node "
-                           "embedding and a decoder scores pairs")
-    add_settings(link, LinkConfig)
+    tasks = t.add_argument_group("task (docs/training.md)")
+    tasks.add_argument("--task", default=DEFAULT_TASK, choices=tuple(TASKS),
+                       help="; ".join(f"{name} ({spec.summary})" for name, spec in TASKS.items()))
+    for spec in TASKS.values():
+        if spec.config is not None:
+            add_settings(t.add_argument_group(f"--task {spec.name}"), spec.config)
     out = t.add_argument_group("outputs")
     add_settings(out, RunOutputs)
     out.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
-    out.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="eval_mode",
+    out.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="full_eval",
                      help="full: after the last epoch also score validation and test nodes by layer-wise inference "
                           "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
                           f"(distributed: --layout {layouts_with('layerwise_inference')})")
@@ -87,7 +85,8 @@ class TrainSettings:
     model: dict  # ModelConfig's fields but MODEL_FROM_DATA
     outputs: RunOutputs
     layout: LayoutOptions | None  # None: one process
-    link: LinkConfig | None = None  # None: node classification
+    task: TaskSpec
+    task_settings: object | None  # the task's own settings (None where it has none)
 
 
 def fanouts_for(cfg: TrainConfig, layers: int | None) -> TrainConfig:
@@ -106,12 +105,12 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     # Checked now, with stand-ins for what the dataset gives; its own fields (all but those) are kept.
     checked = read_settings(ModelConfig, args, in_dim=1, num_classes=2, num_layers=train.num_layers)
     model = {name: value for name, value in asdict(checked).items() if name not in MODEL_FROM_DATA}
-    link = read_link(args)
-    # A link task's --metric is its LinkConfig's; the node metric (of --eval full) is then unused.
-    metric = "accuracy" if link is not None else args.metric or "accuracy"
+    task, task_settings = read_task(args)
+    # --metric is a task's own setting where its settings have one (link); else --eval full's node metric.
+    metric = (args.metric or "accuracy") if task.full_eval else "accuracy"
     if metric not in METRICS:
         raise ValueError(f"metric: expected one of {', '.join(METRICS)} for a node task, got {metric!r}")
-    full_eval = metric if args.eval_mode == "full" else None
+    full_eval = metric if args.full_eval == "full" else None
     if metric != "accuracy" and full_eval is None:
         raise ValueError(f"metric: {metric} scores the full predictions of --eval full; the sampled per-epoch "
                          "evaluation counts accuracy only (add --eval full)")
@@ -119,34 +118,39 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     dgs_given = given_flags(DGSConfig, args)
     if dgs_given and not args.dgs:
         raise ValueError(f"{', '.join(dgs_given)}: given without --dgs; add --dgs")
+    layout = None
     if args.partitions is None:
         check_single_process_flags(args)
-        return TrainSettings(train=train, model=model, outputs=outputs, layout=None, link=link)
-    data = dataset_flags(args)
-    typed = [flag for flag, value in (("--dataset", data.dataset), ("--data-dir", data.data_dir),
-                                      ("-o", args.option)) if value]
-    if typed:
-        raise ValueError(f"partitions: {' and '.join(typed)} cannot be used with --partitions (the partition "
-                         "directory holds the dataset); drop them")
-    layout = read_layout(args, metric)
-    if link is not None:
-        check_link_layout(layout.layout, dgs=layout.dgs is not None)
-    return TrainSettings(train=train, model=model, outputs=outputs, layout=layout, link=link)
-
-
-def read_link(args: argparse.Namespace) -> LinkConfig | None:
-    """``--task link``'s settings (None for a node task, which takes none of them)."""
-    if args.task == "node":
-        typed = given_flags(LinkConfig, args)
+    else:
+        data = dataset_flags(args)
+        typed = [flag for flag, value in (("--dataset", data.dataset), ("--data-dir", data.data_dir),
+                                          ("-o", args.option)) if value]
         if typed:
-            raise ValueError(f"{', '.join(typed)}: applies to --task link; add it or drop the flag")
-        return None
-    if args.eval_mode == "full":
-        raise ValueError("eval_mode: --eval full scores nodes; a link task is scored by --metric every epoch")
-    return read_settings(LinkConfig, args, metric=args.metric or "roc_auc")
+            raise ValueError(f"partitions: {' and '.join(typed)} cannot be used with --partitions (the partition "
+                             "directory holds the dataset); drop them")
+        layout = read_layout(args)
+    check_run(RunSettings(train=train, task=task, task_settings=task_settings, layout=layout, outputs=outputs,
+                          model=model["name"]))
+    return TrainSettings(train=train, model=model, outputs=outputs, layout=layout, task=task,
+                         task_settings=task_settings)
 
 
-def read_layout(args: argparse.Namespace, metric: str) -> LayoutOptions:
+def read_task(args: argparse.Namespace) -> tuple[TaskSpec, object | None]:
+    """``--task`` and its own settings; a flag of another task's settings names the tasks it is for. ``--metric``
+    sets the task's ``metric`` where its settings have one (the dataclass's default where not typed)."""
+    spec = task_spec(args.task)
+    for cls in task_settings_classes():
+        typed = given_flags(cls, args)
+        if cls is not spec.config and typed:
+            owners = " or ".join(name for name, other in TASKS.items() if other.config is cls)
+            raise ValueError(f"{', '.join(typed)}: applies to --task {owners}; add it or drop the flag")
+    if spec.config is None:
+        return spec, None
+    takes_metric = "metric" in {f.name for f in fields(spec.config)}
+    return spec, read_settings(spec.config, args, **({"metric": args.metric} if takes_metric and args.metric else {}))
+
+
+def read_layout(args: argparse.Namespace) -> LayoutOptions:
     """``--layout`` and its own options; a layout option of another layout names the layouts it is for."""
     spec = layout_spec(args.layout or DEFAULT_LAYOUT)
     for cls in option_classes():
@@ -154,13 +158,6 @@ def read_layout(args: argparse.Namespace, metric: str) -> LayoutOptions:
             raise ValueError(f"{given_flags(cls, args)[0]}: applies to --layout "
                              f"{' or '.join(layouts_owning(cls))}, got --layout {spec.name}")
     dgs = read_settings(DGSConfig, args) if args.dgs else None
-    if args.eval_mode == "full" and not spec.layerwise_inference:
-        raise ValueError(f"eval_mode: full evaluation over a partition runs with --layout "
-                         f"{layouts_with('layerwise_inference')}, not {spec.name}; run gnnscale predict --partitions "
-                         "on the saved model instead")
-    if metric == "roc_auc":
-        raise ValueError("metric: roc_auc ranks every score together, which a distributed full evaluation does not "
-                         "gather; use accuracy or f1_macro, or gnnscale predict --partitions on the saved model")
     return LayoutOptions(layout=spec.name, settings=read_settings(spec.options, args), dgs=dgs)
 
 
@@ -184,13 +181,14 @@ def cmd_train(args: argparse.Namespace) -> None:
         # Under torchrun every worker parses the same flags: the same error everywhere.
         raise (LaunchError(str(err)) if args.partitions is not None else err) from None
     progress = not args.quiet
-    link = settings.link
+    task, task_settings = settings.task, settings.task_settings
+    as_fit = task_settings if task_settings is not None else task.name  # fit's task argument
     if settings.layout is not None:
         model = builtin_model_for(args.partitions, settings.layout, settings.model, settings.train, settings.outputs,
-                                  link)
+                                  task, task_settings)
         report = fit(model, args.partitions, inputs="blocks", config=settings.train, layout=settings.layout,
                      outputs=settings.outputs, progress=progress,
-                     timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout, task=link)
+                     timeout_s=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout, task=as_fit)
         if os.environ.get("RANK", "0") != "0":
             return  # every worker has the same report: rank 0 prints it
     else:
@@ -199,14 +197,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
                           overwrite=outputs.overwrite, model_out=outputs.model_out)
         dataset = load_cli_dataset(args)
-        # A link encoder's output is the embedding, --hidden wide.
-        width = dataset.num_classes if link is None else settings.model["hidden_dim"]
-        model_cfg = ModelConfig(in_dim=dataset.feature_dim, num_classes=width, num_layers=settings.train.num_layers,
-                                **settings.model)
-        seed = settings.train.seed
-        model = seeded_model(model_cfg, seed) if link is None else seeded_link_model(model_cfg, link.decoder, seed)
+        model_cfg = ModelConfig(in_dim=dataset.feature_dim,
+                                num_classes=task.output_width(settings.model, dataset.num_classes),
+                                num_layers=settings.train.num_layers, **settings.model)
+        model = task.build_model(model_cfg, task_settings, settings.train.seed)
         report = fit(model, dataset, inputs="blocks", config=settings.train, outputs=outputs, progress=progress,
-                     task=link)
+                     task=as_fit)
     print_report(report, settings.train, settings.outputs)
 
 

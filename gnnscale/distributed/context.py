@@ -3,7 +3,7 @@
 Backend gloo: the default group's exchanges (sampling requests, feature rows, set-up) are host tensors,
 also when the model trains on a GPU. NCCL (one GPU per worker, ``cuda:LOCAL_RANK``) is there only when
 asked for by name; the trainer adds a second group on it for GPU gradients
-(:func:`gnnscale.distributed.gradients.gradient_comm`). Every
+(:func:`gnnscale.distributed.device_policy.gradient_comm`). Every
 worker of a run calls :func:`init_from_env` once at start-up and :func:`shutdown` once at the end
 (in a ``finally``, so that a failing worker still releases its sockets).
 """
@@ -84,7 +84,8 @@ def init_from_env(
     if backend == "nccl":
         if "LOCAL_RANK" not in env:
             raise ValueError("environment: missing LOCAL_RANK (needed to pick this worker's GPU); launch with torchrun")
-        device = torch.device("cuda", _env_int(env, "LOCAL_RANK"))
+        # This worker's GPU, as resolve_device picks it: LOCAL_RANK modulo the GPUs visible.
+        device = torch.device("cuda", _env_int(env, "LOCAL_RANK") % max(torch.cuda.device_count(), 1))
     else:
         device = torch.device("cpu")
     return _init(rank, world_size, _tcp_address(env["MASTER_ADDR"], port), backend, device, timeout_s,

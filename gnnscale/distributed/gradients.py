@@ -8,12 +8,11 @@ Both kinds of parallelism reduce through :func:`all_reduce_gradients`; they diff
   (:func:`gnnscale.distributed.split.shuffle.split_loss`), so the gradients are summed, divisor 1.
 
 On a GPU, gradients are reduced where the Comm's tensors live: on an NCCL group of their own when every
-worker has a GPU of its own (:func:`gradient_comm`), else over gloo through a host copy of the buffer.
+worker has a GPU of its own (:func:`gnnscale.distributed.device_policy.gradient_comm`), else over gloo
+through a host copy of the buffer.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.distributed as dist
@@ -44,23 +43,3 @@ def all_reduce_gradients(model: torch.nn.Module, comm: Comm, *, divisor: int = 1
         flat /= divisor
     for p, g in zip(params, flat.split([p.numel() for p in params])):
         p.grad = g.view_as(p)
-
-
-def gradient_comm(comm: Comm, device: torch.device) -> Comm:
-    """The Comm the training step reduces gradients on, for a model on ``device``.
-
-    With a GPU of its own on every worker and NCCL built in, a second process group on NCCL: gradients
-    stay on the GPUs while the host-side exchanges (sampling, feature fetch, set-up) stay on ``comm``'s
-    gloo. Otherwise (the CPU, workers sharing a GPU, no NCCL) ``comm`` itself, through host copies. Its
-    rounds are counted in ``comm``'s accounting. Collective on ``comm`` (one ``"setup"`` round, then the
-    group's creation) when there are several workers.
-    """
-    if comm.world_size == 1 or comm.device.type == "cuda":
-        return comm  # nothing to reduce, or the default group is already on the GPUs
-    workers_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    own_gpu = (device.type == "cuda" and dist.is_nccl_available()
-               and workers_here <= torch.cuda.device_count())
-    # Collective: every worker creates the group or none does, so all must agree that each has its own GPU.
-    if comm.all_reduce_max_int(0 if own_gpu else 1, "setup"):
-        return comm
-    return comm.new_group(backend="nccl", device=device, stats=comm.stats)

@@ -1,7 +1,8 @@
 """The registry of samplers: the one place that knows every sampler by name (``--sampler``).
 
 A :class:`SamplerSpec` says which built-in models a sampler serves, which options it takes (``--bulk``,
-``--layer-size``, ``--replace``), how inference samples for a model trained with it, and how it is built.
+``--layer-size``, ``--replace``), how inference samples for a model trained with it, on which devices it
+runs, and how it is built there.
 The CLI's choices, the training config's checks, the trainer and the 1.5D layout all read it. Which
 distributed layouts run a sampler is said by each layout's spec (``LayoutSpec.samplers``): layouts sit
 above samplers, and a layout knows what its workers can sample with.
@@ -12,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling import BatchSampler, NeighborSampler
+from gnnscale.sampling.device import DeviceNeighborSampler
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 
 DEFAULT_LAYER_SIZE = 512  # LADIES nodes per layer (Tripathy et al., Table 4)
@@ -54,7 +58,9 @@ class SamplerSpec:
         weighted: its blocks carry edge weights, which a PyG ``(x, edge_index)`` model cannot take.
         masked: DGS's masked node-sampling kernel stands in for it (``--dgs``).
         eval_method: the neighbor-sampling method inference uses for a model trained with it.
-        build: the training sampler.
+        build_host: the training sampler on the host.
+        build_device: the same sampler drawn by torch ops on a device (the host's blocks for the same key),
+            None where it runs on the host only.
     """
 
     name: str
@@ -66,13 +72,31 @@ class SamplerSpec:
     weighted: bool
     masked: bool
     eval_method: str
-    build: Callable[[SamplerInputs], BatchSampler]
+    build_host: Callable[[SamplerInputs], BatchSampler]
+    build_device: Callable[[SamplerInputs, torch.device], BatchSampler] | None = None
+
+    @property
+    def runs_on_device(self) -> bool:
+        """Whether it can sample on a device (``--sample-on device``) as well as on the host."""
+        return self.build_device is not None
+
+    def build(self, inputs: SamplerInputs, device: torch.device | None = None) -> BatchSampler:
+        """The training sampler on the host (``device`` None), or on ``device``."""
+        if device is None:
+            return self.build_host(inputs)
+        if self.build_device is None:
+            raise ValueError(f"sampler: --sampler {self.name} samples on the host only, not on {device}")
+        return self.build_device(inputs, device)
 
 
 def _neighbor(method: str) -> Callable[[SamplerInputs], BatchSampler]:
     def build(inputs: SamplerInputs) -> BatchSampler:
         return NeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, method=method)
     return build
+
+
+def _on_device(inputs: SamplerInputs, device: torch.device) -> BatchSampler:
+    return DeviceNeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, device=device)
 
 
 def _matrix(inputs: SamplerInputs) -> BatchSampler:
@@ -87,16 +111,16 @@ ALL_MODELS = ("sage", "gcn", "gat")
 SAMPLERS: dict[str, SamplerSpec] = {spec.name: spec for spec in (
     SamplerSpec(name="fused", summary="the fused kernel: each hop straight into a CSC block", models=ALL_MODELS,
                 bulk=False, layerwise=False, replace=True, weighted=False, masked=True, eval_method="fused",
-                build=_neighbor("fused")),
+                build_host=_neighbor("fused"), build_device=_on_device),
     SamplerSpec(name="two_step", summary="the two-step reference (COO, relabel, CSC), for comparisons",
                 models=ALL_MODELS, bulk=False, layerwise=False, replace=True, weighted=False, masked=False,
-                eval_method="two_step", build=_neighbor("two_step")),
+                eval_method="two_step", build_host=_neighbor("two_step")),
     SamplerSpec(name="matrix", summary="GraphSAGE sampling by sparse products, --bulk batches at a time (the fused "
                 "blocks)", models=ALL_MODELS, bulk=True, layerwise=False, replace=True, weighted=False, masked=False,
-                eval_method="fused", build=_matrix),
+                eval_method="fused", build_host=_matrix),
     SamplerSpec(name="ladies", summary="layer-wise LADIES sampling by sparse products (weighted blocks)",
                 models=("sage", "gcn"), bulk=True, layerwise=True, replace=False, weighted=True, masked=False,
-                eval_method="fused", build=_ladies),
+                eval_method="fused", build_host=_ladies),
 )}
 
 

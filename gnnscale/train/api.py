@@ -18,7 +18,8 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.distributed import Partitioned
 from gnnscale.train.in_process import InProcess
 from gnnscale.train.layouts import LayoutOptions, layout_options as options_for
-from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.tasks.base import TaskSpec
+from gnnscale.train.tasks.registry import task_of
 from gnnscale.train.run import RunOutputs, TrainReport
 from gnnscale.train.setup import RunSource, train_run
 
@@ -27,7 +28,7 @@ DEFAULT_TIMEOUT_S = 120.0
 
 def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str, config: TrainConfig = TrainConfig(),
         layout: str | LayoutOptions | None = None, outputs: RunOutputs = RunOutputs(), progress: bool = True,
-        timeout_s: float | None = None, task: str | LinkConfig | None = None) -> TrainReport:
+        timeout_s: float | None = None, task: str | object | None = None) -> TrainReport:
     """Train ``model`` in place by mini-batch neighbor sampling and return the per-epoch report.
 
     Args:
@@ -55,9 +56,10 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         timeout_s: a partition directory only: seconds a worker waits for its peers before it stops with
             an error (default 120).
 
-        task: None or ``"node"`` trains node classification; ``"link"`` (its default settings) or a
-            :class:`~gnnscale.train.link_config.LinkConfig` trains link prediction (``model`` then a :class:`~gnnscale.nn.link.LinkModel`, ``layout`` hybrid or vanilla;
-            :mod:`gnnscale.train.link`).
+        task: what is learned (:mod:`gnnscale.train.tasks`): None or ``"node"`` trains node classification;
+            ``"link"`` (its default settings) or a :class:`~gnnscale.train.tasks.link_config.LinkConfig` trains
+            link prediction (``model`` then a :class:`~gnnscale.nn.link.LinkModel`, ``layout`` hybrid or vanilla;
+            :mod:`gnnscale.train.tasks.link`).
 
     Returns:
         the :class:`~gnnscale.train.run.TrainReport`, the same on every worker: per-epoch loss (and every
@@ -73,27 +75,24 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
         raise TypeError(f"config: expected a gnnscale.train.config.TrainConfig, got {type(config).__name__}")
     if not isinstance(outputs, RunOutputs):
         raise TypeError(f"outputs: expected a gnnscale.train.run.RunOutputs, got {type(outputs).__name__}")
-    if isinstance(task, str):
-        if task not in ("node", "link"):
-            raise ValueError(f"task: expected 'node', 'link' or a LinkConfig, got {task!r}")
-        task = LinkConfig() if task == "link" else None
-    if task is not None and not isinstance(task, LinkConfig):
-        raise TypeError(f"task: expected 'node', 'link' or a LinkConfig, got {task!r}")
-    return train_run(model, inputs, config, run_source(data, layout, timeout_s, task), outputs, progress=progress)
+    spec, settings = task_of(task)
+    return train_run(model, inputs, config, run_source(data, layout, timeout_s, spec, settings), outputs,
+                     progress=progress)
 
 
-def run_source(data: NodeDataset | str | os.PathLike, layout: str | LayoutOptions | None,
-               timeout_s: float | None, task: LinkConfig | None = None) -> RunSource:
+def run_source(data: NodeDataset | str | os.PathLike, layout: str | LayoutOptions | None, timeout_s: float | None,
+               task: TaskSpec, task_settings: object | None) -> RunSource:
     """A dataset trains in this process, a partition directory under torchrun."""
     if isinstance(data, NodeDataset):
         for name, value in (("layout", layout), ("timeout_s", timeout_s)):
             if value is not None:
                 raise ValueError(f"{name}: applies to a distributed run over a partition directory; a NodeDataset "
                                  "trains in this process (drop it, or pass the directory gnnscale partition wrote)")
-        return InProcess(data, task)
+        return InProcess(data, task, task_settings)
     if not isinstance(data, (str, os.PathLike)):
         raise TypeError(f"data: expected a gnnscale NodeDataset or a partition directory, got {type(data).__name__}")
-    return Partitioned(Path(data), layout_options(layout), DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s, task)
+    return Partitioned(Path(data), layout_options(layout), DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s, task,
+                       task_settings)
 
 
 def layout_options(layout: str | LayoutOptions | None) -> LayoutOptions:

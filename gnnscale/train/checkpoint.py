@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from gnnscale.files import atomic_write
 from gnnscale.nn.model_file import DatasetFacts, load_data, save_model_file
@@ -180,3 +181,16 @@ def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, da
     ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`write_atomic`.
     ``state_dict``: weights of ``model`` to write instead of its current ones (the best epoch's)."""
     save_model_file(path, model, config, dataset, state_dict=state_dict)
+
+
+def on_host(value):
+    """``value`` (a state dict, an optimizer's state: tensors in dicts, lists and tuples) with every tensor
+    on the CPU: what checkpoints, model files and saved weights hold, so that a run written on one device
+    loads on another. CPU tensors are returned as they are (no copy)."""
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: on_host(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_host(item) for item in value)
+    return value

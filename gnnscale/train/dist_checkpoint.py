@@ -38,11 +38,10 @@ import torch
 from gnnscale.distributed.comm import Comm
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import MANIFEST, SPLITS, sha256_file
-from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, check_same_settings, first_difference,
+from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, check_same_settings, first_difference, on_host,
                                        decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.device_copy import on_host
 from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.registry import layout_spec, layouts_with, resolved
 from gnnscale.train.layouts.single import SINGLE

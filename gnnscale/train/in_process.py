@@ -7,7 +7,7 @@ checkpoints (:mod:`gnnscale.train.dist_checkpoint`), which it writes after every
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,26 +18,33 @@ from gnnscale.distributed.context import DistContext, init_single_process
 from gnnscale.graph.dataset import NodeDataset, check_finite_features
 from gnnscale.inference.evaluate import evaluate_full
 from gnnscale.inference.metrics import check_metric
-from gnnscale.nn.models import builtin_config
 from gnnscale.partition.directory import SPLITS, LocalPartition
 from gnnscale.train.checks import check_run_outputs
-from gnnscale.train.config import TrainConfig, check_sampler_fits_model
+from gnnscale.train.config import TrainConfig
 from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, one_process_identity
-from gnnscale.train.inputs import model_inputs, model_signature, training_device
+from gnnscale.train.inputs import model_signature, training_device
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions
 from gnnscale.train.layouts.single import SINGLE, whole_partition
-from gnnscale.train.link import build_link_layout, check_link_launch, link_header, task_signature
-from gnnscale.train.link_config import LinkConfig
-from gnnscale.train.run import RunOutputs, check_inputs_fit_sampler, check_model_outputs
+from gnnscale.train.rules import RunSettings, check_run, checked_model
+from gnnscale.train.run import RunOutputs
 from gnnscale.train.setup import CheckedLaunch
+from gnnscale.train.tasks.base import TaskSpec
+from gnnscale.train.tasks.node import NODE
+from gnnscale.train.tasks.registry import task_signature
 
 
 @dataclass(frozen=True, slots=True)
 class InProcess:
-    """The :class:`~gnnscale.train.setup.RunSource` of a dataset trained in this process."""
+    """The :class:`~gnnscale.train.setup.RunSource` of a dataset trained in this process.
+
+    Args:
+        dataset: the dataset.
+        task: the task's spec; ``task_settings`` its own settings (None where it has none).
+    """
 
     dataset: NodeDataset
-    link: LinkConfig | None = None  # a link task's settings; None: node classification
+    task: TaskSpec = NODE
+    task_settings: object | None = None
 
     @property
     def partition_dir(self) -> Path | None:
@@ -47,30 +54,28 @@ class InProcess:
         """Every check before training; an existing ``checkpoint`` is continued (``resume``) or replaced
         (``overwrite``), an existing ``metrics_out`` replaced only with ``overwrite``; else ValueError."""
         dataset = self.dataset
-        check_link_launch(self.link, model, outputs)
-        adapter = model_inputs(model, inputs)
+        model_cfg, adapter = checked_model(model, inputs, self.task)
         device = training_device(model, cfg.device)
-        model_cfg = builtin_config(model) if self.link is None else model.config
-        check_model_outputs(model_cfg, outputs)
+        spec = check_run(RunSettings(train=cfg, task=self.task, task_settings=self.task_settings, layout=None,
+                                     outputs=outputs, model=None if model_cfg is None else model_cfg.name,
+                                     inputs=inputs))
         if outputs.full_eval is not None:
             check_metric(outputs.full_eval, dataset.num_classes)
         if model_cfg is not None and model_cfg.num_layers != cfg.num_layers:
             raise ValueError(f"fanouts: {cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
         check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
                           overwrite=outputs.overwrite, model_out=outputs.model_out)
-        check_sampler_fits_model(cfg.sampler, None if model_cfg is None else model_cfg.name)
-        check_inputs_fit_sampler(adapter, cfg)
         if np.asarray(dataset.train_idx).size == 0:
             raise ValueError("train_idx: the training set is empty; nothing to train on")
         check_finite_features(dataset.features)
-        identity = one_process_identity(dataset_facts(dataset),
-                                        task_signature(model_signature(model, adapter), self.link), cfg)
+        signature = task_signature(model_signature(model, adapter), self.task, self.task_settings)
+        identity = one_process_identity(dataset_facts(dataset), signature, cfg)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
                                                  overwrite=outputs.overwrite, every=outputs.checkpoint_every,
                                                  rank=0, run=identity, epochs=cfg.epochs)
-        return CheckedLaunch(inputs=adapter, spec=SINGLE, options=LayoutOptions(layout=SINGLE.name),
-                             model_cfg=model_cfg, identity=identity, device=device, resume_path=resume_path,
-                             link=self.link)
+        return CheckedLaunch(inputs=adapter, spec=spec, options=LayoutOptions(layout=spec.name), model_cfg=model_cfg,
+                             identity=identity, device=device, task=self.task, task_settings=self.task_settings,
+                             resume_path=resume_path)
 
     def join(self) -> DistContext:
         return init_single_process()
@@ -79,13 +84,10 @@ class InProcess:
         return whole_partition(self.dataset)
 
     def build(self, ctx: LayoutContext) -> Layout:
-        if self.link is not None:
-            return build_link_layout(ctx, self.link)
         return SINGLE.build(ctx)
 
     def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:
-        return {"dataset": self.dataset.summary(), "model": launch.identity.signature["model"], "train": asdict(cfg),
-                **link_header(self.link)}
+        return {"dataset": self.dataset.summary(), **launch.header(cfg)}
 
     def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
         return evaluate_full(model, self.dataset, metric)

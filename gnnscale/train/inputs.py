@@ -26,22 +26,19 @@ from gnnscale.devices import resolve_device
 from gnnscale.keys import STREAM_INIT, derive_key
 from gnnscale.nn.link import LinkModel, build_link_model
 from gnnscale.nn.models import ModelConfig, build_model, builtin_config
-from gnnscale.train.layouts.base import DistBatch
-from gnnscale.train.link_inputs import LinkInputs
-
-INPUTS = ("blocks", "pyg")
-
+from gnnscale.train.steps import Batch
 
 class ModelInputs(Protocol):
     """How the loop hands a prepared batch to the model.
 
     ``convert`` runs in the loading stage (beside the training step) and returns what ``logits`` takes;
-    ``logits`` runs on the training thread and returns float [num_seeds, num_classes], the rows of
-    ``batch.y``'s seeds in order. ``dropout_key`` is the step's key in training, None in evaluation."""
+    ``logits`` runs on the training thread and returns the model's outputs, float [n, width], one row per
+    node of the batch's ``out_ids`` in order (the seeds; the task makes the loss's logits of them).
+    ``dropout_key`` is the step's key in training, None in evaluation."""
 
     name: str
 
-    def convert(self, batch: DistBatch): ...
+    def convert(self, batch: Batch): ...
 
     def logits(self, model: nn.Module, converted, *, dropout_key: int | None) -> Tensor: ...
 
@@ -51,17 +48,17 @@ class BuiltinBlockInputs:
 
     name = "blocks"
 
-    def convert(self, batch: DistBatch) -> DistBatch:
+    def convert(self, batch: Batch) -> Batch:
         return batch
 
-    def logits(self, model: nn.Module, batch: DistBatch, *, dropout_key: int | None) -> Tensor:
+    def logits(self, model: nn.Module, batch: Batch, *, dropout_key: int | None) -> Tensor:
         return model(batch.blocks, batch.x, dropout_key=dropout_key)
 
 
 class BlockInputs(BuiltinBlockInputs):
     """A model of one's own over gnnscale blocks: ``model(blocks, x)``."""
 
-    def logits(self, model: nn.Module, batch: DistBatch, *, dropout_key: int | None) -> Tensor:
+    def logits(self, model: nn.Module, batch: Batch, *, dropout_key: int | None) -> Tensor:
         seed_torch_for_step(dropout_key)
         return model(batch.blocks, batch.x)
 
@@ -71,34 +68,6 @@ def seed_torch_for_step(dropout_key: int | None) -> None:
     dropout draws the same masks in every run of the same seed and in a resumed run."""
     if dropout_key is not None:
         torch.manual_seed(dropout_key)
-
-
-def model_inputs(model: nn.Module, inputs: str) -> ModelInputs:
-    """The loop's calling convention for ``model`` given as ``inputs`` (``"blocks"`` or ``"pyg"``)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    if inputs not in INPUTS:
-        raise ValueError(f"inputs: expected one of {INPUTS} (what the model's forward takes: gnnscale blocks "
-                         f"`model(blocks, x)` or PyG's `model(x, edge_index)`), got {inputs!r}")
-    if not any(p.requires_grad for p in model.parameters()):
-        raise ValueError(f"model: {type(model).__name__} has no trainable parameters")
-    model_device(model)  # one device for the whole model
-    if isinstance(model, LinkModel):
-        if inputs != "blocks":
-            raise ValueError("inputs: a LinkModel's encoder is a gnnscale model, which takes blocks; pass "
-                             "inputs='blocks'")
-        return LinkInputs()
-    if builtin_config(model) is not None:
-        if inputs != "blocks":
-            raise ValueError(f"inputs: {type(model).__name__} is a gnnscale model, which takes blocks; pass "
-                             "inputs='blocks'")
-        return BuiltinBlockInputs()
-    if inputs == "blocks":
-        return BlockInputs()
-    # Imported here: only PyG models need torch_geometric (seconds to import) in the training processes.
-    from gnnscale.train.pyg_inputs import PygInputs
-
-    return PygInputs()
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -1,11 +1,12 @@
 """The training loop, the same for one process and for every worker of a distributed run.
 
 Per iteration: take the next prepared batch, forward+backward, all-reduce the gradients (nothing
-moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead by a background stage
-(:func:`prepared_batches`) whose collectives (remote sampling, the feature fetch) run on a process
-group of their own, so they overlap the training step and never interleave with its gradient
-all-reduce (or split parallelism's shuffles). What a worker samples, fetches and computes is its
-layout's (:mod:`gnnscale.train.layouts`); a run in one process is the one-worker layout
+moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead by the stages
+(:mod:`gnnscale.train.stages`) in a background thread whose collectives (remote sampling, the feature
+fetch) run on a process group of their own, so they overlap the training step and never interleave with
+its gradient all-reduce (or split parallelism's shuffles). What is learned is the task's
+(:mod:`gnnscale.train.tasks`: its steps, targets, loss and per-epoch score); what a worker samples, fetches
+and computes is its layout's (:mod:`gnnscale.train.layouts`); a run in one process is the one-worker layout
 (:mod:`gnnscale.train.layouts.single`) on a process group of its own.
 
 Every random choice is keyed by ``(seed, epoch, step, rank)``, so a resumed run continues exactly,
@@ -28,19 +29,17 @@ import torch.distributed as dist
 from torch import Tensor
 from tqdm import tqdm
 
-from gnnscale.batch_stream import batch_stream
-from gnnscale.devices import StreamCopy
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.keys import STREAM_DROPOUT, derive_key
-from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.best import BestWeights, score_keys
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.device_copy import batch_tensors
-from gnnscale.train.inputs import ModelInputs, model_device
-from gnnscale.train.layouts.base import Layout, Step, add_counts
+from gnnscale.train.inputs import model_device
+from gnnscale.train.layouts.base import add_counts
 from gnnscale.train.layouts.data_parallel import worker_memory
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.stages import Pipeline
+from gnnscale.train.tasks.base import Task
 
 
 class Saver(Protocol):
@@ -64,54 +63,12 @@ def progress_bar(iterable, *, enabled: bool, **kwargs):
     return tqdm(iterable, disable=not enabled or not sys.stderr.isatty(), leave=False, **kwargs)
 
 
-class Scorer(Protocol):
-    """The per-epoch validation and test score of a task: node accuracy (:class:`NodeAccuracy`) or a link
-    metric (:class:`gnnscale.train.link.LinkLayout`). ``score`` is collective."""
-
-    metric: str
-
-    def score(self, model, inputs: ModelInputs, comm: Comm, split: str, cfg: TrainConfig) -> float: ...
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAccuracy:
-    """Node classification's score: sampled-inference accuracy over the part's ``val_idx`` or ``test_idx``."""
-
-    layout: Layout
-    part: LocalPartition
-    metric: str = "accuracy"
-
-    def score(self, model, inputs: ModelInputs, comm: Comm, split: str, cfg: TrainConfig) -> float:
-        return evaluate(model, self.layout, inputs, comm, getattr(self.part, f"{split}_idx"), cfg)
-
-
 def score_columns(metric: str, val: float, test: float) -> dict:
     """An epoch's score entries: ``val_acc``/``test_acc`` for node accuracy; a link task's metric under
     ``val_score``/``test_score`` beside its name."""
     if metric == "accuracy":
         return {"val_acc": val, "test_acc": test}
     return {"metric": metric, "val_score": val, "test_score": test}
-
-
-def prepared_batches(layout: Layout, inputs: ModelInputs, steps: list[Step], cfg: TrainConfig, timer: PhaseTimer,
-                     *, training: bool = True, device: torch.device = torch.device("cpu")):
-    """``(batch, model input)`` of ``steps``: the layout's batches and the model's form of each
-    (:class:`~gnnscale.train.inputs.ModelInputs`), prepared ``cfg.prefetch`` groups ahead in the background
-    stage (its collectives on the loader's own process group) and sent to ``device`` there
-    (:mod:`gnnscale.train.device_copy`; on the CPU nothing moves). ``timer`` gets the stage's busy time
-    (``sample``, the model's form included; ``fetch``; ``copy``) and the training thread's ``wait``."""
-    loader = PhaseTimer()  # the stage's thread writes only this one; merged at the end
-
-    def prepare(items: range) -> list:
-        batches = layout.prepare(steps[items.start:items.stop], loader, training=training)
-        with loader.phase("sample"):
-            return [(batch, inputs.convert(batch)) for batch in batches]
-
-    # The sends are timed as "copy": queueing the copies (pinning included), not the transfers; CPU: nothing.
-    yield from batch_stream(prepare, len(steps), copy=StreamCopy(device), map_tensors=batch_tensors,
-                            group_size=layout.bulk, depth=cfg.prefetch, wait_seconds=lambda s: timer.add("wait", s),
-                            copy_phase=lambda: loader.phase("copy"))
-    timer.merge(loader)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -154,30 +111,33 @@ class EpochSums:
                    counts=list(state["counts"]), edges=int(state["edges"]), comm=list(state["comm"]))
 
 
-def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig, epoch: int,
-                num_batches: int, timer: PhaseTimer, progress: bool, *, first_step: int = 0,
-                sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None,
-                grad_comm: Comm | None = None) -> dict:
+def train_epoch(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainConfig, epoch: int, num_batches: int,
+                timer: PhaseTimer, progress: bool, *, first_step: int = 0, sums: EpochSums | None = None,
+                after_step: Callable[[int, EpochSums], None] | None = None, grad_comm: Comm | None = None) -> dict:
     """Iterations ``first_step .. num_batches - 1`` of an epoch (the same on every worker), adding to
     ``sums`` (a resumed epoch's sums so far; default: none). ``after_step(steps_done, sums)`` runs after
     every iteration (the mid-epoch checkpoints). Gradients are reduced on ``grad_comm`` (default ``comm``;
-    its rounds are counted in ``comm``'s accounting). The step runs on the model's device. Returns this worker's sums (per iteration too), the
-    communication counted per iteration (loader and training groups together) and the layout's metrics
-    of the epoch (collective: :meth:`finish_epoch`)."""
+    its rounds are counted in ``comm``'s accounting). The step runs on the model's device. Returns this worker's
+    sums (per iteration too), the communication counted per iteration (loader and training groups together) and
+    the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
+    task, layout, inputs = pipeline.task, pipeline.layout, pipeline.inputs
     model.train()
     device = model_device(model)
-    steps = layout.plan_epoch(epoch, num_batches)[first_step:]
+    layout.start_epoch()
+    steps = task.plan_epoch(epoch, num_batches)[first_step:]
     # The sums stay on the device during the epoch (no host sync per iteration) and come back once, below.
     sums = (sums if sums is not None else EpochSums()).to(device)
     comm.stats.snapshot_and_reset()
-    batches = prepared_batches(layout, inputs, steps, cfg, timer, device=device)
+    batches = pipeline.batches(steps, timer, training=True)
     bar = progress_bar(batches, enabled=progress, initial=first_step, total=num_batches, desc=f"epoch {epoch}")
     for step, (batch, model_input) in enumerate(bar, start=first_step):
+        total = layout.loss_total(batch)
         with timer.phase("forward_backward"):  # split parallelism: its shuffles included
             # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
             dropout_key = derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT)
-            logits = inputs.logits(model, model_input, dropout_key=dropout_key)
-            loss = layout.loss(logits, batch)
+            outputs = inputs.logits(model, model_input, dropout_key=dropout_key)
+            logits = task.logits(model, outputs, batch)
+            loss = task.loss(logits, batch, total)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         with timer.phase("grad_sync"):
@@ -186,8 +146,9 @@ def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Com
         layout.after_step(model, epoch * num_batches + step + 1)  # DGS: the model to its explainer, every T
         sums.comm.append(add_counts(batch.comm, comm.stats.snapshot_and_reset()))
         sums.edges += batch.sampled_edges
-        # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop.
-        sums.loss_sums.append(layout.loss_sum(loss, batch))
+        # Accumulate as tensors: no .item() (a sync point on GPU) inside the loop. The loss summed over this
+        # worker's terms: the mean times their count, or (split) the share times the mini-batch's count.
+        sums.loss_sums.append(loss.detach().double() * (batch.y.numel() if total is None else total))
         sums.correct += (logits.detach().argmax(1) == batch.y).sum()
         sums.counts.append(batch.y.numel())
         if after_step is not None:
@@ -198,25 +159,6 @@ def train_epoch(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Com
     host = sums.to(torch.device("cpu"))  # host sync on a GPU: once per epoch
     return {"loss_sums": host.loss_sums, "correct": host.correct, "counts": host.counts, "edges": host.edges,
             "comm": host.comm, "layout": extra, "bulk": layout.bulk}
-
-
-@torch.no_grad()
-def evaluate(model, layout: Layout, inputs: ModelInputs, comm: Comm, node_ids, cfg: TrainConfig) -> float:
-    """Global accuracy over every worker's ``node_ids`` with sampled inference. Sampling and fetching
-    are collective, so every worker runs the same number of steps (agreed on ``comm``)."""
-    model.eval()
-    device = model_device(model)
-    # Collective: the largest number of inference steps any worker needs.
-    num_steps = comm.all_reduce_max_int(layout.eval_steps_needed(node_ids, cfg.eval_batch_size), "eval")
-    steps = layout.plan_eval(node_ids, cfg.eval_batch_size, num_steps)
-    correct = torch.zeros((), dtype=torch.long, device=device)  # counted on the device: no sync per batch
-    for batch, model_input in prepared_batches(layout, inputs, steps, cfg, PhaseTimer(), training=False,
-                                               device=device):
-        if batch.step.real:
-            correct += (inputs.logits(model, model_input, dropout_key=None).argmax(1) == batch.y).sum()
-    totals = torch.tensor([int(correct), node_ids.shape[0]], dtype=torch.float64)  # host sync: once
-    comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: global counts
-    return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
 
 
 def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, cpu_s: float, scores: dict, comm: Comm) -> dict:
@@ -265,11 +207,11 @@ def epoch_metrics(epoch: int, sums: dict, timer: PhaseTimer, cpu_s: float, score
     }
 
 
-def agreed_num_batches(layout: Layout, comm: Comm) -> int:
+def agreed_num_batches(task: Task, comm: Comm) -> int:
     """Iterations per epoch, the same on every worker: enough for the worker that needs most."""
     # Collective: every worker must run the same number of iterations.
-    num_batches = comm.all_reduce_max_int(layout.local_batches(), "setup")
-    error = layout.check_num_batches(num_batches)
+    num_batches = comm.all_reduce_max_int(task.local_batches(), "setup")
+    error = task.check_num_batches(num_batches)
     comm.agree(not error, error)
     return num_batches
 
@@ -311,17 +253,16 @@ def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int)
                                    "the features and labels")
 
 
-def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Comm, cfg: TrainConfig,
-                 part: LocalPartition, num_batches: int, start: Start, saver: Saver | None, lead: bool,
-                 on_epoch_end: Callable[[list[dict]], None] | None = None, grad_comm: Comm | None = None,
-                 scorer: Scorer | None = None) -> list[dict]:
-    """Epochs ``start.epoch .. cfg.epochs - 1``, each evaluated; ``start.best`` keeps the weights of the best
-    one; ``saver`` saves after every epoch and, when due, after an iteration; ``on_epoch_end(history)`` runs
-    after every epoch (the metrics file); ``scorer`` gives each epoch's validation and test score (default:
-    node accuracy). Returns the history, the checkpoint's epochs first. A loss that
-    becomes NaN or infinite stops the run (:class:`TrainingDiverged`) before the broken state is saved."""
+def train_epochs(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainConfig, num_batches: int,
+                 start: Start, saver: Saver | None, lead: bool,
+                 on_epoch_end: Callable[[list[dict]], None] | None = None, grad_comm: Comm | None = None) -> list[dict]:
+    """Epochs ``start.epoch .. cfg.epochs - 1``, each scored by the task on its validation and test splits;
+    ``start.best`` keeps the weights of the best one; ``saver`` saves after every epoch and, when due, after an
+    iteration; ``on_epoch_end(history)`` runs after every epoch (the metrics file). Returns the history, the
+    checkpoint's epochs first. A loss that becomes NaN or infinite stops the run (:class:`TrainingDiverged`)
+    before the broken state is saved."""
     history, best = list(start.history), start.best
-    scorer = scorer if scorer is not None else NodeAccuracy(layout, part)
+    task, layout = pipeline.task, pipeline.layout
     for epoch in range(start.epoch, cfg.epochs):
         timer = PhaseTimer()
         resumed = epoch == start.epoch and start.step > 0
@@ -337,15 +278,15 @@ def train_epochs(model, optimizer, layout: Layout, inputs: ModelInputs, comm: Co
 
         cpu_start = time.process_time()
         with timer.phase("epoch"):
-            sums = train_epoch(model, optimizer, layout, inputs, comm, cfg, epoch, num_batches, timer, lead,
+            sums = train_epoch(model, optimizer, pipeline, comm, cfg, epoch, num_batches, timer, lead,
                                first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
                                after_step=after_step, grad_comm=grad_comm)
         cpu_s = time.process_time() - cpu_start
         val = test = float("nan")
         if cfg.evaluate:
-            val = scorer.score(model, inputs, comm, "val", cfg)
-            test = scorer.score(model, inputs, comm, "test", cfg)
-        history.append(epoch_metrics(epoch, sums, timer, cpu_s, score_columns(scorer.metric, val, test), comm))
+            val = task.score(model, pipeline, comm, "val")
+            test = task.score(model, pipeline, comm, "test")
+        history.append(epoch_metrics(epoch, sums, timer, cpu_s, score_columns(task.metric, val, test), comm))
         if lead:
             print_epoch(history[-1])
         check_finite_epoch(history[-1])

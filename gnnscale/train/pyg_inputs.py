@@ -18,10 +18,10 @@ from torch_geometric.data import Data
 from gnnscale.sampling.nodewise import nodewise_from_blocks
 from gnnscale.sampling.pyg import to_data
 from gnnscale.train.inputs import seed_torch_for_step
-from gnnscale.train.layouts.base import DistBatch
+from gnnscale.train.steps import Batch
 
 
-def pyg_batch(batch: DistBatch) -> Data:
+def pyg_batch(batch: Batch) -> Data:
     """The PyG batch of a prepared (data-parallel) batch: its blocks' node-wise subgraph, the features of
     its nodes, and the labels of its seeds."""
     sample, rows = nodewise_from_blocks(batch.blocks)
@@ -33,7 +33,7 @@ class PygInputs:
 
     name = "pyg"
 
-    def convert(self, batch: DistBatch) -> Data:
+    def convert(self, batch: Batch) -> Data:
         return pyg_batch(batch)
 
     def logits(self, model: nn.Module, data: Data, *, dropout_key: int | None) -> Tensor:

@@ -12,9 +12,6 @@ import torch
 
 from gnnscale.nn import ModelConfig
 from gnnscale.train.best import best_entry, score_keys
-from gnnscale.sampling.registry import SAMPLERS, sampler_spec
-from gnnscale.train.config import TrainConfig
-from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.metrics import write_json_atomic
 from gnnscale.settings import setting
 
@@ -102,14 +99,6 @@ def check_model_outputs(model: ModelConfig | str | None, outputs: RunOutputs) ->
     if outputs.full_eval is not None:
         raise ValueError("full_eval: layer-wise full-graph inference runs gnnscale's own layers one at a time; a "
                          "model of your own is evaluated on sampled neighborhoods every epoch (drop full_eval)")
-
-
-def check_inputs_fit_sampler(inputs: ModelInputs, cfg: TrainConfig) -> None:
-    """PyG's ``(x, edge_index)`` has no edge weights, which a weighted sampler's blocks (LADIES') carry."""
-    if inputs.name == "pyg" and sampler_spec(cfg.sampler).weighted:
-        unweighted = [name for name, spec in SAMPLERS.items() if not spec.weighted]
-        raise ValueError(f"sampler: --sampler {cfg.sampler} gives weighted blocks, and a PyG model's (x, edge_index) "
-                         f"batch has no edge weights; train it with sampler {', '.join(unweighted)}")
 
 
 @contextmanager

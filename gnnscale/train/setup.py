@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -23,24 +23,26 @@ from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
-from gnnscale.distributed.gradients import gradient_comm
+from gnnscale.distributed.device_policy import DevicePolicy, decide, gradient_comm
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import set_sampler_threads
+from gnnscale.sampling.registry import sampler_spec
 from gnnscale.train.best import BestWeights
-from gnnscale.train.checkpoint import save_model
+from gnnscale.train.checkpoint import on_host, save_model
 from gnnscale.train.checks import LaunchError
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.device_copy import on_host
 from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity, receive_checkpoint, same_partition
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec
-from gnnscale.train.link_config import LinkConfig
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
 from gnnscale.train.run import RunOutputs, TrainReport, keep_caller_rng, metrics_writer, summarize
+from gnnscale.train.stages import Pipeline
+from gnnscale.train.tasks.base import TaskContext, TaskSpec
+from gnnscale.train.tasks.registry import task_header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,9 +56,8 @@ class CheckedLaunch:
         model_cfg: the built-in model's config; None for a model of one's own.
         identity: what a checkpoint must match to be resumed.
         device: where this worker trains (``TrainConfig.device`` resolved: under torchrun, its own GPU).
+        task: the task's spec; ``task_settings`` its own settings (None where it has none).
         resume_path: rank 0: the checkpoint file to resume from (None: start afresh).
-        link: a link task's settings (the layout is then a :class:`~gnnscale.train.link.LinkLayout`, which
-            also scores the epochs); None: node classification.
     """
 
     inputs: ModelInputs
@@ -65,8 +66,14 @@ class CheckedLaunch:
     model_cfg: ModelConfig | None
     identity: RunIdentity
     device: torch.device
+    task: TaskSpec
+    task_settings: object | None
     resume_path: Path | None = None
-    link: LinkConfig | None = None
+
+    def header(self, cfg: TrainConfig) -> dict:
+        """What the metrics file says of the model, the settings (the device as resolved) and the task."""
+        return {"model": self.identity.signature["model"], "train": asdict(replace(cfg, device=str(self.device))),
+                **task_header(self.task, self.task_settings)}
 
 
 class RunSource(Protocol):
@@ -88,7 +95,7 @@ class RunSource(Protocol):
         """This worker's layout (collective on the context's Comms)."""
 
     def header(self, launch: CheckedLaunch, cfg: TrainConfig, world_size: int) -> dict:
-        """What the metrics file says of the run besides its epochs."""
+        """What the metrics file says of the run besides its epochs (:meth:`CheckedLaunch.header` and the data)."""
 
     def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
         """``--eval full``'s scores of the trained model (collective)."""
@@ -113,13 +120,19 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             # The data-loading stage's collectives run on a group of their own, beside the training step's.
             loader = comm.new_group()
             grads = gradient_comm(comm, launch.device)  # NCCL where every worker has a GPU of its own
-            layout = source.build(LayoutContext(part=part, cfg=cfg, model=launch.model_cfg, comm=comm, loader=loader,
-                                                options=launch.options, partition_dir=source.partition_dir,
-                                                device=launch.device))
+            task = launch.task.build(TaskContext(part=part, cfg=cfg, settings=launch.task_settings, comm=comm,
+                                                 partition_dir=source.partition_dir,
+                                                 shared_batches=not launch.spec.per_worker_batches))
+            policy = device_policy(launch, cfg, task.part, loader)
+            layout = source.build(LayoutContext(part=task.part, cfg=cfg, model=launch.model_cfg, comm=comm,
+                                                loader=loader, options=launch.options,
+                                                partition_dir=source.partition_dir, policy=policy,
+                                                seeds_anywhere="seeds_anywhere" in launch.task.needs))
             loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
             header = source.header(launch, cfg, ctx.world_size)
             metrics_out = outputs.metrics_out if ctx.rank == 0 else None
-            report = train(model, layout, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
+            pipeline = Pipeline(task, layout, launch.inputs, policy, cfg.prefetch)
+            report = train(model, pipeline, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
                            on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval,
                            grad_comm=grads)
             if metrics_out is not None and (report.full_eval is not None or report.saved_epoch is not None):
@@ -131,6 +144,15 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             if layout is not None:
                 layout.close()  # DGS: the explainer thread
             shutdown()
+
+
+def device_policy(launch: CheckedLaunch, cfg: TrainConfig, part: LocalPartition, loader: Comm) -> DevicePolicy:
+    """This worker's device policy (collective on ``loader``): a layout that samples on the device and holds
+    rows there (``device_data``, without DGS, whose kernels are its own) passes its topology."""
+    on_device_data = launch.spec.device_data and launch.options.dgs is None and part.view == "whole"
+    return decide(launch.device, sample_on=cfg.sample_on, sampler_runs_there=sampler_spec(cfg.sampler).runs_on_device,
+                  gpu_cache_fraction=cfg.gpu_cache_fraction, topology=part.topology if on_device_data else None,
+                  comm=loader)
 
 
 def broadcast_model(model: nn.Module, comm: Comm) -> None:
@@ -154,7 +176,7 @@ def broadcast_model(model: nn.Module, comm: Comm) -> None:
 FullEval = Callable[[nn.Module, LocalPartition, Comm, str], dict]
 
 
-def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cfg: TrainConfig,
+def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm, cfg: TrainConfig,
           launch: CheckedLaunch, outputs: RunOutputs, *, lead: bool, on_epoch_end=None,
           full_eval: FullEval, grad_comm: Comm | None = None) -> TrainReport:
     """Move the model to the run's device, start every worker from rank 0's model, resume if asked, train
@@ -165,7 +187,8 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
     # One optimizer for every run: fused and unfused Adam round differently, so one worker equals the
     # single-process run only if both step with the same one.
     optimizer = build_optimizer(model, cfg)
-    num_batches = agreed_num_batches(layout, comm)
+    layout = pipeline.layout
+    num_batches = agreed_num_batches(pipeline.task, comm)
     start = Start()
     if outputs.resume:
         start = resume_from(launch.resume_path, comm, model, optimizer, launch.identity, num_batches, cfg.epochs,
@@ -174,9 +197,8 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
         layout.load_checkpoint_state(start.layout_state, start.epoch * num_batches + start.step, PhaseTimer())
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
-    history = train_epochs(model, optimizer, layout, launch.inputs, comm, cfg, part, num_batches, start, saver, lead,
-                           on_epoch_end=on_epoch_end, grad_comm=grad_comm,
-                           scorer=layout if launch.link is not None else None)
+    history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead,
+                           on_epoch_end=on_epoch_end, grad_comm=grad_comm)
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,

@@ -16,7 +16,7 @@ from gnnscale.nn.model_file import read_model_file
 from gnnscale.sampling import sample_blocks
 from gnnscale.train import RunOutputs, TrainConfig, fit
 from gnnscale.train.inputs import seeded_link_model
-from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.tasks.link_config import LinkConfig
 
 SMALL = dict(num_nodes=300, avg_degree=6.0, num_classes=3, feature_dim=8, seed=4)
 

@@ -31,8 +31,8 @@ from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
-from gnnscale.train.link import task_signature
-from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.tasks.link_config import LinkConfig
+from gnnscale.train.tasks.registry import task_of, task_signature
 from launch import LAUNCH_TIMEOUT_S, Launch, run_launch, torchrun
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=8, seed=5)
@@ -399,7 +399,7 @@ def dist_identity(partition, cfg: TrainConfig, options: LayoutOptions, link: Lin
     """The identity check_launch gives a 2-worker run of these settings."""
     path, manifest = partition
     model = ModelConfig(name="sage", in_dim=8, hidden_dim=16, num_classes=4, num_layers=2)
-    return run_identity(path, manifest, task_signature(asdict(model), link), cfg, options, 2)
+    return run_identity(path, manifest, task_signature(asdict(model), *task_of(link)), cfg, options, 2)
 
 
 def resume_outcome(path_kind: str, partition, before: tuple, after: tuple) -> None:
@@ -409,10 +409,10 @@ def resume_outcome(path_kind: str, partition, before: tuple, after: tuple) -> No
     ckpt = Path("run.ckpt")
     if path_kind == "single":
         data, model = {"dataset": "synthetic", "num_nodes": 100}, {"name": "sage", "hidden_dim": 16}
-        saved = DistCheckpoint(identity=one_process_identity(data, task_signature(model, link0), cfg0), epoch=1,
+        saved = DistCheckpoint(identity=one_process_identity(data, task_signature(model, *task_of(link0)), cfg0), epoch=1,
                                step=0, num_batches=3, model_state={}, optimizer_state={}, history=[], workers=[],
                                layout_state={})
-        check_resume(saved, ckpt, one_process_identity(data, task_signature(model, link1), cfg1), cfg1.epochs)
+        check_resume(saved, ckpt, one_process_identity(data, task_signature(model, *task_of(link1)), cfg1), cfg1.epochs)
         return
     saved = DistCheckpoint(identity=dist_identity(partition, cfg0, options0, link0), epoch=1, step=0, num_batches=3,
                            model_state={}, optimizer_state={}, history=[], workers=[], layout_state={})

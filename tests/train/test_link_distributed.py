@@ -13,7 +13,7 @@ from gnnscale.nn import ModelConfig
 from gnnscale.partition import write_partition_dir
 from gnnscale.train import TrainConfig, fit
 from gnnscale.train.inputs import seeded_link_model
-from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.tasks.link_config import LinkConfig
 from launch import run_launch, torchrun
 
 SMALL = dict(num_nodes=400, avg_degree=6.0, num_classes=3, feature_dim=8, seed=4)

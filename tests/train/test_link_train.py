@@ -19,15 +19,16 @@ from gnnscale.nn import ModelConfig
 from gnnscale.sampling import sample_blocks
 from gnnscale.sampling.exclude import block_edges
 from gnnscale.sampling.negatives import negative_pairs
+from gnnscale.distributed.device_policy import HOST
 from gnnscale.train import RunOutputs, TrainConfig, fit
-from gnnscale.train.inputs import seeded_link_model
-from gnnscale.train.layouts import LayoutContext, LayoutOptions
-from gnnscale.train.layouts.single import whole_partition
-from gnnscale.train.link import build_link_layout
-from gnnscale.train.link_config import LinkConfig
-from gnnscale.train.link_data import link_partition
-from gnnscale.train.link_inputs import BINARY, RANKED, pair_logits
+from gnnscale.train.inputs import BuiltinBlockInputs, seeded_link_model
+from gnnscale.train.layouts.single import one_worker, whole_partition
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.stages import Pipeline
+from gnnscale.train.tasks.base import TaskContext
+from gnnscale.train.tasks.link import BINARY, RANKED, build_link_task, pair_logits
+from gnnscale.train.tasks.link_config import LinkConfig
+from gnnscale.train.tasks.link_edges import link_partition
 
 SMALL = dict(num_nodes=400, avg_degree=6.0, num_classes=3, feature_dim=8, seed=4)
 CFG = TrainConfig(fanouts=(4, 3), eval_fanouts=(-1, -1), batch_size=128, epochs=2, lr=0.01, seed=3, threads=1)
@@ -58,20 +59,21 @@ def test_bce_is_the_two_class_cross_entropy_and_softmax_ranks_each_positive_firs
 @pytest.mark.parametrize("law", ["uniform", "per_source"])
 def test_a_batch_is_one_seed_set_of_its_pairs_without_its_target_edges(dataset, solo_comm, law):
     link = LinkConfig(neg_ratio=2, neg_sampling=law)
-    ctx = LayoutContext(part=whole_partition(dataset), cfg=CFG, model=None, comm=solo_comm, loader=solo_comm,
-                        options=LayoutOptions(layout="single"), partition_dir=None)
-    layout = build_link_layout(ctx, link)
-    steps = layout.plan_epoch(0, layout.local_batches())
-    assert sum(s.pos.shape[1] for s in steps) == layout.edges.train.shape[1]  # every training edge once
-    for step, batch in zip(steps, layout.prepare(steps, PhaseTimer())):
-        b = step.pos.shape[1]
-        neg_src, neg_dst = negative_pairs(step.pos[0], dataset.graph.num_nodes, 2, step.key, law)
+    task = build_link_task(TaskContext(part=whole_partition(dataset), cfg=CFG, settings=link, comm=solo_comm,
+                                       partition_dir=None, shared_batches=False))
+    pipeline = Pipeline(task, one_worker(task.part, None, CFG, solo_comm, HOST), BuiltinBlockInputs(), HOST, 0)
+    steps = task.plan_epoch(0, task.local_batches())
+    assert sum(s.items.shape[1] for s in steps) == task.edges.train.shape[1]  # every training edge once
+    for step, (batch, _) in zip(steps, pipeline.batches(steps, PhaseTimer(), training=True)):
+        pos = step.items
+        b = pos.shape[1]
+        neg_src, neg_dst = negative_pairs(pos[0], dataset.graph.num_nodes, 2, step.key, law)
         seeds = batch.blocks[-1].dst_ids
-        assert torch.equal(seeds, torch.cat([step.pos.reshape(-1), neg_src, neg_dst]).unique())
-        assert torch.equal(seeds[batch.src], torch.cat([step.pos[0], neg_src]))
-        assert torch.equal(seeds[batch.dst], torch.cat([step.pos[1], neg_dst]))
+        assert torch.equal(seeds, torch.cat([pos.reshape(-1), neg_src, neg_dst]).unique())
+        assert torch.equal(seeds[batch.targets.src], torch.cat([pos[0], neg_src]))
+        assert torch.equal(seeds[batch.targets.dst], torch.cat([pos[1], neg_dst]))
         assert batch.y.tolist() == [1] * b + [0] * (2 * b)
-        targets = {(int(u), int(v)) for u, v in step.pos.T}
+        targets = {(int(u), int(v)) for u, v in pos.T}
         for block in batch.blocks:
             edges = set(zip(*(t.tolist() for t in block_edges(block))))
             assert not edges & (targets | {(v, u) for u, v in targets})

@@ -18,12 +18,13 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import NeighborSampler
 from gnnscale.train.api import fit
-from gnnscale.train.checkpoint import previous_path, read_payload
+from gnnscale.train.checkpoint import on_host, previous_path, read_payload
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.device_copy import DeviceCopy, block_to, converted_to, on_host
 from gnnscale.train.inputs import check_model_device, model_device, seeded_model
-from gnnscale.train.layouts.base import DistBatch, Step
 from gnnscale.train.run import RunOutputs
+from gnnscale.train.stages import CopyStage, block_to, converted_to
+from gnnscale.train.steps import Batch, Step
+from gnnscale.train.tasks.node import NodeTargets
 
 SMALL = dict(num_nodes=1200, avg_degree=8.0, num_classes=4, feature_dim=16, seed=3)
 # --fanouts 4,3: two layers; dropout on, so that the keyed masks are part of what must match.
@@ -105,25 +106,25 @@ def test_a_model_split_over_devices_or_on_another_device_is_refused():
     check_model_device(nn.Linear(2, 2), torch.device("cpu"))  # on the run's device: accepted
 
 
-def a_batch(ds) -> DistBatch:
+def a_batch(ds) -> Batch:
     """One prepared batch as the one-process layout makes it: 2-hop blocks, their features and labels."""
     seeds = torch.arange(0, 40)
     blocks = NeighborSampler(ds.graph, (4, 3)).sample(seeds, 11)
     x = torch.from_numpy(np.asarray(ds.features)[blocks[0].src_ids.numpy()])
-    return DistBatch(step=Step(seeds=seeds, key=11), blocks=blocks, x=x,
-                     y=torch.from_numpy(np.asarray(ds.labels)[seeds.numpy()]), sampled_edges=0, comm={})
+    return Batch(step=Step(items=seeds, key=11), blocks=blocks, x=x,
+                 targets=NodeTargets(torch.from_numpy(np.asarray(ds.labels)[seeds.numpy()])), sampled_edges=0, comm={})
 
 
 def test_the_copy_stage_on_the_cpu_is_the_identity(dataset):
     batch = a_batch(dataset)
-    copier = DeviceCopy(torch.device("cpu"))
+    copier = CopyStage(torch.device("cpu")).stream_copy
     assert copier.stream is None
-    sent = copier.send(batch, batch)
+    sent = copier.send((batch, batch), CopyStage.map_tensors)
     assert sent.ready is None and sent.tensors == ()
     got, model_input = copier.receive(sent)
     assert got is batch and model_input is batch  # the same objects: nothing copied
     converted = object()  # a model's own form of the batch, whatever it is
-    assert copier.receive(copier.send(batch, converted)) == (batch, converted)
+    assert copier.receive(copier.send((batch, converted), CopyStage.map_tensors)) == (batch, converted)
     # Saved state: CPU tensors are written as they are, sharing their memory.
     state = {"w": torch.ones(3), "opt": {"state": {0: {"exp_avg": torch.zeros(3)}}, "param_groups": [{"lr": 0.1}]}}
     host = on_host(state)
@@ -133,7 +134,7 @@ def test_the_copy_stage_on_the_cpu_is_the_identity(dataset):
 
 
 def test_the_copy_stage_moves_every_tensor_a_step_reads(dataset):
-    """What DeviceCopy sends through ``move`` on a GPU, checked with a move that copies on the CPU: every
+    """What the copy stage sends through ``move`` on a GPU, checked with a move that copies on the CPU: every
     tensor of every block (edge weights included) and of a PyG batch, each once, the values unchanged."""
     batch = a_batch(dataset)
     moved = []
@@ -247,8 +248,8 @@ def test_gpu_sampling_and_the_gpu_cache_train_like_the_cpu_run(dataset):
 @pytest.mark.gpu
 def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
     batch = a_batch(dataset)
-    copier = DeviceCopy(torch.device("cuda", torch.cuda.current_device()))
-    sent = copier.send(batch, batch)
+    copier = CopyStage(torch.device("cuda", torch.cuda.current_device())).stream_copy
+    sent = copier.send((batch, batch), CopyStage.map_tensors)
     got, model_input = copier.receive(sent)
     assert model_input is got and len(sent.tensors) == 2 + 3 * len(batch.blocks)
     assert got.x.is_cuda and got.y.is_cuda and all(b.indices.is_cuda and b.indptr.is_cuda for b in got.blocks)

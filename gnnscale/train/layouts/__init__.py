@@ -6,9 +6,9 @@ and ``vanilla``, the matrix samplers' ``1d`` and ``1.5d``, split parallelism, DG
 parallelism); :mod:`~gnnscale.train.layouts.registry` knows them all by name.
 """
 
-from gnnscale.train.layouts.base import DistBatch, Layout, LayoutContext, LayoutOptions, LayoutSpec, Step
+from gnnscale.train.layouts.base import Layout, LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.registry import (LAYOUTS, build_layout, check_layout_options, layout_options,
                                             layout_spec, resolved)
 
-__all__ = ["LAYOUTS", "DistBatch", "Layout", "LayoutContext", "LayoutOptions", "LayoutSpec", "Step", "build_layout",
+__all__ = ["LAYOUTS", "Layout", "LayoutContext", "LayoutOptions", "LayoutSpec", "build_layout",
            "check_layout_options", "layout_options", "layout_spec", "resolved"]

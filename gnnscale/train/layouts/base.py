@@ -1,13 +1,12 @@
-"""What every distributed layout shares: the values between the loop and a layout, the layout
-protocol, and the spec through which the registry (:mod:`gnnscale.train.layouts.registry`) knows a
-layout.
+"""What every layout shares: the layout protocol and the spec through which the registry
+(:mod:`gnnscale.train.layouts.registry`) knows a layout.
 
-A layout turns an epoch into this worker's steps (:meth:`Layout.plan_epoch`), prepares each step's
-batch (:meth:`Layout.prepare`: sampling and the feature fetch, collective where the layout needs it),
-and says how the loss is normalised and gradients reduced, so that a distributed step equals the
-single-process step it stands for. ``prepare`` runs in the background data-loading stage, on a process
-group of its own (the *loader* Comm), while the training step runs on the main group: the two never
-share a group, so their collectives cannot interleave.
+A layout says where data lives and who computes what. It samples the seeds a task hands it
+(:meth:`Layout.sample`) and fetches their input rows (:meth:`Layout.fetch`), collective where the layout
+needs it, and says how the loss is normalised and gradients reduced, so that a distributed step equals the
+single-process step it stands for. Both run in the background data-loading stage
+(:mod:`gnnscale.train.stages`), on a process group of its own (the *loader* Comm), while the training step
+runs on the main group: the two never share a group, so their collectives cannot interleave.
 """
 
 from __future__ import annotations
@@ -17,62 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.distributed.edge_metrics import EdgeMetrics
 from gnnscale.nn import ModelConfig
-from gnnscale.nn.cooperative import SplitAwareBlock
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.sampling import Block
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.metrics import PhaseTimer
-
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
-    """One iteration's input on this worker.
-
-    Args:
-        seeds: int64 [b], the seed nodes this worker samples for.
-        key: the sampling key of the batch (:func:`gnnscale.sampling.derive_key`).
-        real: False for a stand-in step of a worker that has run out of nodes but must still take
-            part in the collectives (evaluation); its result is ignored.
-        iteration: the training iteration counted over the whole run (set by layouts that follow a
-            schedule over iterations, such as DGS's mask refreshes; 0 otherwise).
-    """
-
-    seeds: Tensor
-    key: int
-    real: bool = True
-    iteration: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DistBatch:
-    """One prepared iteration on this worker.
-
-    Args:
-        step: what was prepared.
-        blocks: what the model runs on, in model order: the sampled blocks (data parallelism), or this
-            worker's cooperative splits of the mini-batch (split parallelism).
-        x: float32 [blocks[0].num_src, feature_dim], input features of the first block's sources.
-        y: int64 [b], labels of the seeds whose loss this worker computes (logits' rows, in order).
-        sampled_edges: edges of this worker's blocks.
-        comm: this batch's communication in the loader's process group, ``{category: {"rounds",
-            "calls", "bytes_sent", "bytes_received", "seconds"}}`` (see :class:`gnnscale.distributed.CommStats`).
-    """
-
-    step: Step
-    blocks: list[Block] | list[SplitAwareBlock]
-    x: Tensor
-    y: Tensor
-    sampled_edges: int
-    comm: dict[str, dict[str, float]]
+from gnnscale.train.steps import Batch, Sampled, Step
 
 
 class EdgeLedger:
@@ -146,8 +101,9 @@ class LayoutContext:
         loader: the loading stage's Comm (sampling and fetching rounds).
         options: the validated distributed options (``options.settings`` never None: the layout's own).
         partition_dir: the partition directory (1.5D reads other parts' rows from it); None in one process.
-        device: where this worker trains (``cfg.device`` resolved): a layout with ``device_data`` samples
-            and keeps feature rows there when ``cfg`` asks.
+        policy: where this worker trains, samples and holds feature rows
+            (:mod:`gnnscale.distributed.device_policy`); a layout with ``device_data`` follows it.
+        seeds_anywhere: the task's seeds may be any nodes, not only this worker's (a link task's pairs).
     """
 
     part: LocalPartition
@@ -157,14 +113,22 @@ class LayoutContext:
     loader: Comm
     options: LayoutOptions
     partition_dir: Path | None
-    device: torch.device = torch.device("cpu")
+    policy: DevicePolicy
+    seeds_anywhere: bool = False
 
 
 class Layout(Protocol):
-    """One worker's share of the distributed training: what the loop in
-    :mod:`gnnscale.train.distributed` calls. Data parallelism
+    """One worker's share of the training: what the stages (:mod:`gnnscale.train.stages`) and the loop
+    (:mod:`gnnscale.train.loop`) call. Data parallelism
     (:class:`~gnnscale.train.layouts.data_parallel.DataParallel`) and split parallelism
-    (:class:`~gnnscale.train.layouts.split.SplitParallel`) implement it."""
+    (:class:`~gnnscale.train.layouts.split.SplitParallel`) implement it.
+
+    ``data_comm`` is the Comm whose accounting a batch reads (the loader's, or the process column 1.5D's
+    collectives run on); ``bulk`` the steps one :meth:`sample` call draws together; ``gradient_divisor`` what
+    the summed gradients are divided by.
+    """
+
+    data_comm: Comm
 
     @property
     def bulk(self) -> int: ...
@@ -172,21 +136,20 @@ class Layout(Protocol):
     @property
     def gradient_divisor(self) -> int: ...
 
-    def local_batches(self) -> int: ...
+    def loss_total(self, batch: Batch) -> int | None:
+        """None: this worker's loss is the mean over its own terms (data parallelism); N: the sum over its terms
+        divided by N (split parallelism: its share of the whole mini-batch's mean)."""
 
-    def check_num_batches(self, num_batches: int) -> str: ...
+    def start_epoch(self) -> None:
+        """Start the epoch's layout metrics."""
 
-    def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]: ...
+    def sample(self, steps: list[Step], seeds: list[Tensor], timer: PhaseTimer, *,
+               training: bool) -> list[Sampled]:
+        """The blocks of every step, ``seeds[i]`` step ``i``'s seed nodes (one call for the group)."""
 
-    def plan_eval(self, node_ids: np.ndarray, batch_size: int, num_steps: int) -> list[Step]: ...
-
-    def eval_steps_needed(self, node_ids: np.ndarray, batch_size: int) -> int: ...
-
-    def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]: ...
-
-    def loss(self, logits: Tensor, batch: DistBatch) -> Tensor: ...
-
-    def loss_sum(self, loss: Tensor, batch: DistBatch) -> Tensor: ...
+    def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool) -> tuple[list, Tensor]:
+        """``(blocks, x)``: what the model runs on (the sampled blocks, or split parallelism's cooperative
+        ones) and the input rows of the first block's sources."""
 
     def after_step(self, model: nn.Module, iterations_done: int) -> None: ...
 
@@ -229,6 +192,8 @@ class LayoutSpec:
         device_data: samples on the training device (``--sample-on device``) and holds feature rows there
             (``--gpu-cache-fraction``): a layout whose workers hold the whole topology and gather through a
             feature store.
+        seeds_anywhere: its samplers take seeds owned by any worker (what a task that samples for node pairs
+            needs: :attr:`~gnnscale.train.tasks.base.TaskSpec.needs`).
         check: the layout's own option rules beyond its options' own validation (which needs the model
             or the worker count).
         build: this worker's layout (collective on the context's Comms).
@@ -245,4 +210,5 @@ class LayoutSpec:
     layerwise_inference: bool = False
     repartitionable: bool = False
     device_data: bool = False
+    seeds_anywhere: bool = False
     check: OptionCheck = no_check

@@ -24,13 +24,11 @@ each such iteration's lists go to one worker (round robin), which counts the uni
 
 from __future__ import annotations
 
-import math
 import resource
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
@@ -39,13 +37,14 @@ from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.sampling import BatchSampler, derive_key
-from gnnscale.sampling.device import DeviceNeighborSampler
+from gnnscale.distributed.device_policy import DevicePolicy
+from gnnscale.sampling import BatchSampler
+from gnnscale.sampling.registry import sampler_spec
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutSpec, Step, add_counts
-from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
+from gnnscale.train.layouts.base import EdgeLedger, LayoutContext, LayoutSpec
 from gnnscale.train.metrics import PhaseTimer
-from gnnscale.train.samplers import device_store, samples_on_device
+from gnnscale.train.samplers import device_store, sampler_inputs
+from gnnscale.train.steps import Batch, Sampled, Step
 from gnnscale.settings import setting
 
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
@@ -59,23 +58,21 @@ class DataParallel:
         sampler, eval_sampler: samplers of this worker's seeds (training and inference fanouts);
             collective when the layout samples remotely, so built on the loader Comm.
         store: the feature store (collective fetches, on the loader Comm), with or without a cache.
-        part: this worker's partition (labels of its own nodes, its training nodes).
-        cfg: training settings (``batch_size`` per worker, ``seed``).
-        loader: the loader's Comm, whose accounting is read after each prepared batch.
+        part: this worker's partition (its partition book, for the edge metrics).
+        loader: the loader's Comm.
+        data_comm: whose accounting a batch reads: the loader's (default), or (1.5D) the process column its
+            collectives use.
+        held_bytes: topology and feature bytes this worker holds (matrix layouts: reported per epoch).
     """
 
     def __init__(self, sampler: BatchSampler, eval_sampler: BatchSampler, store: PartitionedFeatureStore,
-                 part: LocalPartition, cfg: TrainConfig, loader: Comm, *, data_comm: Comm | None = None,
+                 part: LocalPartition, loader: Comm, *, data_comm: Comm | None = None,
                  held_bytes: int | None = None) -> None:
         self.sampler, self.eval_sampler, self.store = sampler, eval_sampler, store
-        self.part, self.cfg, self.loader = part, cfg, loader
-        # Whose accounting a batch reads: the loader's, or (1.5D) the process column its collectives use.
+        self.part, self.loader = part, loader
         self.data_comm = data_comm if data_comm is not None else loader
-        # Topology and feature bytes this worker holds (matrix layouts: reported per epoch with peak RSS).
         self.held_bytes = held_bytes
         self.rank, self.world_size = loader.rank, loader.world_size
-        self.labels = torch.from_numpy(part.labels.copy())
-        self.train_idx = torch.from_numpy(part.train_idx.copy())
         self._ledger = EdgeLedger(self.rank, self.world_size)
         self._signatures: list[np.ndarray] = []
 
@@ -83,74 +80,41 @@ class DataParallel:
     def bulk(self) -> int:
         return self.sampler.bulk
 
-    def local_batches(self) -> int:
-        """Iterations this worker's own training nodes need (workers then agree on the largest)."""
-        return max(1, -(-self.train_idx.numel() // self.cfg.batch_size))
-
-    def check_num_batches(self, num_batches: int) -> str:
-        """Why this worker cannot run ``num_batches`` iterations per epoch ("" if it can)."""
-        local = self.train_idx.numel()
-        if local >= num_batches:
-            return ""
-        return (f"part {self.rank} has {local} training nodes, fewer than the {num_batches} iterations per epoch the "
-                "largest part needs; raise --batch-size, or repartition with fewer --parts (gnnscale partition spreads "
-                "training nodes evenly over the parts with either --method)")
-
-    def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
-        """This worker's steps: its training nodes in an order fixed by ``(seed, epoch, rank)``. Starts the
-        epoch's metrics."""
+    def start_epoch(self) -> None:
+        """Start the epoch's edge metrics and cache counts."""
         self._ledger = EdgeLedger(self.rank, self.world_size)
         self._signatures = []
         if isinstance(self.store, CachedFeatureStore):
             self.store.reset_counts()
-        batches = epoch_batches(self.train_idx, num_batches, self.cfg.seed, epoch, self.rank)
-        return [Step(seeds=seeds, key=derive_key(self.cfg.seed, epoch, step, self.rank))
-                for step, seeds in enumerate(batches)]
 
-    def plan_eval(self, node_ids: np.ndarray, batch_size: int, num_steps: int) -> list[Step]:
-        """``num_steps`` inference steps over this worker's ``node_ids`` (the same count on every
-        worker: sampling and fetching are collective); a worker out of nodes samples a stand-in."""
-        chunks = list(torch.from_numpy(node_ids.copy()).split(batch_size))
-        stand_in = torch.tensor([self.part.node_offset])
-        return [Step(seeds=chunks[i] if i < len(chunks) else stand_in,
-                     key=derive_key(self.cfg.seed, EVAL_EPOCH, i, self.rank), real=i < len(chunks))
-                for i in range(num_steps)]
-
-    def eval_steps_needed(self, node_ids: np.ndarray, batch_size: int) -> int:
-        return math.ceil(node_ids.shape[0] / batch_size)
-
-    def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
-        """Sample (one ``sample_many`` call for the group) and fetch the features of ``steps``."""
+    def sample(self, steps: list[Step], seeds: list[Tensor], timer: PhaseTimer, *,
+               training: bool = True) -> list[Sampled]:
+        """One ``sample_many`` call for the group (a bulk sampler draws the group at once); the seeds are the
+        outputs' ids."""
         sampler = self.sampler if training else self.eval_sampler
         with timer.phase("sample"):
-            sampled = sampler.sample_many([s.seeds for s in steps], [s.key for s in steps])
-        # A bulk's sampling rounds are counted with the first batch of the group.
-        comm = self.data_comm.stats.snapshot_and_reset()
-        out = []
-        for step, blocks in zip(steps, sampled):
-            with timer.phase("fetch"):
-                x = self.store.gather(blocks[0].src_ids)
-            # The union mini-batch assumes node-wise sampling (a node's sampled in-neighbors are the
-            # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
-            if training and len(self._signatures) < UNION_ITERATIONS and blocks[0].edge_weight is None:
-                with timer.phase("metrics"):
-                    on_host = [b.to("cpu") for b in blocks]  # blocks sampled on a GPU: the first few only
-                    self._ledger.record(sum(b.num_edges for b in blocks), local_edges(on_host, self.part.book))
-                    self._signatures.append(minibatch_signature(on_host))
-            counts = add_counts(comm, self.data_comm.stats.snapshot_and_reset())
-            comm = None
-            out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
-                                 sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
-        return out
+            sampled = sampler.sample_many(seeds, [s.key for s in steps])
+        return [Sampled(step=step, blocks=blocks, out_ids=ids, sampled_edges=sum(b.num_edges for b in blocks))
+                for step, ids, blocks in zip(steps, seeds, sampled)]
 
-    def loss(self, logits: Tensor, batch: DistBatch) -> Tensor:
-        """Mean cross-entropy over this worker's seeds; with averaged gradients, the step is the
-        average of the workers' steps (data parallelism)."""
-        return F.cross_entropy(logits, batch.y)
+    def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool = True) -> tuple[list, Tensor]:
+        """The rows of the first block's sources from the store; the first iterations' edge metrics."""
+        blocks = sampled.blocks
+        with timer.phase("fetch"):
+            x = self.store.gather(blocks[0].src_ids)
+        # The union mini-batch assumes node-wise sampling (a node's sampled in-neighbors are the
+        # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
+        if training and len(self._signatures) < UNION_ITERATIONS and blocks[0].edge_weight is None:
+            with timer.phase("metrics"):
+                on_host = [b.to("cpu") for b in blocks]  # blocks sampled on a GPU: the first few only
+                self._ledger.record(sum(b.num_edges for b in blocks), local_edges(on_host, self.part.book))
+                self._signatures.append(minibatch_signature(on_host))
+        return blocks, x
 
-    def loss_sum(self, loss: Tensor, batch: DistBatch) -> Tensor:
-        """float64: the cross-entropy summed over this worker's seeds, which ``loss`` stands for."""
-        return loss.detach().double() * batch.y.numel()
+    def loss_total(self, batch: Batch) -> None:
+        """The mean over this worker's terms: with averaged gradients, the step is the average of the
+        workers' steps (data parallelism)."""
+        return None
 
     def after_step(self, model: nn.Module, iterations_done: int) -> None:
         """Training thread, after each optimizer step: nothing to do here (DGS hands the model to its
@@ -205,38 +169,31 @@ def worker_memory(held_bytes: int | None, comm: Comm) -> dict:
     return {"peak_rss_bytes_max": rss} if held_bytes is None else {"held_bytes_max": held, "peak_rss_bytes_max": rss}
 
 
-def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
-                        cache_fraction: float = 0.0, device: torch.device = torch.device("cpu"),
-                        any_seeds: bool = False) -> DataParallel:
+def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, policy: DevicePolicy, *,
+                        cache_fraction: float = 0.0, seeds_anywhere: bool = False) -> DataParallel:
     """The ``hybrid`` (the partition loaded in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout
     of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
     fraction of all nodes' rows (the hottest remote ones,
     :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). The hybrid
-    layout samples on ``device`` and holds feature rows there where ``cfg`` says (collective: the workers
-    agree, since the device cache's set-up gathers through the store). ``any_seeds``: its samplers take
-    seeds owned anywhere (link prediction's pairs)."""
-    on_device = part.view == "whole" and agreed(samples_on_device(cfg, device, part.topology), loader)
+    layout samples on the policy's device and holds feature rows there where ``policy`` says (collective:
+    the device cache's set-up gathers through the store). ``seeds_anywhere``: its samplers take seeds owned
+    anywhere (link prediction's pairs)."""
+    spec = sampler_spec(cfg.sampler)
 
-    def sampler(fanouts, sample_device=None):
+    def sampler(fanouts, device=None):
         if part.view == "whole":
-            inner = None if sample_device is None else DeviceNeighborSampler(part.topology, fanouts,
-                                                                             replace=cfg.replace, device=sample_device)
-            return HybridSampler(part.topology, part.book, loader.rank, fanouts, replace=cfg.replace,
-                                 method=cfg.sampler, sampler=inner, any_seeds=any_seeds)
+            inputs = sampler_inputs(part.topology, fanouts, cfg)
+            return HybridSampler(part.topology, part.book, loader.rank, fanouts, sampler=spec.build(inputs, device),
+                                 any_seeds=seeds_anywhere)
         rows = part.topology
         return VanillaSampler(part.book, loader.rank, rows.local_indptr, rows.local_indices, fanouts, loader,
-                              replace=cfg.replace, any_seeds=any_seeds)
+                              replace=cfg.replace, any_seeds=seeds_anywhere)
 
     store = build_store(part, loader, cache_fraction)
     if part.view == "whole":
-        store = device_store(store, np.diff(part.topology.indptr), cfg, device, on_device)
-    return DataParallel(sampler(cfg.fanouts, device if on_device else None), sampler(cfg.inference_fanouts), store,
-                        part, cfg, loader)
-
-
-def agreed(mine: bool, comm: Comm) -> bool:
-    """True when every worker says so (collective: one ``"setup"`` all-reduce)."""
-    return comm.all_reduce_max_int(0 if mine else 1, "setup") == 0
+        store = device_store(store, np.diff(part.topology.indptr), policy)
+    train_device = policy.device if policy.sample_on_device else None
+    return DataParallel(sampler(cfg.fanouts, train_device), sampler(cfg.inference_fanouts), store, part, loader)
 
 
 def build_store(part: LocalPartition, loader: Comm, cache_fraction: float) -> PartitionedFeatureStore:
@@ -270,16 +227,15 @@ class CacheOptions:
 
 
 def _build(ctx: LayoutContext) -> DataParallel:
-    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, cache_fraction=ctx.options.settings.cache_fraction,
-                               device=ctx.device)
+    return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, ctx.policy,
+                               cache_fraction=ctx.options.settings.cache_fraction, seeds_anywhere=ctx.seeds_anywhere)
 
 
 HYBRID = LayoutSpec(
     name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
     samplers=("fused", "two_step"), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    repartitionable=True, device_data=True,
-    build=_build)
+    repartitionable=True, device_data=True, seeds_anywhere=True, build=_build)
 VANILLA = LayoutSpec(
     name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",
     samplers=("fused",), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    build=_build)
+    seeds_anywhere=True, build=_build)

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore
@@ -38,10 +37,11 @@ from gnnscale.distributed.edge_metrics import local_edges, minibatch_signature
 from gnnscale.nn import build_model
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts.base import DistBatch, LayoutContext, Step, add_counts
+from gnnscale.train.layouts.base import LayoutContext
 from gnnscale.train.layouts.data_parallel import UNION_ITERATIONS, DataParallel
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.steps import Sampled, Step
 
 class EpochTally:
     """This worker's DGS counts over an epoch's training iterations."""
@@ -60,15 +60,15 @@ class DGSDataParallel(DataParallel):
 
     Args:
         sampler: a DGS sampler (plain until refreshed) or, in feature-only mode, a plain one.
-        eval_sampler, store, part, cfg, loader: as :class:`DataParallel`; ``store`` is a
+        eval_sampler, store, part, loader: as :class:`DataParallel`; ``store`` is a
             :class:`FeatureSampledStore`.
         explainer: this worker's online explainer (closed by :meth:`close`).
         dgs: the DGS settings.
     """
 
-    def __init__(self, sampler, eval_sampler, store: FeatureSampledStore, part: LocalPartition, cfg: TrainConfig,
-                 loader: Comm, explainer: OnlineExplainer, dgs: DGSConfig) -> None:
-        super().__init__(sampler, eval_sampler, store, part, cfg, loader)
+    def __init__(self, sampler, eval_sampler, store: FeatureSampledStore, part: LocalPartition, loader: Comm,
+                 explainer: OnlineExplainer, dgs: DGSConfig) -> None:
+        super().__init__(sampler, eval_sampler, store, part, loader)
         self.explainer, self.dgs = explainer, dgs
         self.schedule = dgs.schedule
         self.masks: Masks | None = None  # the masks sampling uses now (None: plain)
@@ -84,11 +84,9 @@ class DGSDataParallel(DataParallel):
     def bulk(self) -> int:
         return 1  # masks change between iterations: one batch per group
 
-    def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
-        """As :meth:`DataParallel.plan_epoch`, each step numbered over the whole run."""
+    def start_epoch(self) -> None:
+        super().start_epoch()
         self._tally = EpochTally()
-        steps = super().plan_epoch(epoch, num_batches)
-        return [replace(s, iteration=epoch * num_batches + i) for i, s in enumerate(steps)]
 
     def after_step(self, model: nn.Module, iterations_done: int) -> None:
         """Training thread, after the optimizer step that completes ``iterations_done`` iterations:
@@ -138,30 +136,39 @@ class DGSDataParallel(DataParallel):
             self._submitted = iteration
             self._submit_cond.notify_all()
 
-    def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
-        """Refresh the masks when the schedule says so (training only), sample with them and fetch the
-        remote rows on the kept dimensions; evaluation samples and fetches plainly."""
+    def sample(self, steps: list[Step], seeds: list[Tensor], timer: PhaseTimer, *,
+               training: bool = True) -> list[Sampled]:
+        """Refresh the masks when the schedule says so (training only) and sample with them (one step at a
+        time: ``bulk`` is 1); evaluation samples plainly."""
         if not training:
-            return super().prepare(steps, timer, training=False)
+            return super().sample(steps, seeds, timer, training=False)
         out = []
-        for step in steps:
+        for step, step_seeds in zip(steps, seeds):
             source = self.schedule.refresh_at(step.iteration)
             if source is not None:
                 self._refresh(source, timer)
-            comm = self.loader.stats.snapshot_and_reset()  # the refresh rounds count with this batch
             with timer.phase("sample"):
-                blocks = self.sampler.sample(step.seeds, step.key)
-            with timer.phase("fetch"):
-                x = self.store.gather(blocks[0].src_ids, self.dims)
-            if len(self._signatures) < UNION_ITERATIONS:
-                with timer.phase("metrics"):
-                    self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
-                    self._signatures.append(minibatch_signature(blocks))
-            counts = add_counts(comm, self.loader.stats.snapshot_and_reset())
-            self._count(blocks, counts, step.iteration)
-            out.append(DistBatch(step=step, blocks=blocks, x=x, y=self.labels[step.seeds - self.part.node_offset],
-                                 sampled_edges=sum(b.num_edges for b in blocks), comm=counts))
+                blocks = self.sampler.sample(step_seeds, step.key)
+            out.append(Sampled(step=step, blocks=blocks, out_ids=step_seeds,
+                               sampled_edges=sum(b.num_edges for b in blocks)))
         return out
+
+    def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool = True) -> tuple[list, Tensor]:
+        """The remote rows on the kept dimensions (training); evaluation fetches whole rows."""
+        if not training:
+            return super().fetch(sampled, timer, training=False)
+        blocks = sampled.blocks
+        before = self.loader.stats.snapshot()["feature"]
+        with timer.phase("fetch"):
+            x = self.store.gather(blocks[0].src_ids, self.dims)
+        after = self.loader.stats.snapshot()["feature"]
+        if len(self._signatures) < UNION_ITERATIONS:
+            with timer.phase("metrics"):
+                self._ledger.record(sum(b.num_edges for b in blocks), local_edges(blocks, self.part.book))
+                self._signatures.append(minibatch_signature(blocks))
+        moved = after["bytes_sent"] + after["bytes_received"] - before["bytes_sent"] - before["bytes_received"]
+        self._count(blocks, moved, sampled.step.iteration)
+        return blocks, x
 
     def _refresh(self, iteration: int, timer: PhaseTimer) -> None:
         """Take the masks of the model after ``iteration`` iterations and sample with them. Collective on
@@ -193,10 +200,9 @@ class DGSDataParallel(DataParallel):
                 raise TimeoutError(f"the model after {iteration} iterations was not submitted within {timeout} s")
         return self.explainer.wait(iteration, timeout)
 
-    def _count(self, blocks, counts: dict, iteration: int) -> None:
+    def _count(self, blocks, feature_bytes: float, iteration: int) -> None:
         tally = self._tally
-        feature = counts.get("feature", {})
-        tally.feature_bytes += feature.get("bytes_sent", 0.0) + feature.get("bytes_received", 0.0)
+        tally.feature_bytes += feature_bytes
         src = blocks[0].src_ids.cpu().numpy()
         # A part owns one id range: two comparisons, not the book's owner() search (15 against 218 us
         # for 20,000 ids, every iteration).
@@ -264,7 +270,7 @@ def build_dgs(part: LocalPartition, cfg: TrainConfig, loader: Comm, model_factor
     probes = default_probes(cfg.fanouts) if dgs.probes is None else dgs.probes
     graph = build_explanation_graph(part, sampler, store, clusters, num_probes=probes, seed=cfg.seed)
     explainer = OnlineExplainer(graph, model_factory, dgs.explain_config(cfg.seed))
-    return DGSDataParallel(sampler, eval_sampler, store, part, cfg, loader, explainer, dgs)
+    return DGSDataParallel(sampler, eval_sampler, store, part, loader, explainer, dgs)
 
 
 def build_dgs_layout(ctx: LayoutContext) -> DGSDataParallel:

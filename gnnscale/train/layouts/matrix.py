@@ -30,7 +30,7 @@ def build_1d(ctx: LayoutContext) -> DataParallel:
     store = PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
     graph = part.topology
     held = graph.indptr.nbytes + graph.indices.nbytes + part.features.nbytes
-    return DataParallel(train, evaluate, store, part, cfg, loader, held_bytes=int(held))
+    return DataParallel(train, evaluate, store, part, loader, held_bytes=int(held))
 
 
 def build_15d_layout(ctx: LayoutContext) -> DataParallel:
@@ -40,7 +40,7 @@ def build_15d_layout(ctx: LayoutContext) -> DataParallel:
                      fanouts=cfg.fanouts, inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
                      layer_sizes=sizes, self_loops=is_gcn(ctx.model))
     grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
-    return DataParallel(grid.sampler, grid.eval_sampler, grid.store, ctx.part, cfg, ctx.loader,
+    return DataParallel(grid.sampler, grid.eval_sampler, grid.store, ctx.part, ctx.loader,
                         data_comm=grid.column, held_bytes=grid.block.nbytes)
 
 

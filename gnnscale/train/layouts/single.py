@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
+from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.feature_dtype import decode
 from gnnscale.graph.features import gather_rows
@@ -24,7 +25,7 @@ from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
-from gnnscale.train.samplers import build_samplers, device_store, samples_on_device
+from gnnscale.train.samplers import build_samplers, device_store
 
 
 class LocalFeatureStore:
@@ -60,29 +61,22 @@ def whole_partition(dataset: NodeDataset) -> LocalPartition:
                           num_classes=dataset.num_classes)
 
 
-def build_single_process(dataset: NodeDataset, model: ModelConfig | None, cfg: TrainConfig,
-                         loader: Comm) -> DataParallel:
-    """The single-process layout: ``cfg.sampler``'s sampler over the whole graph, every feature local."""
-    return one_worker(whole_partition(dataset), model, cfg, loader)
-
-
 def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig, loader: Comm,
-               device: torch.device = torch.device("cpu")) -> DataParallel:
-    """``cfg.sampler``'s sampler over ``part``'s whole graph, every feature local; on ``device`` where
-    ``cfg.sample_on`` and ``cfg.gpu_cache_fraction`` put sampling and feature rows there."""
+               policy: DevicePolicy) -> DataParallel:
+    """``cfg.sampler``'s sampler over ``part``'s whole graph, every feature local; on the policy's device where
+    it puts sampling and feature rows there."""
     graph = part.topology
-    on_device = samples_on_device(cfg, device, graph)  # once: auto reads the GPU's free memory
-    train, evaluate = build_samplers(graph, model, cfg, device if on_device else None)
-    store = LocalFeatureStore(part.features, pinned=device.type == "cuda")
-    store = device_store(store, np.diff(graph.indptr), cfg, device, on_device)
-    return DataParallel(train, evaluate, store, part, cfg, loader)
+    train, evaluate = build_samplers(graph, model, cfg, policy)
+    store = device_store(LocalFeatureStore(part.features, pinned=policy.pin_rows), np.diff(graph.indptr), policy)
+    return DataParallel(train, evaluate, store, part, loader)
 
 
 def build_single(ctx: LayoutContext) -> DataParallel:
-    """:func:`build_single_process` from a layout context (its part: :func:`whole_partition`)."""
-    return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader, ctx.device)
+    """The one-process layout from a layout context (its part: :func:`whole_partition`)."""
+    return one_worker(ctx.part, ctx.model, ctx.cfg, ctx.loader, ctx.policy)
 
 
 # What a checkpoint records as the layout of a run in one process.
 SINGLE = LayoutSpec(name="single", summary="one process: the whole dataset, every feature local", view="whole",
-                    samplers=SAMPLERS, per_worker_batches=True, device_data=True, build=build_single)
+                    samplers=SAMPLERS, per_worker_batches=True, device_data=True, seeds_anywhere=True,
+                    build=build_single)

@@ -30,25 +30,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import torch
 from torch import Tensor, nn
 
 from gnnscale.devices import resolve_device
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_blocks
-from gnnscale.distributed.split.shuffle import WIRE_DTYPES, CooperativeBlock, exchange_input_ahead, split_loss
+from gnnscale.distributed.split.shuffle import WIRE_DTYPES, CooperativeBlock, exchange_input_ahead
 from gnnscale.distributed.split.plan import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, split_edge_counts
 from gnnscale.graph.feature_dtype import decode
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
-from gnnscale.sampling import NeighborSampler, derive_key
+from gnnscale.distributed.device_policy import DevicePolicy
+from gnnscale.sampling import NeighborSampler
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutOptions, LayoutSpec, Step
+from gnnscale.train.layouts.base import EdgeLedger, LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel, build_data_parallel
-from gnnscale.train.batches import epoch_batches, num_batches_for
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.steps import Batch, Sampled, Step
 from gnnscale.settings import setting
 
 # owner: each worker samples its own destinations and exchanges cross edges (default, measured faster:
@@ -62,8 +61,7 @@ class SplitParallel:
     Args:
         sampler: samples the whole mini-batch from the replicated topology (every worker, same key).
         kind: what the cooperative layers shuffle (``SHUFFLE_FOR_MODEL[model]``).
-        train_idx: int64 [all training nodes], sorted: every part's training nodes.
-        part: this worker's partition (its feature rows and labels, the partition book).
+        part: this worker's partition (its feature rows, the partition book).
         cfg: training settings; ``batch_size`` is per worker, a mini-batch has ``P x batch_size`` seeds.
         comm: the MAIN (training) Comm: the cooperative layers' shuffles run on it.
         loader: the loading stage's Comm: owner sampling's cross-edge rounds (replicated sampling: none).
@@ -78,10 +76,9 @@ class SplitParallel:
             layer would do in the step.
     """
 
-    def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, train_idx: Tensor, part: LocalPartition,
-                 cfg: TrainConfig, comm: Comm, loader: Comm, inference: DataParallel, *,
-                 sampling: str = "owner", input_ahead: bool = False, shuffle_dtype: str = "float32",
-                 kernels: str = "auto") -> None:
+    def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, part: LocalPartition, cfg: TrainConfig,
+                 comm: Comm, loader: Comm, inference: DataParallel, *, sampling: str = "owner",
+                 input_ahead: bool = False, shuffle_dtype: str = "float32", kernels: str = "auto") -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
         if shuffle_dtype not in WIRE_DTYPES:
@@ -89,86 +86,71 @@ class SplitParallel:
         # float32 rows on a float32 wire are sent as they are (bit for bit the single-process training).
         self.wire_dtype = None if shuffle_dtype == "float32" else WIRE_DTYPES[shuffle_dtype]
         self.input_ahead, self.kernels = input_ahead, kernels
-        self.sampler, self.kind, self.train_idx, self.part = sampler, kind, train_idx, part
+        self.sampler, self.kind, self.part = sampler, kind, part
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
+        self.data_comm = loader
         self.sampling = sampling
         self._workspace = OwnerSplitWorkspace(part.book, comm.rank) if sampling == "owner" else None
         self.rank, self.world_size = comm.rank, comm.world_size
-        self.labels = torch.from_numpy(part.labels.copy())
-        self.minibatch_size = self.world_size * cfg.batch_size
         self._ledger = EdgeLedger(self.rank, self.world_size)
 
     @property
     def bulk(self) -> int:
         return self.sampler.bulk
 
-    def local_batches(self) -> int:
-        """Iterations per epoch: the single-process count for batch size ``P x b`` (the same everywhere)."""
-        return num_batches_for(self.train_idx.numel(), self.minibatch_size)
-
-    def check_num_batches(self, num_batches: int) -> str:
-        return ""  # the mini-batches are drawn from all training nodes: never short
-
-    def plan_epoch(self, epoch: int, num_batches: int) -> list[Step]:
-        """The same steps on every worker: the single-process trainer's batches and keys (rank 0's)."""
+    def start_epoch(self) -> None:
         self._ledger = EdgeLedger(self.rank, self.world_size)
-        batches = epoch_batches(self.train_idx, num_batches, self.cfg.seed, epoch, rank=0)
-        return [Step(seeds=seeds, key=derive_key(self.cfg.seed, epoch, step, 0)) for step, seeds in enumerate(batches)]
 
-    def plan_eval(self, node_ids: np.ndarray, batch_size: int, num_steps: int) -> list[Step]:
-        return self.inference.plan_eval(node_ids, batch_size, num_steps)
-
-    def eval_steps_needed(self, node_ids: np.ndarray, batch_size: int) -> int:
-        return self.inference.eval_steps_needed(node_ids, batch_size)
-
-    def prepare(self, steps: list[Step], timer: PhaseTimer, *, training: bool = True) -> list[DistBatch]:
+    def sample(self, steps: list[Step], seeds: list[Tensor], timer: PhaseTimer, *,
+               training: bool = True) -> list[Sampled]:
         """Sample the mini-batches of ``steps`` and split them (owner sampling: collective on the loader's
-        Comm, one round per hop), read this worker's layer-0 rows and (``input_ahead``) complete layer 0's
-        exchange of them (collective on the loader's Comm). Inference is the data-parallel hybrid layout's."""
+        Comm, one round per hop); each worker's outputs are the seeds it owns. Inference is the data-parallel
+        hybrid layout's."""
         if not training:
-            return self.inference.prepare(steps, timer, training=False)
-        lo = self.part.node_offset
+            return self.inference.sample(steps, seeds, timer, training=False)
         out = []
-        for step, (splits, sampled, minibatch_edges) in zip(steps, self._split_many(steps, timer)):
-            with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
-                x = decode(self.part.features[(splits[0].src_ids - lo).numpy()])
-            blocks = [CooperativeBlock(split=s, comm=self.comm, wire_dtype=self.wire_dtype) for s in splits]
-            if self.input_ahead:
-                with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic
-                    blocks[0] = exchange_input_ahead(blocks[0], x, self.loader, kernels=self.kernels)
+        for step, (splits, sampled, minibatch_edges) in zip(steps, self._split_many(steps, seeds, timer)):
             computed, local = split_edge_counts(splits)
             self._ledger.record(computed, local, minibatch_edges)
-            out.append(DistBatch(step=step, blocks=blocks, x=x,
-                                 y=self.labels[splits[-1].dst_ids - lo], sampled_edges=sampled,
-                                 comm=self.loader.stats.snapshot_and_reset()))
+            out.append(Sampled(step=step, blocks=splits, out_ids=splits[-1].dst_ids, sampled_edges=sampled))
         return out
 
-    def _split_many(self, steps: list[Step], timer: PhaseTimer):
+    def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool = True) -> tuple[list, Tensor]:
+        """This worker's layer-0 rows (a local read) as cooperative blocks and, with ``input_ahead``, layer 0's
+        exchange of them done here (collective on the loader's Comm)."""
+        if not training:
+            return self.inference.fetch(sampled, timer, training=False)
+        splits = sampled.blocks
+        with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
+            x = decode(self.part.features[(splits[0].src_ids - self.part.node_offset).numpy()])
+        blocks = [CooperativeBlock(split=s, comm=self.comm, wire_dtype=self.wire_dtype) for s in splits]
+        if self.input_ahead:
+            with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic
+                blocks[0] = exchange_input_ahead(blocks[0], x, self.loader, kernels=self.kernels)
+        return blocks, x
+
+    def _split_many(self, steps: list[Step], seeds: list[Tensor], timer: PhaseTimer):
         """Per step: this worker's splits, the edges it sampled, and its share of the mini-batch's edge
         count for the ledger (summed over workers: the mini-batch's edges)."""
         if self.sampling == "owner":
-            for step in steps:
+            for step, step_seeds in zip(steps, seeds):
                 with timer.phase("sample"):  # sampling, the cross-edge exchange and building the splits
-                    splits, sampled = owner_split_blocks(self.part.topology, self.part.book, step.seeds,
+                    splits, sampled = owner_split_blocks(self.part.topology, self.part.book, step_seeds,
                                                          self.cfg.fanouts, step.key, self.loader, kind=self.kind,
                                                          replace=self.cfg.replace, workspace=self._workspace)
                 yield splits, sampled, sampled  # each worker sampled its owned destinations' in-edges
             return
         with timer.phase("sample"):
-            sampled = self.sampler.sample_many([s.seeds for s in steps], [s.key for s in steps])
+            sampled = self.sampler.sample_many(seeds, [s.key for s in steps])
         for blocks in sampled:
             with timer.phase("split"):
                 splits = split_blocks(blocks, self.part.book, self.rank, kind=self.kind)
             edges = sum(b.num_edges for b in blocks)
             yield splits, edges, edges if self.rank == 0 else 0
 
-    def loss(self, logits: Tensor, batch: DistBatch) -> Tensor:
-        """This worker's share of the mini-batch's mean cross-entropy (summed over workers: the mean)."""
-        return split_loss(logits, batch.y, batch.step.seeds.numel())
-
-    def loss_sum(self, loss: Tensor, batch: DistBatch) -> Tensor:
-        """float64: the cross-entropy summed over this worker's seeds."""
-        return loss.detach().double() * batch.step.seeds.numel()
+    def loss_total(self, batch: Batch) -> int:
+        """The whole mini-batch's seed count: this worker's loss is its share of the mini-batch's mean."""
+        return batch.step.items.numel()
 
     @property
     def gradient_divisor(self) -> int:
@@ -193,14 +175,6 @@ class SplitParallel:
         return {"edge_metrics": epoch_edge_metrics(self._ledger.reduce(comm))}
 
 
-def all_training_nodes(part: LocalPartition, comm: Comm) -> Tensor:
-    """int64 [all training nodes], sorted: every part's ``train_idx`` (parts own ascending id ranges, so
-    concatenating them in rank order sorts them). Collective: one ``"setup"`` round."""
-    mine = torch.from_numpy(np.array(part.train_idx, dtype=np.int64))  # a copy: the part is a read-only map
-    # Collective: every worker's training nodes to every worker.
-    return torch.cat([t.cpu() for t in comm.all_to_allv([mine] * comm.world_size, "setup")])
-
-
 def exchanges_input_ahead(model: ModelConfig) -> bool:
     """Whether layer 0's exchange runs in the loading stage for ``model``. Its input must be the
     features themselves (no input dropout, whose masks the step draws). SAGE and GCN: always (the same
@@ -216,15 +190,15 @@ def exchanges_input_ahead(model: ModelConfig) -> bool:
 
 
 def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelConfig, comm: Comm,
-                         loader: Comm, *, sampling: str = "owner", shuffle_dtype: str = "float32") -> SplitParallel:
+                         loader: Comm, policy: DevicePolicy, *, sampling: str = "owner",
+                         shuffle_dtype: str = "float32") -> SplitParallel:
     """The ``split`` layout of this worker, from its partition in the ``"whole"`` view (the replicated
     topology), which its inference reads as data-parallel hybrid does."""
     check_split_model(model.name)
     kind = SHUFFLE_FOR_MODEL[model.name]
     sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
-    inference = build_data_parallel(part, cfg, loader)
-    train_idx = all_training_nodes(part, comm)
-    return SplitParallel(sampler, kind, train_idx, part, cfg, comm, loader, inference, sampling=sampling,
+    inference = build_data_parallel(part, cfg, loader, policy)
+    return SplitParallel(sampler, kind, part, cfg, comm, loader, inference, sampling=sampling,
                          input_ahead=exchanges_input_ahead(model), shuffle_dtype=shuffle_dtype, kernels=model.kernels)
 
 
@@ -276,8 +250,8 @@ def check_split(options: LayoutOptions, cfg: TrainConfig, model_name: str, world
 
 def _build(ctx: LayoutContext) -> SplitParallel:
     settings = ctx.options.settings
-    return build_split_parallel(ctx.part, ctx.cfg, ctx.model, ctx.comm, ctx.loader, sampling=settings.split_sampling,
-                                shuffle_dtype=settings.shuffle_dtype)
+    return build_split_parallel(ctx.part, ctx.cfg, ctx.model, ctx.comm, ctx.loader, ctx.policy,
+                                sampling=settings.split_sampling, shuffle_dtype=settings.shuffle_dtype)
 
 
 SPLIT = LayoutSpec(

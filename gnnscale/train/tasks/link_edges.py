@@ -24,7 +24,7 @@ from gnnscale.keys import derive_key
 from gnnscale.partition.directory import LocalPartition, PartRows
 from gnnscale.sampling.negatives import negative_pairs
 from gnnscale.train.batches import EVAL_EPOCH
-from gnnscale.train.link_config import LinkConfig
+from gnnscale.train.tasks.link_config import LinkConfig
 
 STREAM_LINK_SPLIT = 0x4C494E4B  # "LINK": the random split's key
 STREAM_EVAL_NEGATIVES = 0x4C4E4547  # "LNEG": evaluation negatives, per split and worker
