@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from gnnscale.distributed.device_cache import DeviceFeatureCache, RowStore
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import BatchSampler, NeighborSampler
@@ -28,16 +26,6 @@ def samples_on_device(cfg: TrainConfig, device: torch.device, graph: CSCGraph) -
     needed = graph.indptr.nbytes + graph.indices.nbytes + 8 * graph.num_nodes  # + the relabel work array
     free, _ = torch.cuda.mem_get_info(device)
     return needed <= AUTO_TOPOLOGY_SHARE * free
-
-
-def device_store(store: RowStore, degrees: np.ndarray, cfg: TrainConfig, device: torch.device,
-                 on_device: bool) -> RowStore:
-    """``store``, or in front of it the device's feature cache: when rows are held there
-    (``cfg.gpu_cache_fraction``) or the sampler runs there (its ids are gathered through the cache, which
-    asks ``store`` for the rows it does not hold)."""
-    if cfg.gpu_cache_fraction == 0 and not on_device:
-        return store
-    return DeviceFeatureCache(store, degrees, cfg.gpu_cache_fraction, device)
 
 
 def build_samplers(graph: CSCGraph, model_cfg: ModelConfig | None, cfg: TrainConfig,

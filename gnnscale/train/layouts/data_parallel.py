@@ -34,10 +34,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.feature_cache import CachedFeatureStore, global_in_degrees
-from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
+from gnnscale.features.device_cache import device_store
+from gnnscale.features.host_cache import CachedFeatureStore, global_in_degrees
+from gnnscale.features.hot_set import check_fraction
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import BatchSampler, derive_key
 from gnnscale.sampling.device import DeviceNeighborSampler
@@ -45,7 +47,7 @@ from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import DistBatch, EdgeLedger, LayoutContext, LayoutSpec, Step, add_counts
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches
 from gnnscale.train.metrics import PhaseTimer
-from gnnscale.train.samplers import device_store, samples_on_device
+from gnnscale.train.samplers import samples_on_device
 from gnnscale.settings import setting
 
 # Data parallelism: iterations per epoch whose union mini-batch is measured (see the module docstring).
@@ -211,7 +213,7 @@ def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
     """The ``hybrid`` (the partition loaded in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout
     of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
     fraction of all nodes' rows (the hottest remote ones,
-    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). The hybrid
+    :class:`~gnnscale.features.host_cache.CachedFeatureStore`; collective set-up). The hybrid
     layout samples on ``device`` and holds feature rows there where ``cfg`` says (collective: the workers
     agree, since the device cache's set-up gathers through the store). ``any_seeds``: its samplers take
     seeds owned anywhere (link prediction's pairs)."""
@@ -229,7 +231,7 @@ def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, *,
 
     store = build_store(part, loader, cache_fraction)
     if part.view == "whole":
-        store = device_store(store, np.diff(part.topology.indptr), cfg, device, on_device)
+        store = device_store(store, np.diff(part.topology.indptr), cfg.gpu_cache_fraction, device, on_device)
     return DataParallel(sampler(cfg.fanouts, device if on_device else None), sampler(cfg.inference_fanouts), store,
                         part, cfg, loader)
 
@@ -264,9 +266,7 @@ class CacheOptions:
                                           "this fraction of all nodes (0: no cache)")
 
     def __post_init__(self) -> None:
-        fraction = self.cache_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1], got {fraction!r}")
+        check_fraction(self.cache_fraction, "cache_fraction")
 
 
 def _build(ctx: LayoutContext) -> DataParallel:

@@ -12,42 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
+from gnnscale.features.device_cache import device_store
+from gnnscale.features.local import LocalFeatureStore
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.feature_dtype import decode
-from gnnscale.graph.features import gather_rows
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
-from gnnscale.train.samplers import build_samplers, device_store, samples_on_device
-
-
-class LocalFeatureStore:
-    """Every feature row in this process: a gather, no communication.
-
-    Args:
-        features: float32 [num_nodes, d], numpy (possibly memory-mapped).
-        pinned: gather float32 rows straight into pinned host memory (training on a GPU: the copy stage
-            then sends them without pinning them in another host copy, the largest tensor of a batch).
-    """
-
-    def __init__(self, features: np.ndarray, pinned: bool = False) -> None:
-        self.features = features
-        self.feature_dim = int(features.shape[1])
-        self.pinned = pinned and features.dtype == np.float32 and features.flags.c_contiguous
-
-    def gather(self, node_ids: Tensor) -> Tensor:
-        """float32 [len(node_ids), d]: the rows of ``node_ids`` (a numba kernel that releases the GIL)."""
-        if self.pinned:
-            rows = torch.empty((node_ids.shape[0], self.feature_dim), dtype=torch.float32, pin_memory=True)
-            gather_rows(self.features, node_ids.numpy(), out=rows.numpy())
-            return rows
-        return decode(gather_rows(self.features, node_ids.numpy()))
+from gnnscale.train.samplers import build_samplers, samples_on_device
 
 
 def whole_partition(dataset: NodeDataset) -> LocalPartition:
@@ -74,7 +50,7 @@ def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig
     on_device = samples_on_device(cfg, device, graph)  # once: auto reads the GPU's free memory
     train, evaluate = build_samplers(graph, model, cfg, device if on_device else None)
     store = LocalFeatureStore(part.features, pinned=device.type == "cuda")
-    store = device_store(store, np.diff(graph.indptr), cfg, device, on_device)
+    store = device_store(store, np.diff(graph.indptr), cfg.gpu_cache_fraction, device, on_device)
     return DataParallel(train, evaluate, store, part, cfg, loader)
 
 
