@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnscale.features.device_cache import DeviceFeatureCache
+from gnnscale.features.device_cache import DeviceFeatureCache, device_store
 
 
 class CountingStore:
@@ -57,3 +57,15 @@ def test_gpu_cache_serves_host_and_device_ids_alike():
         assert got.device.type == "cuda"
         torch.testing.assert_close(got.cpu(), store.features[ids], rtol=0, atol=0)
 
+
+@pytest.mark.parametrize("fraction, sample_on_device, cached", [(0.0, False, False), (0.0, True, True),
+                                                                (0.3, False, True), (0.3, True, True)])
+def test_device_store_puts_the_cache_in_front_only_where_rows_or_sampling_are_on_the_device(
+        fraction, sample_on_device, cached):
+    store = make_store()
+    got = device_store(store, np.arange(50), fraction, torch.device("cpu"), sample_on_device)
+    if not cached:
+        assert got is store
+        return
+    assert isinstance(got, DeviceFeatureCache) and got.store is store
+    assert got.num_cached == int(fraction * 50)
