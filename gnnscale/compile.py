@@ -146,7 +146,7 @@ def warm_dgs_sampling(work: Path) -> None:
 def warm_dgs_feature_fetch(work: Path) -> None:
     """DGS's feature-sampled fetch: the asked columns of stored rows (float32 and 16-bit, writable and
     memory-mapped), and the arriving rows filled with their cluster means."""
-    from gnnscale.distributed.dgs.sampling import _fill_remote_rows
+    from gnnscale.features.dgs import _fill_remote_rows
     from gnnscale.graph.features import take_columns
 
     ids, cols = np.arange(0, 50, 3), np.array([0, 2, 3])

@@ -1,4 +1,4 @@
-"""The feature cache (gnnscale/distributed/feature_cache.py) on real processes: the highest-degree remote
+"""The feature cache (gnnscale/features/host_cache.py) on real processes: the highest-degree remote
 rows, filled in one round, rows identical to the uncached store's, exactly 2 feature rounds per fetch,
 fewer bytes, hits counted. Run inside the spawned workers of tests/distributed/test_split_distributed.py (spawning
 costs seconds, so the distributed checks share one process group)."""
@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from dist_workers import make_book, make_features, make_graph
-from gnnscale.distributed import Comm, PartitionedFeatureStore
-from gnnscale.distributed.feature_cache import CachedFeatureStore, cached_nodes, global_in_degrees
+from gnnscale.distributed import Comm
+from gnnscale.features.host_cache import CachedFeatureStore, cached_nodes, global_in_degrees
+from gnnscale.features.partitioned import PartitionedFeatureStore
 
 FRACTION = 0.1  # 50 of the 500 nodes' rows per worker
 
@@ -65,8 +66,7 @@ def _check_choice(cached: CachedFeatureStore, degrees: np.ndarray, lo: int, hi: 
 
 def _check_errors(book, rank, local, comm, degrees) -> None:
     for fraction in (1.5, -0.1, True):
-        with pytest.raises(ValueError, match=r"cache_fraction: expected a fraction of all nodes in \[0, 1\] "
-                                             r"\(--cache-fraction\)"):
+        with pytest.raises(ValueError, match=r"cache_fraction: expected a fraction of all nodes in \[0, 1\], got "):
             CachedFeatureStore(book, rank, local, comm, degrees=degrees, fraction=fraction)
     with pytest.raises(ValueError, match=r"degrees: expected one in-degree per node of the book's graph, got shape \[3\]"):
         CachedFeatureStore(book, rank, local, comm, degrees=degrees[:3], fraction=0.1)

@@ -10,10 +10,12 @@ import torch
 
 from dist_workers import FEATURE_DIM, NUM_NODES, PG_TIMEOUT_S, assert_blocks_equal, make_book, make_features, \
     make_graph, only, part_rows
-from gnnscale.distributed import Comm, HybridSampler, PartitionedFeatureStore, init_for_test, shutdown
-from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore, policy_for
+from gnnscale.distributed import Comm, HybridSampler, init_for_test, shutdown
+from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler, policy_for
 from gnnscale.distributed.dgs.explainer import ExplainConfig, Masks, OnlineExplainer
 from gnnscale.distributed.dgs.explanation import build_cluster_map, build_cluster_map_local, build_explanation_graph
+from gnnscale.features.dgs import FeatureSampledStore
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.directory import LocalPartition, PartRows
 from gnnscale.sampling import derive_key, sample_blocks

@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from gnnscale.graph.feature_dtype import decode, encode
-from gnnscale.distributed import (AgreementFailure, Comm, HybridSampler, PartitionedFeatureStore, PeerFailure,
-                                  VanillaSampler, init_for_test, init_from_env, shutdown)
+from gnnscale.distributed import (AgreementFailure, Comm, HybridSampler, PeerFailure, VanillaSampler, init_for_test,
+                                  init_from_env, shutdown)
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, derive_key, sample_blocks

@@ -11,6 +11,7 @@ from gnnscale.distributed.matrix.grid15d import build_15d
 from gnnscale.partition import load_partition
 from gnnscale.sampling import derive_key
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+from gnnscale.train.layouts.matrix import column_store
 
 FANOUTS = (4, 3)
 LAYER_SIZES = (40, 40)
@@ -51,6 +52,7 @@ def compare_15d_with_single_process(partition_dir: str, rank: int, world_size: i
                 layout = build_15d(partition_dir, part, comm, c, sampler=name, fanouts=FANOUTS,
                                    inference_fanouts=FANOUTS, bulk=BULK, replace=False, layer_sizes=LAYER_SIZES,
                                    self_loops=True)
+                store = column_store(layout)
                 layout.column.stats.snapshot_and_reset()
                 got = layout.sampler.sample_many(seeds, keys)
                 counts = layout.column.stats.snapshot_and_reset()["sample"]
@@ -58,7 +60,7 @@ def compare_15d_with_single_process(partition_dir: str, rank: int, world_size: i
                 assert counts["rounds"] == 2 * len(FANOUTS), counts  # ids out, rows back, per hop
                 if name == "matrix":
                     sample_bytes[c] = counts["bytes_sent"] + counts["bytes_received"]
-                    x = layout.store.gather(got[0][0].src_ids)
+                    x = store.gather(got[0][0].src_ids)
                     assert torch.equal(x, torch.from_numpy(features[got[0][0].src_ids.numpy()])), f"C={c} features"
         return sample_bytes
     finally:

@@ -2,8 +2,8 @@
 an upward edge still makes the lower stage depend on the upper one).
 
 Stages, lowest first: the base modules (gnnscale/*.py below every stage) -> graph -> sampling ->
-partition -> nn -> distributed -> inference -> train -> loader.py -> the command line (and the package
-root, whose ``load_model`` is a front door to nn)."""
+partition -> nn -> distributed -> features -> inference -> train -> loader.py -> the command line (and
+the package root, whose ``load_model`` is a front door to nn)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gnnscale"
 
-STAGES = ("base", "graph", "sampling", "partition", "nn", "distributed", "inference", "train", "loader", "cli")
+STAGES = ("base", "graph", "sampling", "partition", "nn", "distributed", "features", "inference", "train", "loader",
+          "cli")
 BASE_MODULES = {"batch_stream", "devices", "files", "intrinsics", "keys", "prefetch", "settings", "threading_layer", "torch_keys"}
 CLI_MODULES = {"__init__", "__main__", "cli", "launch", "compile"}
 

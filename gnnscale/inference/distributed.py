@@ -4,7 +4,7 @@ Worker ``p`` owns the (relabelled) ids ``[lo, hi)`` of the partition book and ho
 (the whole topology in the hybrid view, its own rows in the vanilla one: either has them). For every
 layer it walks its nodes in chunks; a chunk's block reads the previous layer's rows of its sources,
 which other workers own too, and fetches them like input features are fetched in training: a
-:class:`~gnnscale.distributed.features.PartitionedFeatureStore` over each worker's file of the
+:class:`~gnnscale.features.partitioned.PartitionedFeatureStore` over each worker's file of the
 previous layer (two rounds per chunk: ids out, rows back). Fetches are collective, so every worker
 runs the same number of chunks per layer (the largest part's; a worker past its last chunk fetches
 nothing and computes nothing).
@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.features import PartitionedFeatureStore
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, apply_layer, evaluating_on, layer_widths, rows_block
 from gnnscale.partition.directory import LocalPartition
 

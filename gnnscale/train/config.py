@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from gnnscale.devices import DEVICE_HELP
-from gnnscale.distributed.device_cache import check_gpu_cache_fraction
+from gnnscale.features.hot_set import check_fraction
 from gnnscale.sampling import check_fanouts
 from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
                                         samplers_with)
@@ -50,7 +50,7 @@ class TrainConfig:
             ``"auto"`` (device when ``device`` is a GPU that holds the topology, the fused sampler and a
             layout that keeps the whole topology on each worker: one process or hybrid; else host).
         gpu_cache_fraction: share of all nodes whose feature rows ``device`` holds, the highest in-degree
-            ones (:class:`~gnnscale.distributed.device_cache.DeviceFeatureCache`); the rest are gathered on
+            ones (:class:`~gnnscale.features.device_cache.DeviceFeatureCache`); the rest are gathered on
             the host and copied. On the CPU the "cache" is a host copy that saves nothing.
     """
 
@@ -112,7 +112,7 @@ class TrainConfig:
         if self.sample_on == "device" and self.sampler != "fused":
             raise ValueError(f"sample_on: --sample-on device draws the fused sampler's blocks; --sampler {self.sampler} "
                              "samples on the host (use --sample-on host or auto)")
-        check_gpu_cache_fraction(self.gpu_cache_fraction)
+        check_fraction(self.gpu_cache_fraction, "gpu_cache_fraction")
 
     def _check_bulk_options(self) -> None:
         """--bulk and --layer-size: positive ints, and only where they mean something."""

@@ -1,26 +1,13 @@
-"""The samplers a run trains and evaluates with, from its training config, and the feature store in front of
-the device (where the device policy puts rows or sampling there)."""
+"""The samplers a run trains and evaluates with, from its training config and device policy."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from gnnscale.distributed.device_cache import DeviceFeatureCache, RowStore
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import BatchSampler, NeighborSampler
 from gnnscale.sampling.registry import SamplerInputs, sampler_spec
 from gnnscale.train.config import TrainConfig
-
-
-def device_store(store: RowStore, degrees: np.ndarray, policy: DevicePolicy) -> RowStore:
-    """``store``, or in front of it the device's feature cache: when rows are held there
-    (``gpu_cache_fraction``) or the sampler runs there (its ids are gathered through the cache, which asks
-    ``store`` for the rows it does not hold)."""
-    if not policy.rows_on_device:
-        return store
-    return DeviceFeatureCache(store, degrees, policy.gpu_cache_fraction, policy.device)
 
 
 def sampler_inputs(graph: CSCGraph, fanouts: tuple[int, ...], cfg: TrainConfig,

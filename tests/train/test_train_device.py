@@ -273,7 +273,7 @@ def test_split_parallelism_refuses_a_gpu_in_one_line():
 
 @pytest.mark.gpu
 def test_training_on_a_gpu_gathers_features_straight_into_pinned_memory(dataset):
-    from gnnscale.train.layouts.single import LocalFeatureStore
+    from gnnscale.features.local import LocalFeatureStore
 
     ids = torch.tensor([5, 0, 9])
     rows = LocalFeatureStore(np.ascontiguousarray(dataset.features, dtype=np.float32), pinned=True).gather(ids)

@@ -1,5 +1,5 @@
 """DGS on the workers (Wan et al., sections III-C and IV): sampling that follows a worker's node mask
-in both layouts, and a feature fetch that sends remote rows on the most important dimensions only.
+in both layouts.
 
 How the masks reach the sampling:
 
@@ -12,13 +12,8 @@ How the masks reach the sampling:
   owner that holds another version of the requester's masks raises instead of sampling with it. Both
   layouts therefore draw the same blocks for the same key and masks, as plain sampling does.
 
-Feature sampling (:class:`FeatureSampledStore`): a fetch stays 2 rounds; each request carries the
-requester's kept dimensions as a bitmask (``ceil(d / 64)`` int64 words, 16 bytes for 100 dimensions)
-and the owner replies with those columns only. The receiver fills a dropped dimension of a remote row
-with the mean of that dimension over the row's cluster (known to every worker from start-up): the
-expected value of the dimension given the community the node belongs to, so the layer's expected input
-is the cluster's rather than zero (zero-filling with rescaling is unbiased only for dimensions dropped
-at random, and DGS drops the same dimensions every time).
+DGS's feature fetch on the most important dimensions is a feature store:
+:class:`gnnscale.features.dgs.FeatureSampledStore`.
 """
 
 from __future__ import annotations
@@ -26,20 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import torch
-from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.dgs.explainer import Masks, check_masks
 from gnnscale.distributed.dgs.explanation import ClusterMap
-from gnnscale.distributed.features import CATEGORY as FEATURE_CATEGORY
-from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler, _check_owned
 from gnnscale.graph.csc import CSCGraph
-from gnnscale.graph.feature_dtype import as_tensor, stored_array, to_float32
-from gnnscale.graph.features import ROWS_PER_PIECE, take_columns
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import Block, check_seeds
 from gnnscale.sampling.dgs import DGSPolicy, rows_sorted, sample_blocks_dgs, sample_rows
@@ -55,7 +44,9 @@ def check_epsilon(epsilon: float) -> float:
     return float(epsilon)
 
 
-def _check_clusters(clusters: ClusterMap, book: PartitionBook) -> None:
+def check_clusters(clusters: ClusterMap, book: PartitionBook) -> None:
+    """TypeError unless ``clusters`` is a ClusterMap, ValueError unless it was built for ``book``'s parts
+    (the samplers here and DGS's feature store check it alike)."""
     if not isinstance(clusters, ClusterMap):
         raise TypeError(f"clusters: expected a ClusterMap, got {type(clusters).__name__}")
     if not np.array_equal(clusters.book.offsets, book.offsets):
@@ -83,7 +74,7 @@ class DGSHybridSampler:
     def __init__(self, graph: CSCGraph, book: PartitionBook, rank: int, fanouts: Sequence[int],
                  clusters: ClusterMap, epsilon: float = 0.1, replace: bool = False) -> None:
         self._plain = HybridSampler(graph, book, rank, fanouts, replace=replace)
-        _check_clusters(clusters, book)
+        check_clusters(clusters, book)
         self.clusters, self.epsilon = clusters, check_epsilon(epsilon)
         self.rank, self.fanouts, self.replace = rank, self._plain.sampler.fanouts, bool(replace)
         self.masks: Masks | None = None
@@ -172,7 +163,7 @@ class DGSVanillaSampler(VanillaSampler):
     def __init__(self, book: PartitionBook, rank: int, local_indptr: np.ndarray, local_indices: np.ndarray,
                  fanouts: Sequence[int], comm: Comm, clusters: ClusterMap, epsilon: float = 0.1,
                  replace: bool = False) -> None:
-        _check_clusters(clusters, book)
+        check_clusters(clusters, book)
         self.clusters, self.epsilon = clusters, check_epsilon(epsilon)
         super().__init__(book, rank, local_indptr, local_indices, fanouts, comm, replace=replace)
         self.masks: Masks | None = None
@@ -206,112 +197,3 @@ class DGSVanillaSampler(VanillaSampler):
             return self._sample_owned(nodes, fanout, key, hop)
         return sample_rows(self.indptr, self.indices, self._lo, nodes, fanout, self.replace, key, hop, policy,
                            self._sorted_rows)
-
-
-def pack_dims(keep: np.ndarray) -> Tensor:
-    """int64 [ceil(d / 64)]: the bool [d] mask ``keep`` as bits (bit i of word w is dimension 64 w + i)."""
-    words = (keep.shape[0] + 63) // 64
-    bits = np.zeros(words * 64, dtype=bool)
-    bits[:keep.shape[0]] = keep
-    return torch.from_numpy(np.packbits(bits, bitorder="little").view(np.int64).copy())
-
-
-def unpack_dims(words: Tensor, d: int) -> np.ndarray:
-    """bool [d]: the inverse of :func:`pack_dims`."""
-    return np.unpackbits(words.numpy().view(np.uint8), bitorder="little")[:d].astype(bool)
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _fill_remote_rows(out, pos, ids, node_cluster, cluster_mean, rows, kept, dropped):
-    """``out[pos[i]]``: the kept columns from ``rows[i]``, the dropped ones from the mean of the cluster
-    of ``ids[i]``."""
-    n = pos.shape[0]
-    for piece in numba.prange((n + ROWS_PER_PIECE - 1) // ROWS_PER_PIECE):
-        for i in range(piece * ROWS_PER_PIECE, min((piece + 1) * ROWS_PER_PIECE, n)):
-            row = out[pos[i]]
-            mean = cluster_mean[node_cluster[ids[i]]]
-            for j in range(kept.shape[0]):
-                row[kept[j]] = rows[i, j]
-            for j in range(dropped.shape[0]):
-                row[dropped[j]] = mean[dropped[j]]
-
-
-class FeatureSampledStore(PartitionedFeatureStore):
-    """A :class:`PartitionedFeatureStore` whose fetch can send remote rows on chosen dimensions only.
-
-    Args:
-        book, rank, local_features, comm: as :class:`PartitionedFeatureStore` (one "setup" round).
-        clusters: the run's cluster map; its cluster means fill the dimensions that do not travel.
-    """
-
-    def __init__(self, book: PartitionBook, rank: int, local_features: np.ndarray | Tensor, comm: Comm,
-                 clusters: ClusterMap) -> None:
-        super().__init__(book, rank, local_features, comm)
-        _check_clusters(clusters, book)
-        if clusters.feature_dim != self.feature_dim:
-            raise ValueError(f"clusters: cluster means have {clusters.feature_dim} dimensions, the features "
-                             f"{self.feature_dim}")
-        self.clusters = clusters
-        self._stored = stored_array(local_features)
-        self._words = (self.feature_dim + 63) // 64
-
-    def gather(self, node_ids: Tensor, dims=None) -> Tensor:
-        """float32 [len(node_ids), d]: the feature rows of ``node_ids``. Collective, exactly 2 "feature"
-        rounds, as :meth:`PartitionedFeatureStore.gather`.
-
-        Args:
-            node_ids: int64 [n], global ids; repeats allowed.
-            dims: None (every dimension travels: the plain fetch), or the dimensions that travel for
-                remote rows (sorted unique ids in [0, d), e.g. ``Masks.top_dims(0.85)``); the others are
-                filled with the row's cluster mean. Rows owned here are always read whole.
-        """
-        if dims is None:
-            return super().gather(node_ids)
-        keep = self._check_dims(dims)
-        ids = self._check_ids(node_ids)
-        world, rank = self.comm.world_size, self.rank
-        owners = torch.from_numpy(self.book.owner(ids.numpy()))
-        order = torch.argsort(owners, stable=True)
-        counts = torch.bincount(owners, minlength=world).tolist()
-        grouped_ids, grouped_pos = ids[order].split(counts), order.split(counts)
-        words = pack_dims(keep)
-        requests = [torch.cat([words, grouped_ids[j]]) if j != rank and counts[j] else ids[:0] for j in range(world)]
-        # Round 1: ask every owner for the rows we need from it, and say which dimensions.
-        asked = self.comm.all_to_allv(requests, FEATURE_CATEGORY)
-        replies = [self._reply(asked[j].cpu()) for j in range(world)]
-        # Round 2: every owner sends the asked columns of the asked rows, flattened, in the order asked.
-        received = self.receive_rows(self.comm.all_to_allv(self.send_rows(replies), FEATURE_CATEGORY))
-        out = torch.empty((ids.shape[0], self.feature_dim), dtype=torch.float32)
-        kept, dropped = np.flatnonzero(keep), np.flatnonzero(~keep)
-        for j in range(world):
-            if j == rank:
-                out[grouped_pos[j]] = to_float32(self._read_rows(grouped_ids[j]))
-                continue
-            # Widened in one vectorised call, then every row written once: its kept columns from the
-            # reply, its dropped ones from its cluster's mean.
-            rows = to_float32(received[j].cpu().view(-1, kept.shape[0])).numpy()
-            _fill_remote_rows(out.numpy(), grouped_pos[j].numpy(), grouped_ids[j].numpy(), self.clusters.node_cluster,
-                              self.clusters.cluster_mean, rows, kept, dropped)
-        return out.to(self.comm.device)
-
-    def _reply(self, msg: Tensor) -> Tensor:
-        """[rows * kept], as stored: the asked columns of the asked rows (empty for an empty request)."""
-        if msg.shape[0] == 0:
-            return torch.empty(0, dtype=self.row_dtype)
-        keep = np.flatnonzero(unpack_dims(msg[:self._words], self.feature_dim))
-        local = (msg[self._words:] - self._offset).numpy()
-        return as_tensor(take_columns(self._stored, local, keep)).reshape(-1)
-
-    def _check_dims(self, dims) -> np.ndarray:
-        """bool [d] from sorted unique dimension ids."""
-        d = self.feature_dim
-        arr = dims.cpu().numpy() if isinstance(dims, Tensor) else np.asarray(dims)
-        if arr.ndim != 1 or arr.shape[0] == 0 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"dims: expected a non-empty 1-D array of dimension ids (Masks.top_dims), got "
-                             f"{arr.dtype} of shape {arr.shape}")
-        if arr[0] < 0 or arr[-1] >= d or np.any(np.diff(arr) <= 0):
-            raise ValueError(f"dims: expected sorted unique dimension ids in [0, {d}), got {arr[:8].tolist()}"
-                             f"{'...' if arr.shape[0] > 8 else ''}")
-        keep = np.zeros(d, dtype=bool)
-        keep[arr] = True
-        return keep

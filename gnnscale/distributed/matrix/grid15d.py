@@ -13,7 +13,8 @@ are the sorted ``needed`` nodes; it asks each block row's holder *in its own pro
 needed rows of that block (round 1, ids) and receives them (round 2: lengths, column ids and, for
 LADIES, the operator's values). The received rows, in ``needed`` order, are ``S A``; the draw and the
 extraction are the single-process samplers' own, so the blocks equal theirs for the same keys.
-Features come the same way: one variable-size exchange of ids and rows inside the process column.
+Features come the same way: the layout's partitioned feature store runs over the process column and
+the block-row book (:class:`Layout15D` holds both), one variable-size exchange of ids and rows.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import scipy.sparse as sp
 import torch
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
@@ -232,20 +232,21 @@ class Ladies15DSampler(LadiesSampler):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout15D:
-    """One worker's 1.5D parts: its grid position, block row, column Comm, samplers and feature store."""
+    """One worker's 1.5D parts: its grid position, block row, column Comm, block-row book and samplers. Its
+    feature store is the partitioned one over ``column`` and ``book``: part ``grid.row``, ``block.features``."""
 
     grid: ProcessGrid
     block: BlockRow
     column: Comm
+    book: PartitionBook
     sampler: MatrixSampler | LadiesSampler
     eval_sampler: MatrixSampler
-    store: PartitionedFeatureStore
 
 
 def build_15d(partition_dir: str | Path, part: LocalPartition, comm: Comm, replication: int, *, sampler: str,
               fanouts, inference_fanouts, bulk: int, replace: bool, layer_sizes, self_loops: bool) -> Layout15D:
     """Load this worker's block row, create the column groups (collective over all workers) and build
-    the samplers and the feature store on its column. ``sampler``: a bulk sampler's name (layer-wise: LADIES; else GraphSAGE's)."""
+    the samplers on its column. ``sampler``: a bulk sampler's name (layer-wise: LADIES; else GraphSAGE's)."""
     grid = ProcessGrid(world_size=comm.world_size, replication=check_replication(replication, comm.world_size),
                        rank=comm.rank)
     block = load_block_row(partition_dir, part, grid)
@@ -261,6 +262,5 @@ def build_15d(partition_dir: str | Path, part: LocalPartition, comm: Comm, repli
                                  self_loops=self_loops)
     else:
         train = Matrix15DSampler(pattern_rows, fanouts, bulk=bulk, replace=replace)
-    store = PartitionedFeatureStore(book, grid.row, block.features, column)
-    return Layout15D(grid=grid, block=block, column=column, sampler=train,
-                     eval_sampler=Matrix15DSampler(pattern_rows, inference_fanouts), store=store)
+    return Layout15D(grid=grid, block=block, column=column, book=book, sampler=train,
+                     eval_sampler=Matrix15DSampler(pattern_rows, inference_fanouts))

@@ -32,10 +32,12 @@ import torch
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.feature_cache import CachedFeatureStore, global_in_degrees
-from gnnscale.distributed.features import PartitionedFeatureStore
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
+from gnnscale.features.device_cache import device_store
+from gnnscale.features.host_cache import CachedFeatureStore, global_in_degrees
+from gnnscale.features.hot_set import check_fraction
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.sampling import BatchSampler
@@ -43,7 +45,7 @@ from gnnscale.sampling.registry import sampler_spec
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import EdgeLedger, LayoutContext, LayoutSpec
 from gnnscale.train.metrics import PhaseTimer
-from gnnscale.train.samplers import device_store, sampler_inputs
+from gnnscale.train.samplers import sampler_inputs
 from gnnscale.train.steps import Batch, Sampled, Step
 from gnnscale.settings import setting
 
@@ -174,7 +176,7 @@ def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, po
     """The ``hybrid`` (the partition loaded in the ``"whole"`` view) or ``vanilla`` (``"own"`` view) layout
     of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
     fraction of all nodes' rows (the hottest remote ones,
-    :class:`~gnnscale.distributed.feature_cache.CachedFeatureStore`; collective set-up). The hybrid
+    :class:`~gnnscale.features.host_cache.CachedFeatureStore`; collective set-up). The hybrid
     layout samples on the policy's device and holds feature rows there where ``policy`` says (collective:
     the device cache's set-up gathers through the store). ``seeds_anywhere``: its samplers take seeds owned
     anywhere (link prediction's pairs)."""
@@ -191,7 +193,8 @@ def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, po
 
     store = build_store(part, loader, cache_fraction)
     if part.view == "whole":
-        store = device_store(store, np.diff(part.topology.indptr), policy)
+        store = device_store(store, np.diff(part.topology.indptr), policy.gpu_cache_fraction, policy.device,
+                             policy.sample_on_device)
     train_device = policy.device if policy.sample_on_device else None
     return DataParallel(sampler(cfg.fanouts, train_device), sampler(cfg.inference_fanouts), store, part, loader)
 
@@ -221,9 +224,7 @@ class CacheOptions:
                                           "this fraction of all nodes (0: no cache)")
 
     def __post_init__(self) -> None:
-        fraction = self.cache_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1], got {fraction!r}")
+        check_fraction(self.cache_fraction, "cache_fraction")
 
 
 def _build(ctx: LayoutContext) -> DataParallel:

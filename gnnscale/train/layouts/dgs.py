@@ -29,11 +29,12 @@ import torch
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler, FeatureSampledStore
+from gnnscale.distributed.dgs.sampling import DGSHybridSampler, DGSVanillaSampler
 from gnnscale.distributed.dgs.explainer import Masks, OnlineExplainer, check_masks
 from gnnscale.distributed.dgs.explanation import build_cluster_map, build_explanation_graph, default_probes
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
 from gnnscale.distributed.edge_metrics import local_edges, minibatch_signature
+from gnnscale.features.dgs import FeatureSampledStore
 from gnnscale.nn import build_model
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import TrainConfig

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gnnscale.distributed.features import PartitionedFeatureStore
-from gnnscale.distributed.matrix.grid15d import build_15d, check_replication
+from gnnscale.distributed.matrix.grid15d import Layout15D, build_15d, check_replication
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.sampling.registry import samplers_with
 from gnnscale.settings import setting
 from gnnscale.train.config import TrainConfig
@@ -39,9 +39,16 @@ def build_15d_layout(ctx: LayoutContext) -> DataParallel:
     grid = build_15d(ctx.partition_dir, ctx.part, ctx.loader, ctx.options.settings.replication, sampler=cfg.sampler,
                      fanouts=cfg.fanouts, inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
                      layer_sizes=sizes, self_loops=is_gcn(ctx.model))
+    store = column_store(grid)
     grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
-    return DataParallel(grid.sampler, grid.eval_sampler, grid.store, ctx.part, ctx.loader,
+    return DataParallel(grid.sampler, grid.eval_sampler, store, ctx.part, ctx.loader,
                         data_comm=grid.column, held_bytes=grid.block.nbytes)
+
+
+def column_store(grid: Layout15D) -> PartitionedFeatureStore:
+    """The 1.5D feature store: the block row's features, fetched inside the process column (block row
+    ``i`` is rank ``i`` of the column). Collective on the column: one "setup" round."""
+    return PartitionedFeatureStore(grid.book, grid.grid.row, grid.block.features, grid.column)
 
 
 def check_15d(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:

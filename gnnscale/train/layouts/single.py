@@ -11,44 +11,19 @@ exactly like it. It is not in the registry: ``--layout`` names how workers share
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.device_policy import DevicePolicy
+from gnnscale.features.device_cache import device_store
+from gnnscale.features.local import LocalFeatureStore
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.feature_dtype import decode
-from gnnscale.graph.features import gather_rows
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.train.config import SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
-from gnnscale.train.samplers import build_samplers, device_store
-
-
-class LocalFeatureStore:
-    """Every feature row in this process: a gather, no communication.
-
-    Args:
-        features: float32 [num_nodes, d], numpy (possibly memory-mapped).
-        pinned: gather float32 rows straight into pinned host memory (training on a GPU: the copy stage
-            then sends them without pinning them in another host copy, the largest tensor of a batch).
-    """
-
-    def __init__(self, features: np.ndarray, pinned: bool = False) -> None:
-        self.features = features
-        self.feature_dim = int(features.shape[1])
-        self.pinned = pinned and features.dtype == np.float32 and features.flags.c_contiguous
-
-    def gather(self, node_ids: Tensor) -> Tensor:
-        """float32 [len(node_ids), d]: the rows of ``node_ids`` (a numba kernel that releases the GIL)."""
-        if self.pinned:
-            rows = torch.empty((node_ids.shape[0], self.feature_dim), dtype=torch.float32, pin_memory=True)
-            gather_rows(self.features, node_ids.numpy(), out=rows.numpy())
-            return rows
-        return decode(gather_rows(self.features, node_ids.numpy()))
+from gnnscale.train.samplers import build_samplers
 
 
 def whole_partition(dataset: NodeDataset) -> LocalPartition:
@@ -67,7 +42,8 @@ def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig
     it puts sampling and feature rows there."""
     graph = part.topology
     train, evaluate = build_samplers(graph, model, cfg, policy)
-    store = device_store(LocalFeatureStore(part.features, pinned=policy.pin_rows), np.diff(graph.indptr), policy)
+    store = device_store(LocalFeatureStore(part.features, pinned=policy.pin_rows), np.diff(graph.indptr),
+                         policy.gpu_cache_fraction, policy.device, policy.sample_on_device)
     return DataParallel(train, evaluate, store, part, loader)
 
 

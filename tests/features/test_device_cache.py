@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnscale.distributed.device_cache import DeviceFeatureCache, hot_nodes
+from gnnscale.features.device_cache import DeviceFeatureCache, device_store
 
 
 class CountingStore:
@@ -26,13 +26,6 @@ class CountingStore:
 
 def make_store(num_nodes: int = 50, dim: int = 3) -> CountingStore:
     return CountingStore(np.random.default_rng(0).standard_normal((num_nodes, dim)).astype(np.float32))
-
-
-def test_hot_nodes_rank_by_in_degree_then_id():
-    degrees = np.array([1, 5, 5, 0, 7, 2])
-    assert hot_nodes(degrees, 3).tolist() == [1, 2, 4]
-    assert hot_nodes(degrees, 0).tolist() == []
-    assert hot_nodes(degrees, 10).tolist() == [0, 1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.3, 1.0])
@@ -63,3 +56,16 @@ def test_gpu_cache_serves_host_and_device_ids_alike():
         got = cache.gather(asked)
         assert got.device.type == "cuda"
         torch.testing.assert_close(got.cpu(), store.features[ids], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fraction, sample_on_device, cached", [(0.0, False, False), (0.0, True, True),
+                                                                (0.3, False, True), (0.3, True, True)])
+def test_device_store_puts_the_cache_in_front_only_where_rows_or_sampling_are_on_the_device(
+        fraction, sample_on_device, cached):
+    store = make_store()
+    got = device_store(store, np.arange(50), fraction, torch.device("cpu"), sample_on_device)
+    if not cached:
+        assert got is store
+        return
+    assert isinstance(got, DeviceFeatureCache) and got.store is store
+    assert got.num_cached == int(fraction * 50)

@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.distributed.features import PartitionedFeatureStore
+from gnnscale.features.hot_set import check_fraction, hot_set, in_degree_order
+from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.graph.feature_dtype import to_float32
 from gnnscale.partition.book import PartitionBook
 
@@ -45,12 +46,8 @@ def cached_nodes(degrees: np.ndarray, book: PartitionBook, num_rows: int) -> lis
         book: node ownership.
         num_rows: a cache's capacity in rows.
     """
-    order = np.argsort(-np.asarray(degrees, dtype=np.int64), kind="stable")  # by degree, ties by id
-    out = []
-    for q in range(book.num_parts):
-        lo, hi = book.node_range(q)
-        out.append(np.sort(order[(order < lo) | (order >= hi)][:num_rows]))
-    return out
+    order = in_degree_order(degrees)  # once, cut for every worker
+    return [hot_set(order, num_rows, skip=book.node_range(q)) for q in range(book.num_parts)]
 
 
 def global_in_degrees(local_degrees: np.ndarray, book: PartitionBook, comm: Comm) -> np.ndarray:
@@ -85,15 +82,13 @@ class CachedFeatureStore(PartitionedFeatureStore):
     def __init__(self, book: PartitionBook, rank: int, local_features: np.ndarray | Tensor, comm: Comm, *,
                  degrees: np.ndarray, fraction: float) -> None:
         # Checked before any collective: every worker gets the same arguments, so all raise together.
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"cache_fraction: expected a fraction of all nodes in [0, 1] (--cache-fraction), "
-                             f"got {fraction!r}")
+        fraction = check_fraction(fraction, "cache_fraction")
         degrees = np.asarray(degrees)
         if not isinstance(book, PartitionBook) or degrees.shape != (book.num_nodes,):
             raise ValueError(f"degrees: expected one in-degree per node of the book's graph, got shape "
                              f"{list(degrees.shape)}")
         super().__init__(book, rank, local_features, comm)
-        self.fraction = float(fraction)
+        self.fraction = fraction
         self.capacity = int(self.fraction * book.num_nodes)
         lists = cached_nodes(degrees, book, self.capacity)
         self.cached_ids = torch.from_numpy(lists[rank])

@@ -3,11 +3,13 @@ front of whichever feature store a layout gathers from (the local rows of one pr
 store of a distributed worker).
 
 Which rows: the highest in-degree nodes of the whole graph (ties by lower id), ``fraction`` of all nodes,
-as GSplit's GPU cache ranks them (a node's chance of being sampled as a neighbor grows with its in-degree).
-Every worker holds the same hot rows. A gather reads the hits from device memory and asks the store
-underneath for the misses only, which it copies to the device from pinned host memory; with fraction 1
-every feature row lives on the device and a gather never leaves it. The store's collective rounds are
-kept: a distributed store's gather is called once per batch on every worker, with the misses only.
+as GSplit's GPU cache ranks them (a node's chance of being sampled as a neighbor grows with its in-degree;
+the rule is :mod:`gnnscale.features.hot_set`'s). Every worker holds the same hot rows. A gather reads the
+hits from device memory and asks the store underneath for the misses only, which it copies to the device
+from pinned host memory; with fraction 1 every feature row lives on the device and a gather never leaves
+it. The store's collective rounds are kept: a distributed store's gather is called once per batch on
+every worker, with the misses only. :func:`device_store` says when a layout puts the cache in front of
+its store.
 
 On the CPU (``device="cpu"``) the cache is a copy of the hot rows in host memory, so that its
 bookkeeping is tested where there is no GPU; it saves nothing there.
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnscale.features.hot_set import check_fraction, hot_nodes
 
 _NO_IDS = torch.empty(0, dtype=torch.int64)
 
@@ -33,16 +36,22 @@ class RowStore(Protocol):
     def gather(self, node_ids: Tensor) -> Tensor: ...
 
 
-def hot_nodes(degrees: np.ndarray, num_rows: int) -> np.ndarray:
-    """int64 [min(num_rows, num_nodes)], sorted: the ``num_rows`` highest in-degree nodes, ties by lower id."""
-    order = np.argsort(-np.asarray(degrees, dtype=np.int64), kind="stable")
-    return np.sort(order[:num_rows]).astype(np.int64)
+def device_store(store: RowStore, degrees: np.ndarray, fraction: float, device: torch.device,
+                 sample_on_device: bool) -> RowStore:
+    """``store``, or in front of it the device's feature cache: when rows are held there (``fraction`` > 0)
+    or the sampler runs there (``sample_on_device``: its ids are gathered through the cache, which asks
+    ``store`` for the rows it does not hold).
 
-
-def check_gpu_cache_fraction(fraction: float) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"gpu_cache_fraction: expected a fraction of all nodes in [0, 1], got {fraction!r}")
-    return float(fraction)
+    Args:
+        store: the store underneath.
+        degrees: int [num_nodes], every node's in-degree in the whole graph.
+        fraction: share of all nodes whose rows the device holds (``--gpu-cache-fraction``), in [0, 1].
+        device: the training device.
+        sample_on_device: whether the training sampler runs on ``device``.
+    """
+    if fraction == 0 and not sample_on_device:
+        return store
+    return DeviceFeatureCache(store, degrees, fraction, device)
 
 
 class DeviceFeatureCache:
@@ -61,7 +70,7 @@ class DeviceFeatureCache:
     """
 
     def __init__(self, store: RowStore, degrees: np.ndarray, fraction: float, device: torch.device) -> None:
-        fraction = check_gpu_cache_fraction(fraction)
+        fraction = check_fraction(fraction, "gpu_cache_fraction")
         degrees = np.asarray(degrees)
         self.store, self.device, self.feature_dim = store, torch.device(device), int(store.feature_dim)
         hot = hot_nodes(degrees, int(fraction * degrees.shape[0]))
