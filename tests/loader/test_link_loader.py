@@ -13,6 +13,7 @@ import importlib
 import itertools
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +25,6 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample
 from torch_geometric.transforms import RandomLinkSplit
 
 import gnnscale
-import gnnscale.link_loader
 from gnnscale.keys import derive_key
 from gnnscale.loader import LinkNeighborLoader, NeighborLoader
 from gnnscale.sampling.negatives import negative_pairs
@@ -249,17 +249,20 @@ def test_ratio_zero_means_no_negatives_as_pyg() -> None:
     assert loader.neg_sampling is None and next(iter(loader)).edge_label_index.shape[1] == 7
 
 
-def test_the_module_imports_on_its_own(monkeypatch) -> None:
-    # gnnscale.loader re-exports the class from its last line: importing gnnscale.link_loader first must
-    # work too. Both modules are imported afresh here; monkeypatch puts the originals back afterwards.
-    assert gnnscale.link_loader.LinkNeighborLoader is LinkNeighborLoader
-    for name in ("loader", "link_loader"):
-        monkeypatch.delitem(sys.modules, f"gnnscale.{name}")
-        monkeypatch.delattr(gnnscale, name)
-    fresh = importlib.import_module("gnnscale.link_loader")
-    assert next(iter(fresh.LinkNeighborLoader(tiny_data(), [1], seed=0))).edge_label_index.shape == (2, 1)
-    assert fresh.LinkNeighborLoader is sys.modules["gnnscale.loader"].LinkNeighborLoader
-    assert fresh.LinkNeighborLoader is not LinkNeighborLoader  # really imported again
+LOADER_MODULES = sorted(p.stem for p in Path(gnnscale.__file__).parent.joinpath("loader").glob("*.py"))
+
+
+@pytest.mark.parametrize("name", LOADER_MODULES)
+def test_each_module_of_the_package_imports_on_its_own(name, monkeypatch) -> None:
+    # No circle between the loader's modules: each one imported first, into a fresh package, works.
+    # monkeypatch puts the original modules back afterwards.
+    for module in [m for m in sys.modules if m == "gnnscale.loader" or m.startswith("gnnscale.loader.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.delattr(gnnscale, "loader")
+    fresh = importlib.import_module("gnnscale.loader" if name == "__init__" else f"gnnscale.loader.{name}")
+    link = importlib.import_module("gnnscale.loader.link")  # the one imported with it, or a fresh one
+    assert next(iter(link.LinkNeighborLoader(tiny_data(), [1], seed=0))).edge_label_index.shape == (2, 1)
+    assert link.LinkNeighborLoader is not LinkNeighborLoader and fresh is sys.modules[fresh.__name__]
 
 
 def test_node_dataset_seeds_every_csc_edge_like_its_pyg_data(random_graph) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from gnnscale import loader as loader_module
+from gnnscale.loader import options as loader_module
 from gnnscale.loader import NeighborLoader
 from gnnscale.sampling import sample_blocks
 from gnnscale.sampling.nodewise import NodewiseSampler
