@@ -13,10 +13,9 @@ A PyG link-prediction script changes its import line and nothing else::
         loss = F.binary_cross_entropy_with_logits(score, batch.edge_label)
 
 A batch draws its pairs first: its seed edges, their negatives and the pairs' unique endpoints
-(:func:`gnnscale.sampling.negatives.batch_pairs`, the trainer's link task's too). Then, as
-:class:`~gnnscale.loader.node.NeighborLoader`'s batches, the endpoints are sampled, their attributes
-fetched, and the batch copied to ``device``. Every random choice of a batch, neighbors and negatives,
-is keyed by ``(seed, epoch, step)``.
+(:func:`gnnscale.sampling.negatives.batch_pairs`). Then, as :class:`~gnnscale.loader.node.NeighborLoader`'s
+batches, the endpoints are sampled, their attributes fetched, and the batch copied to ``device``. Every
+random choice of a batch, neighbors and negatives, is keyed by ``(seed, epoch, step)``.
 """
 
 from __future__ import annotations
@@ -202,8 +201,8 @@ class LinkNeighborLoader(SeedLoader):
         graph, edge_ids = graph_of(data)
         self.fetch = fetch_stage(data)
         no_hop = isinstance(num_neighbors, (list, tuple)) and len(num_neighbors) == 0  # PyG's link loader takes []
-        self.sample = SampleStage(graph, None if no_hop else NodewiseSampler(graph, num_neighbors, replace=replace,
-                                                                              edge_ids=edge_ids))
+        self.sample = SampleStage(None if no_hop else
+                                  NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids))
         self.num_nodes = graph.num_nodes
         self.neg_sampling = link_negatives(neg_sampling, neg_sampling_ratio)
         self.edge_label_index = _edge_label_index(edge_label_index, data, self.num_nodes)

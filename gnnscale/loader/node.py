@@ -95,7 +95,7 @@ class NeighborLoader(SeedLoader):
         self.data = data
         graph, edge_ids = graph_of(data)
         self.fetch = fetch_stage(data)
-        self.sample = SampleStage(graph, NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids))
+        self.sample = SampleStage(NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids))
         self.input_nodes, self._input_id = _input_nodes(input_nodes, graph.num_nodes)
         super().__init__(self.input_nodes.numel(), options)
 

@@ -8,7 +8,6 @@ import threading
 import torch
 from torch import Tensor
 
-from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
 
 
@@ -16,13 +15,12 @@ class SampleStage:
     """Samples a batch's seeds in one graph, for every iterator of a loader.
 
     Args:
-        graph: the topology sampled from.
-        sampler: the node-wise sampler over ``graph``; None samples no hop (PyG's ``num_neighbors=[]``,
+        sampler: the node-wise sampler over the graph; None samples no hop (PyG's ``num_neighbors=[]``,
             which its link loader takes: a batch is then its seeds alone).
     """
 
-    def __init__(self, graph: CSCGraph, sampler: NodewiseSampler | None) -> None:
-        self.graph, self.sampler = graph, sampler
+    def __init__(self, sampler: NodewiseSampler | None) -> None:
+        self.sampler = sampler
         self._lock = threading.Lock()
 
     @property
