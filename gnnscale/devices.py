@@ -81,6 +81,33 @@ class Sent(Generic[T]):
 TensorMap = Callable[[T, Callable[[Tensor], Tensor]], T]
 
 
+class CudaStreams:
+    """What :class:`StreamCopy` asks of CUDA: torch.cuda's streams and events, and the copy of one host tensor.
+
+    A seam for tests on a machine without a GPU: a stand-in (a subclass) passed as ``StreamCopy(...,
+    cuda=...)`` records what the copy stage does (which tensors it sends, which streams it records on them).
+    """
+
+    def new_stream(self, device: torch.device) -> torch.cuda.Stream:
+        return torch.cuda.Stream(device)
+
+    def use(self, stream: torch.cuda.Stream):
+        """The context that makes ``stream`` current on this thread."""
+        return torch.cuda.stream(stream)
+
+    def new_event(self) -> torch.cuda.Event:
+        return torch.cuda.Event()
+
+    def current_stream(self, device: torch.device) -> torch.cuda.Stream:
+        return torch.cuda.current_stream(device)
+
+    def copy(self, t: Tensor, device: torch.device) -> Tensor:
+        """``t`` on ``device``, its copy queued on the current stream."""
+        # From pinned memory the copy is a DMA queued on the stream (pageable memory would block).
+        # pin_memory() is itself a host copy, made here in the producer's thread, off the step.
+        return _pinned(t).to(device, non_blocking=True)
+
+
 class StreamCopy:
     """Moves values (batches) to ``device`` in a producer thread, one ahead of the consumer, the copy hidden.
 
@@ -95,16 +122,22 @@ class StreamCopy:
 
     On the CPU nothing is copied; with ``pin`` (where CUDA exists) host tensors are pinned, as torch's
     DataLoader's ``pin_memory`` does, for a consumer that copies them on.
+
+    Args:
+        device: where the values go.
+        pin: pin host tensors on the CPU too (where CUDA exists). Default False.
+        cuda: the CUDA machinery (:class:`CudaStreams`, the default); a test's stand-in on a CPU.
     """
 
-    def __init__(self, device: torch.device, *, pin: bool = False) -> None:
+    def __init__(self, device: torch.device, *, pin: bool = False, cuda: CudaStreams | None = None) -> None:
         self.device = device
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.cuda = CudaStreams() if cuda is None else cuda
+        self.stream = self.cuda.new_stream(device) if device.type == "cuda" else None
         self.pin = self.stream is not None or (pin and torch.cuda.is_available())
 
     def producing(self):
         """The context the producer computes in: the side stream on CUDA, nothing on the CPU."""
-        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+        return self.cuda.use(self.stream) if self.stream is not None else nullcontext()
 
     def send(self, value: T, map_tensors: TensorMap) -> Sent[T]:
         """Producer: ``value`` with its tensors on the device (their copies queued; returns at once on CUDA)."""
@@ -116,22 +149,20 @@ class StreamCopy:
             if not isinstance(t, Tensor):
                 return t  # a number a map hands over with the tensors (PyG's apply may)
             if t.device != self.device:
-                # From pinned memory the copy is a DMA queued on the stream (pageable memory would block).
-                # pin_memory() is itself a host copy, made here in the producer's thread, off the step.
-                t = _pinned(t).to(self.device, non_blocking=True)
+                t = self.cuda.copy(t, self.device)
             made.append(t)
             return t
 
         with self.producing():
             value = map_tensors(value, move)
-            ready = torch.cuda.Event()
+            ready = self.cuda.new_event()
             ready.record(self.stream)
         return Sent(value, ready, tuple(made))
 
     def receive(self, sent: Sent[T]) -> T:
         """Consumer: the value, usable by the work queued next on this thread's current stream."""
         if sent.ready is not None:
-            current = torch.cuda.current_stream(self.device)
+            current = self.cuda.current_stream(self.device)
             current.wait_event(sent.ready)
             for t in sent.tensors:
                 t.record_stream(current)

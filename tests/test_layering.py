@@ -2,8 +2,8 @@
 an upward edge still makes the lower stage depend on the upper one).
 
 Stages, lowest first: the base modules (gnnscale/*.py below every stage) -> graph -> sampling ->
-partition -> nn -> distributed -> features -> inference -> train -> loader.py -> the command line (and
-the package root, whose ``load_model`` is a front door to nn)."""
+partition -> nn -> distributed -> features -> inference -> train -> loader -> the command line (and the
+package root, whose ``load_model`` is a front door to nn)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,10 @@ def stage_of(module: str) -> str:
     if len(parts) == 1:
         return "cli"  # the package root
     top = parts[1]
-    if top in STAGES[1:-2] and (PACKAGE / top).is_dir():
+    if top in STAGES[1:-1] and (PACKAGE / top).is_dir():
         return top
     if top in BASE_MODULES:
         return "base"
-    if top in ("loader", "link_loader"):  # link_loader: the loader stage's second module
-        return "loader"
     if top in CLI_MODULES or top.startswith("cli_"):
         return "cli"
     raise AssertionError(f"{module}: no stage for gnnscale.{top}; add it to STAGES or the module sets "

@@ -12,17 +12,17 @@ A PyG link-prediction script changes its import line and nothing else::
         score = (z[batch.edge_label_index[0]] * z[batch.edge_label_index[1]]).sum(-1)
         loss = F.binary_cross_entropy_with_logits(score, batch.edge_label)
 
-A batch is the node-wise sampled neighborhood (:class:`~gnnscale.loader.NeighborLoader`'s sampler and
-attribute slicing) of the endpoints of its seed edges and their negatives, with PyG's link fields. The
-negatives are drawn by :func:`gnnscale.sampling.negatives.negative_pairs` under the batch's key, so
-every random choice of a batch, neighbors and negatives, is keyed by ``(seed, epoch, step)``.
+A batch draws its pairs first: its seed edges, their negatives and the pairs' unique endpoints
+(:func:`gnnscale.sampling.negatives.batch_pairs`). Then, as :class:`~gnnscale.loader.node.NeighborLoader`'s
+batches, the endpoints are sampled, their attributes fetched, and the batch copied to ``device``. Every
+random choice of a batch, neighbors and negatives, is keyed by ``(seed, epoch, step)``.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,9 +32,13 @@ from torch_geometric.data import Data
 from torch_geometric.sampler import NegativeSampling
 
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.keys import STREAM_ORDER, derive_key
-from gnnscale.prefetch import Prefetcher
-from gnnscale.sampling.negatives import negative_pairs
+from gnnscale.loader.data import csc_edge_index, graph_of
+from gnnscale.loader.fetch import fetch_stage
+from gnnscale.loader.options import check_pyg_options, stream_options
+from gnnscale.loader.sample import SampleStage
+from gnnscale.loader.stream import SeedLoader
+from gnnscale.sampling.negatives import batch_pairs
+from gnnscale.sampling.nodewise import NodewiseSampler
 
 # PyG's two negative sampling modes and the law of gnnscale.sampling.negatives that draws each.
 NEGATIVE_MODES = {"binary": "uniform", "triplet": "per_source"}
@@ -54,9 +58,10 @@ class LinkNegatives:
     mode: str
     amount: float
 
-    def count(self, num_pos: int) -> int:
-        """Negatives of a batch of ``num_pos`` positives (PyG's rule)."""
-        return math.ceil(num_pos * self.amount)
+    @property
+    def law(self) -> str:
+        """The law of :mod:`gnnscale.sampling.negatives` that draws them."""
+        return NEGATIVE_MODES[self.mode]
 
 
 def link_negatives(neg_sampling, neg_sampling_ratio) -> LinkNegatives | None:
@@ -89,9 +94,10 @@ def _edge_label_index(edge_label_index, data, num_nodes: int) -> Tensor:
     """The seed edges: int64 [2, num_seed_edges], every id in range; by default every edge of ``data``."""
     if edge_label_index is None:
         if isinstance(data, NodeDataset):
-            graph = data.graph
-            dst = np.repeat(np.arange(num_nodes, dtype=np.int64), graph.in_degrees())
-            return torch.from_numpy(np.stack([np.asarray(graph.indices, dtype=np.int64), dst]))
+            return csc_edge_index(data.graph)
+        if data.edge_index is None:
+            raise ValueError("edge_label_index: expected the seed edges, an int tensor [2, num_edges]: data has no "
+                             "edge_index to take them from")
         edge_label_index = data.edge_index
     if isinstance(edge_label_index, np.ndarray):
         edge_label_index = torch.from_numpy(edge_label_index)
@@ -129,13 +135,15 @@ def _edge_label(edge_label, num_edges: int, negatives: LinkNegatives | None) -> 
     return edge_label.cpu()
 
 
-class LinkNeighborLoader:
+class LinkNeighborLoader(SeedLoader):
     """Mini-batches of seed edges with the sampled neighborhoods of their endpoints, as PyG ``Data``.
 
     Args:
-        data: a ``torch_geometric.data.Data`` (``edge_index`` int [2, num_edges], source in row 0) or a
+        data: a ``torch_geometric.data.Data`` (``edge_index`` int [2, num_edges], source in row 0; a Data
+            without one is a graph without edges, and its batches have no ``edge_index``, as PyG's) or a
             gnnscale :class:`~gnnscale.graph.dataset.NodeDataset`; the graph sampled from.
-        num_neighbors: neighbors per node per hop, seeds outwards (as :class:`NeighborLoader`'s).
+        num_neighbors: neighbors per node per hop, seeds outwards (as :class:`NeighborLoader`'s); ``[]``
+            samples no hop (a batch holds its pairs' endpoints alone, as PyG's).
         edge_label_index: int tensor [2, num_seed_edges] (source row 0) of node ids, the seed edges;
             default None: every edge of ``data``.
         edge_label: tensor [num_seed_edges, ...] of labels or None (default).
@@ -144,6 +152,11 @@ class LinkNeighborLoader:
         neg_sampling_ratio: binary negatives per positive (PyG's older argument; a non-zero value wins
             over ``neg_sampling``). Default None.
         batch_size, shuffle, drop_last: seed edges per batch and their order, as ``DataLoader``'s.
+        device: where the yielded batches' tensors are: ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``,
+            ``"auto"`` or a ``torch.device`` (:func:`~gnnscale.devices.resolve_device`). On CUDA the
+            background thread copies each batch from pinned memory on a side stream (:class:`~gnnscale.devices.StreamCopy`).
+        pin_memory: pin the batches' host memory (torch DataLoader's option; implied on CUDA). Without
+            CUDA: one warning, no effect, as torch's DataLoader. Default False.
         replace, subgraph_type, transform, seed, prefetch, generator, worker options and PyG's options
         that gnnscale does not implement: as :class:`NeighborLoader`'s. ``edge_label_time``: None only.
 
@@ -168,11 +181,8 @@ class LinkNeighborLoader:
                  weight_attr=None, transform: Callable | None = None, transform_sampler_output=None,
                  is_sorted: bool = False, filter_per_worker=None, neighbor_sampler=None, directed: bool = True,
                  *, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, seed: int | None = None,
-                 prefetch: int = 1, generator: torch.Generator | None = None, **loader_options) -> None:
-        # gnnscale.loader re-exports this class from its last line, so it is imported when a loader is
-        # built, not at the top: `import gnnscale.link_loader` then works whichever module comes first.
-        from gnnscale.loader import NeighborLoader
-
+                 prefetch: int = 1, generator: torch.Generator | None = None,
+                 device: str | torch.device | None = None, pin_memory: bool = False, **loader_options) -> None:
         for name in ("input_nodes", "input_time"):  # NeighborLoader's own: seeds here are edges
             if name in loader_options:
                 raise TypeError(f"LinkNeighborLoader: unexpected keyword argument {name!r} (the seeds are "
@@ -180,83 +190,60 @@ class LinkNeighborLoader:
         if edge_label_time is not None:
             raise ValueError("edge_label_time: gnnscale's LinkNeighborLoader supports only None (PyG's default; "
                              "temporal sampling is not implemented)")
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform: expected a callable or None, got {type(transform).__name__}")
-        # The node loader over every node checks and holds what the two share: the options, the graph,
-        # the sampler, the attribute slicing and the seed; a batch is its batch of the endpoints.
-        self._nodes = NeighborLoader(
-            data, num_neighbors, replace=replace, subgraph_type=subgraph_type, disjoint=disjoint,
-            temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
-            transform_sampler_output=transform_sampler_output, is_sorted=is_sorted,
-            filter_per_worker=filter_per_worker, neighbor_sampler=neighbor_sampler, directed=directed,
-            batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, prefetch=prefetch,
-            generator=generator, **loader_options)
+        check_pyg_options("LinkNeighborLoader", dict(
+            disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+            transform_sampler_output=transform_sampler_output, neighbor_sampler=neighbor_sampler,
+            directed=directed), subgraph_type, loader_options)
+        options = stream_options("LinkNeighborLoader", batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                                 seed=seed, prefetch=prefetch, generator=generator, transform=transform,
+                                 device=device, pin_memory=pin_memory)
         self.data = data
-        self.num_nodes = self._nodes.sampler.graph.num_nodes
+        graph, edge_ids = graph_of(data)
+        self.fetch = fetch_stage(data)
+        no_hop = isinstance(num_neighbors, (list, tuple)) and len(num_neighbors) == 0  # PyG's link loader takes []
+        self.sample = SampleStage(None if no_hop else
+                                  NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids))
+        self.num_nodes = graph.num_nodes
         self.neg_sampling = link_negatives(neg_sampling, neg_sampling_ratio)
         self.edge_label_index = _edge_label_index(edge_label_index, data, self.num_nodes)
         self.edge_label = _edge_label(edge_label, self.edge_label_index.shape[1], self.neg_sampling)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
-        self.transform, self.prefetch, self.seed = transform, prefetch, self._nodes.seed
-        self.epoch = 0  # epochs started: each iteration over the loader is the next epoch
+        super().__init__(self.edge_label_index.shape[1], options)
 
     @property
     def num_neighbors(self) -> tuple[int, ...]:
-        return self._nodes.num_neighbors
+        return self.sample.fanouts
 
-    def __len__(self) -> int:
-        n = self.edge_label_index.shape[1]
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
-    def __iter__(self) -> Iterator[Data]:
-        epoch = self.epoch
-        self.epoch += 1
-        order = torch.arange(self.edge_label_index.shape[1])
-        if self.shuffle:  # the order's key, as NeighborLoader's
-            gen = torch.Generator().manual_seed(derive_key(self.seed, epoch, 0, 0, STREAM_ORDER))
-            order = torch.randperm(order.numel(), generator=gen)
-        batches = order.split(self.batch_size)[: len(self)]
-        return self._stream(batches, epoch)
-
-    def _stream(self, batches: tuple[Tensor, ...], epoch: int) -> Iterator[Data]:
-        # A generator, so that leaving the loop early closes the background stage.
-        with Prefetcher(lambda step: self.batch(batches[step], derive_key(self.seed, epoch, step)),
-                        len(batches), self.prefetch) as items:
-            yield from items
-
-    def batch(self, index: Tensor, key: int) -> Data:
+    def _batch(self, index: Tensor, key: int) -> Data:
         """The batch of the seed edges ``edge_label_index[:, index]`` sampled under ``key``."""
         src, dst = self.edge_label_index[:, index]
-        label = None if self.edge_label is None else self.edge_label[index]
-        num_pos, neg = src.numel(), self.neg_sampling
-        if neg is not None:
-            # Whole negatives per positive from the keyed law, cut to PyG's count for a fractional amount.
-            num_neg = neg.count(num_pos)
-            neg_src, neg_dst = negative_pairs(src, self.num_nodes, math.ceil(neg.amount), key, NEGATIVE_MODES[neg.mode])
-            dst = torch.cat([dst, neg_dst[:num_neg]])
-            if neg.mode == "binary":
-                src = torch.cat([src, neg_src[:num_neg]])
-                label = torch.ones(num_pos) if label is None else label
-                label = torch.cat([label, label.new_zeros((num_neg,) + label.shape[1:])])
+        neg = self.neg_sampling
+        pairs = batch_pairs(src, dst, self.num_nodes, key, ratio=0 if neg is None else neg.amount,
+                            law="uniform" if neg is None else neg.law)
         # PyG's seed set: the unique endpoints, sorted; the pairs become positions in it.
-        seeds, local = torch.cat([src, dst]).unique(return_inverse=True)
-        data = self._nodes.batch(seeds, key)  # the node loader's seeds are all nodes: position = node id
+        data = self.fetch(self.sample(pairs.nodes, key))
         del data.batch_size  # not a field of PyG's link batches
-        device = data.edge_index.device
-        local = local.to(device)
-        data.input_id = index.to(device)
+        data.input_id = index
         data.batch = data.edge_label_time = None  # as PyG sets them (None: the data's own are dropped)
+        num_pos, local = pairs.num_pos, pairs.local
         if neg is not None and neg.mode == "triplet":
             data.edge_label_index = data.seed_time = None
-            data.src_index, data.dst_pos_index = local[:num_pos], local[num_pos:2 * num_pos]
-            data.dst_neg_index = local[2 * num_pos:].view(num_pos, -1).squeeze(-1)
+            data.src_index, data.dst_pos_index = local[0, :num_pos], local[1, :num_pos]
+            data.dst_neg_index = local[1, num_pos:].view(num_pos, -1).squeeze(-1)
         else:
-            data.edge_label_index = local.view(2, -1)
-            data.edge_label = None if label is None else label.to(device)
-        return data if self.transform is None else self.transform(data)
+            data.edge_label_index = local
+            data.edge_label = self._edge_label(index, local.shape[1] - num_pos)
+        return data
+
+    def _edge_label(self, index: Tensor, num_neg: int) -> Tensor | None:
+        """The labels of a batch's pairs: the seed edges' (or ones, for binary negatives), then 0 per negative."""
+        label = None if self.edge_label is None else self.edge_label[index]
+        if self.neg_sampling is None:
+            return label
+        label = torch.ones(index.numel()) if label is None else label
+        return torch.cat([label, label.new_zeros((num_neg,) + label.shape[1:])])
 
     def __repr__(self) -> str:
         neg = "None" if self.neg_sampling is None else f"{self.neg_sampling.mode}x{self.neg_sampling.amount:g}"
         return (f"LinkNeighborLoader(num_neighbors={list(self.num_neighbors)}, "
                 f"edge_label_index={self.edge_label_index.shape[1]}, neg_sampling={neg}, "
-                f"batch_size={self.batch_size}, shuffle={self.shuffle}, seed={self.seed})")
+                f"batch_size={self.batch_size}, shuffle={self.options.shuffle}, seed={self.seed})")

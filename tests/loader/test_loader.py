@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Data
+from torch_geometric.loader import NodeLoader
+from torch_geometric.sampler import BaseSampler, SamplerOutput
 
-from gnnscale import loader as loader_module
+from gnnscale.loader import options as loader_module
 from gnnscale.loader import NeighborLoader
 from gnnscale.sampling import sample_blocks
 from gnnscale.sampling.nodewise import NodewiseSampler
@@ -397,6 +399,53 @@ def test_bad_data_raises() -> None:
     bad.edge_index = bad.edge_index.float()
     with pytest.raises(ValueError, match="data.edge_index: expected an integer tensor"):
         NeighborLoader(bad, [2])
+
+
+class SeedsAlone(BaseSampler):
+    """PyG's node sampling where the answer is known by hand: a graph without edges gives every batch its
+    seeds, ``hops`` hops that add nothing, and no edge."""
+
+    def __init__(self, hops: int) -> None:
+        self.hops = hops
+
+    def sample_from_nodes(self, index, **kwargs):
+        none = torch.zeros(0, dtype=torch.int64)
+        return SamplerOutput(node=index.node, row=none, col=none, edge=none, batch=None,
+                             num_sampled_nodes=[index.node.numel()] + [0] * self.hops,
+                             num_sampled_edges=[0] * self.hops, metadata=(index.input_id, index.time))
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("fanouts", [[3], [2, -1]], ids=str)
+def test_a_data_without_edges_gives_pygs_batches(fanouts) -> None:
+    # Data(num_nodes=...) without edge_index is a graph without edges (PyG's loaders take one): PyG's own
+    # NodeLoader, given the seeds as the sample, is the oracle, field by field (no edge_index in either).
+    n = 50
+    data = Data(x=torch.arange(2 * n, dtype=torch.float32).view(n, 2), y=torch.arange(n) % 3,
+                train_mask=torch.arange(n) % 2 == 0, num_nodes=n)
+    ours = list(NeighborLoader(data, fanouts, input_nodes=data.train_mask, batch_size=8, seed=0))
+    theirs = list(NodeLoader(data, SeedsAlone(len(fanouts)), input_nodes=data.train_mask, batch_size=8))
+    assert len(ours) == len(theirs) == 4
+    for a, b in zip(ours, theirs):
+        assert sorted(a.keys()) == sorted(b.keys()) and "edge_index" not in a
+        for key in b.keys():
+            if isinstance(b[key], torch.Tensor):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+            else:
+                assert a[key] == b[key], key
+    assert next(iter(NeighborLoader(Data(num_nodes=7), [1], batch_size=7, seed=0))).n_id.tolist() == list(range(7))
+
+
+@pytest.mark.filterwarnings("ignore:Unable to accurately infer 'num_nodes'")  # PyG's own, for Data()
+def test_data_without_a_node_count_or_with_a_sparse_adjacency_is_refused() -> None:
+    with pytest.raises(ValueError, match="data.num_nodes: expected the node count"):
+        NeighborLoader(Data(), [2])
+    sparse = Data(num_nodes=3)
+    sparse.adj_t = torch.eye(3).to_sparse()  # a SparseTensor's place: no edge_index beside it
+    with pytest.raises(TypeError, match="a SparseTensor adj_t is not supported"):
+        NeighborLoader(sparse, [2])
 
 
 def test_edge_index_order_changes_only_e_id() -> None:

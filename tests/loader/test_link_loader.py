@@ -13,6 +13,7 @@ import importlib
 import itertools
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,9 +25,9 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample
 from torch_geometric.transforms import RandomLinkSplit
 
 import gnnscale
-import gnnscale.link_loader
 from gnnscale.keys import derive_key
 from gnnscale.loader import LinkNeighborLoader, NeighborLoader
+from gnnscale.loader import options as options_module
 from gnnscale.sampling.negatives import negative_pairs
 
 from conftest import TINY_DST, TINY_NUM_NODES, TINY_SRC
@@ -249,17 +250,114 @@ def test_ratio_zero_means_no_negatives_as_pyg() -> None:
     assert loader.neg_sampling is None and next(iter(loader)).edge_label_index.shape[1] == 7
 
 
-def test_the_module_imports_on_its_own(monkeypatch) -> None:
-    # gnnscale.loader re-exports the class from its last line: importing gnnscale.link_loader first must
-    # work too. Both modules are imported afresh here; monkeypatch puts the originals back afterwards.
-    assert gnnscale.link_loader.LinkNeighborLoader is LinkNeighborLoader
-    for name in ("loader", "link_loader"):
-        monkeypatch.delitem(sys.modules, f"gnnscale.{name}")
-        monkeypatch.delattr(gnnscale, name)
-    fresh = importlib.import_module("gnnscale.link_loader")
-    assert next(iter(fresh.LinkNeighborLoader(tiny_data(), [1], seed=0))).edge_label_index.shape == (2, 1)
-    assert fresh.LinkNeighborLoader is sys.modules["gnnscale.loader"].LinkNeighborLoader
-    assert fresh.LinkNeighborLoader is not LinkNeighborLoader  # really imported again
+class SeedsAloneSampler(KeyedSampler):
+    """KeyedSampler where the node sample is known by hand: on a graph without edges, or with no hop, a batch
+    is its seeds and no edge (``hops`` hops that add nothing)."""
+
+    def __init__(self, num_nodes: int, hops: int, seed: int) -> None:  # no node-wise sampler to build
+        self.num_nodes, self.seed, self.step, self.hops = num_nodes, seed, 0, hops
+        self.key, self.num_pos = 0, 0
+
+    def _sample(self, seed, seed_time):
+        none = torch.zeros(0, dtype=torch.int64)
+        return SamplerOutput(node=seed, row=none, col=none, edge=none, batch=None,
+                             num_sampled_nodes=[seed.numel()] + [0] * self.hops, num_sampled_edges=[0] * self.hops)
+
+
+@pytest.mark.parametrize("graph, fanouts", [("no edges", []), ("no edges", [2, 2]), ("edges", [])], ids=str)
+@pytest.mark.parametrize("neg", [None, ("binary", 1.5), ("triplet", 2)], ids=str)
+def test_no_edges_or_no_hop_gives_pygs_batches(graph, fanouts, neg) -> None:
+    # PyG's own test (test_homo_link_neighbor_loader_no_edges): Data(num_nodes=100) has no edge_index at
+    # all, num_neighbors=[] samples no hop. PyG's LinkLoader, given the seeds as the node sample, is the oracle.
+    data = Data(num_nodes=100) if graph == "no edges" else random_data(n=100)
+    edge_label_index = torch.from_numpy(np.random.default_rng(2).integers(0, 100, size=(2, 100)))
+    ours = list(LinkNeighborLoader(data, num_neighbors=fanouts, batch_size=20, edge_label_index=edge_label_index,
+                                   neg_sampling=None if neg is None else NegativeSampling(*neg), seed=3))
+    sampler = SeedsAloneSampler(100, len(fanouts), 3)
+    theirs = list(LinkLoader(data, sampler, edge_label_index=edge_label_index, batch_size=20,
+                             neg_sampling=None if neg is None else KeyedNegatives(*neg, sampler)))
+    assert len(ours) == len(theirs) == 5
+    for a, b in zip(ours, theirs):
+        assert_same_batch(a, b)
+        assert ("edge_index" in a) == (graph == "edges")
+        assert a.input_id.numel() == 20 and a.num_sampled_nodes[0] == a.num_nodes == a.n_id.numel()
+        if neg is None:  # PyG's test's own checks
+            assert a.edge_label_index.size(1) == 20 and a.num_nodes == a.edge_label_index.unique().numel()
+
+
+def test_a_graph_without_edges_needs_its_seed_edges() -> None:
+    with pytest.raises(ValueError, match="edge_label_index: expected the seed edges.*data has no edge_index"):
+        LinkNeighborLoader(Data(num_nodes=5), [])
+
+
+def assert_same_batches_on_the_host(got: list[Data], want: list[Data]) -> None:
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        assert list(a.keys()) == list(b.keys())
+        for key in b.keys():
+            if isinstance(b[key], Tensor):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key].cpu(), b[key]), key
+            else:
+                assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_device_cpu_and_pin_memory_go_through_the_copy_stage_as_the_node_loaders(prefetch, monkeypatch) -> None:
+    monkeypatch.setattr(options_module, "_noted", set())
+    data = random_data()
+    kwargs = dict(neg_sampling="binary", batch_size=128, shuffle=True, seed=11, prefetch=prefetch)
+    want = list(LinkNeighborLoader(data, [4, 2], **kwargs))
+    assert_same_batches_on_the_host(list(LinkNeighborLoader(data, [4, 2], device="cpu", **kwargs)), want)
+    if torch.cuda.is_available():  # pinned host batches, as torch's DataLoader gives
+        pinned = list(LinkNeighborLoader(data, [4, 2], pin_memory=True, **kwargs))
+        assert all(b.x.is_pinned() and b.edge_label_index.is_pinned() for b in pinned)
+    else:  # a CPU-only machine: one warning, no effect
+        with pytest.warns(UserWarning, match="LinkNeighborLoader: pin_memory=True ignored: no CUDA device here"):
+            pinned = list(LinkNeighborLoader(data, [4, 2], pin_memory=True, **kwargs))
+    assert_same_batches_on_the_host(pinned, want)
+
+
+def test_device_and_pin_memory_errors_name_the_argument(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="device: expected cpu, cuda, cuda:N or auto, got 'tpu'"):
+        LinkNeighborLoader(tiny_data(), [2], device="tpu")
+    with pytest.raises(TypeError, match="pin_memory: expected True or False, got 1"):
+        LinkNeighborLoader(tiny_data(), [2], pin_memory=1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device: cuda asks for a GPU and none is available here"):
+        LinkNeighborLoader(tiny_data(), [2], device="cuda")
+    assert LinkNeighborLoader(tiny_data(), [2], device="auto").device == torch.device("cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("neg", ["binary", ("triplet", 2)], ids=str)
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_batches_on_cuda_are_the_cpu_batches(neg, prefetch) -> None:
+    data = random_data()
+    kwargs = dict(neg_sampling=neg, batch_size=64, shuffle=True, seed=5, prefetch=prefetch)
+    want = list(LinkNeighborLoader(data, [4, 2], **kwargs))
+    got, sums = [], []
+    for batch in LinkNeighborLoader(data, [4, 2], device="cuda", **kwargs):
+        assert all(v.is_cuda for v in batch.values() if isinstance(v, Tensor))
+        sums.append(batch.x.sum())  # a kernel on the default stream, after the copy
+        got.append(batch)
+    assert_same_batches_on_the_host(got, want)
+    assert [s.item() for s in sums] == [b.x.sum().item() for b in want]
+
+
+LOADER_MODULES = sorted(p.stem for p in Path(gnnscale.__file__).parent.joinpath("loader").glob("*.py"))
+
+
+@pytest.mark.parametrize("name", LOADER_MODULES)
+def test_each_module_of_the_package_imports_on_its_own(name, monkeypatch) -> None:
+    # No circle between the loader's modules: each one imported first, into a fresh package, works.
+    # monkeypatch puts the original modules back afterwards.
+    for module in [m for m in sys.modules if m == "gnnscale.loader" or m.startswith("gnnscale.loader.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.delattr(gnnscale, "loader")
+    fresh = importlib.import_module("gnnscale.loader" if name == "__init__" else f"gnnscale.loader.{name}")
+    link = importlib.import_module("gnnscale.loader.link")  # the one imported with it, or a fresh one
+    assert next(iter(link.LinkNeighborLoader(tiny_data(), [1], seed=0))).edge_label_index.shape == (2, 1)
+    assert link.LinkNeighborLoader is not LinkNeighborLoader and fresh is sys.modules[fresh.__name__]
 
 
 def test_node_dataset_seeds_every_csc_edge_like_its_pyg_data(random_graph) -> None:
