@@ -27,15 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numba
 import numpy as np
 
 from gnnscale.graph.csc import index_dtype
-
-if TYPE_CHECKING:
-    from gnnscale.graph.synthetic import SyntheticConfig
+from gnnscale.graph.synthetic_config import SyntheticConfig
 
 # Fixed block sizes: part of the model (changing one changes every dataset), not a memory setting.
 SOURCE_BLOCK = 1024  # source nodes whose edges one generator draws (~15k draws at mean degree 29)
@@ -80,12 +76,6 @@ class BlockModel:
     @property
     def num_blocks(self) -> int:
         return -(-self.num_nodes // SOURCE_BLOCK)
-
-
-def check_streaming_seed(seed: int) -> None:
-    """The seed is one 64-bit word of every Philox key."""
-    if seed >= 1 << 64:
-        raise ValueError(f"seed: expected < 2**64 with streaming=True (a Philox key word), got {seed}")
 
 
 def build_model(cfg: SyntheticConfig) -> BlockModel:

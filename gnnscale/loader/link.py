@@ -220,7 +220,7 @@ class LinkNeighborLoader(SeedLoader):
         pairs = batch_pairs(src, dst, self.num_nodes, key, ratio=0 if neg is None else neg.amount,
                             law="uniform" if neg is None else neg.law)
         # PyG's seed set: the unique endpoints, sorted; the pairs become positions in it.
-        data = self.fetch(self.sample(pairs.nodes, key))
+        data = self.fetch(self.sample(pairs.seeds, key))
         del data.batch_size  # not a field of PyG's link batches
         data.input_id = index
         data.batch = data.edge_label_time = None  # as PyG sets them (None: the data's own are dropped)

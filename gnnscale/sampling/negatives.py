@@ -76,13 +76,14 @@ class BatchPairs:
         pairs: int64 [2, num_pairs]: global ids, sources in row 0; the ``num_pos`` positives first, then
             their negatives (positive ``i``'s from column ``num_pos + i * ceil(ratio)`` on).
         num_pos: the positives.
-        nodes: int64 [num_nodes]: every endpoint of ``pairs`` once, ascending (PyG's seed order).
-        local: int64 [2, num_pairs]: ``pairs`` as positions in ``nodes`` (``nodes[local] == pairs``).
+        seeds: int64 [num_seeds]: every endpoint of ``pairs`` once, ascending (PyG's seed order): the nodes
+            sampled for the batch.
+        local: int64 [2, num_pairs]: ``pairs`` as positions in ``seeds`` (``seeds[local] == pairs``).
     """
 
     pairs: Tensor
     num_pos: int
-    nodes: Tensor
+    seeds: Tensor
     local: Tensor
 
 
@@ -117,4 +118,4 @@ def batch_pairs(src: Tensor, dst: Tensor, num_nodes: int, key: int, *, ratio: fl
         src, dst = torch.cat([src, neg_src[:num_neg]]), torch.cat([dst, neg_dst[:num_neg]])
     ends = torch.cat([src, dst])
     nodes, local = ends.unique(return_inverse=True)
-    return BatchPairs(pairs=ends.view(2, -1), num_pos=num_pos, nodes=nodes, local=local.view(2, -1))
+    return BatchPairs(pairs=ends.view(2, -1), num_pos=num_pos, seeds=nodes, local=local.view(2, -1))

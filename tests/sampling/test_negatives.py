@@ -73,7 +73,7 @@ def test_batch_pairs_without_negatives_by_hand():
     # Positives 3 -> 0, 1 -> 3, 3 -> 5: seeds [0, 1, 3, 5].
     out = batch_pairs(torch.tensor([3, 1, 3]), torch.tensor([0, 3, 5]), 6, key=7)
     assert out.pairs.tolist() == [[3, 1, 3], [0, 3, 5]] and out.num_pos == 3
-    assert out.nodes.tolist() == [0, 1, 3, 5] and out.local.tolist() == [[2, 1, 2], [0, 2, 3]]
+    assert out.seeds.tolist() == [0, 1, 3, 5] and out.local.tolist() == [[2, 1, 2], [0, 2, 3]]
 
 
 @pytest.mark.parametrize(("law", "ratio", "num_neg"), [("uniform", 1, 2), ("uniform", 0.5, 1), ("uniform", 1.5, 3),
@@ -93,7 +93,7 @@ def test_batch_pairs_with_negatives_from_the_hash_by_hand(law, ratio, num_neg):
     nodes, local = by_hand(pairs)
     out = batch_pairs(torch.tensor([4, 2]), torch.tensor([1, 4]), 10, key=9, ratio=ratio, law=law)
     assert out.pairs.tolist() == pairs and out.num_pos == 2
-    assert out.nodes.tolist() == nodes and out.local.tolist() == local
+    assert out.seeds.tolist() == nodes and out.local.tolist() == local
 
 
 @pytest.mark.parametrize(("law", "ratio"), [("uniform", 1), ("uniform", 3), ("per_source", 1), ("per_source", 3)])
@@ -105,7 +105,7 @@ def test_batch_pairs_is_the_trainers_composition(law, ratio):
     pairs = (torch.cat([src, neg_src]), torch.cat([dst, neg_dst]))
     seeds = torch.cat(pairs).unique()
     out = batch_pairs(src, dst, 50, 21, ratio=ratio, law=law)
-    assert torch.equal(out.pairs, torch.stack(pairs)) and torch.equal(out.nodes, seeds)
+    assert torch.equal(out.pairs, torch.stack(pairs)) and torch.equal(out.seeds, seeds)
     assert torch.equal(out.local, torch.stack([torch.searchsorted(seeds, p) for p in pairs]))
 
 
@@ -123,7 +123,7 @@ def test_batch_pairs_is_the_link_loaders_composition(mode, amount):
     ends_src = torch.cat([src, neg_src[:num_neg]]) if mode == "binary" else src
     seeds, local = torch.cat([ends_src, ends_dst]).unique(return_inverse=True)
     out = batch_pairs(src, dst, 50, 4, ratio=amount, law=law)
-    assert torch.equal(out.nodes, seeds)
+    assert torch.equal(out.seeds, seeds)
     if mode == "binary":
         assert torch.equal(out.local, local.view(2, -1))
     else:  # src_index, dst_pos_index, dst_neg_index

@@ -40,7 +40,7 @@ from gnnscale.keys import derive_key
 from gnnscale.nn.link import LinkModel
 from gnnscale.nn.models import ModelConfig
 from gnnscale.sampling.exclude import exclude_target_edges
-from gnnscale.sampling.negatives import negative_pairs
+from gnnscale.sampling.negatives import BatchPairs, batch_pairs
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches, num_batches_for
 from gnnscale.train.inputs import seeded_link_model
 from gnnscale.train.steps import Batch, Evaluation, Sampled, Step
@@ -50,21 +50,6 @@ from gnnscale.train.tasks.link_edges import LinkEdges, link_partition
 
 # How a batch's pair scores become the loss's logits (PairTargets.form).
 BINARY, RANKED, SCORES = "binary", "ranked", "scores"
-
-
-@dataclass(frozen=True, slots=True)
-class PairSeeds:
-    """A link step's seed plan.
-
-    Args:
-        src, dst: int64 [pairs], the step's positives, then (training) positive ``i``'s negatives at
-            ``b + i * k ..``.
-        seeds: int64 [s], sorted: the unique endpoints of all pairs, the nodes sampled.
-    """
-
-    src: Tensor
-    dst: Tensor
-    seeds: Tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +115,12 @@ class LinkTask:
         return [Step(items=self.edges.train[:, ids], key=derive_key(self.cfg.seed, epoch, step, self.rank),
                      iteration=epoch * num_batches + step) for step, ids in enumerate(order)]
 
-    def plan_seeds(self, step: Step, training: bool) -> PairSeeds:
+    def plan_seeds(self, step: Step, training: bool) -> BatchPairs:
         """The step's positives, then (training) their keyed negatives, and the unique endpoints."""
-        src, dst = step.items[0], step.items[1]
-        if training:
-            neg_src, neg_dst = negative_pairs(src, self.edges.num_nodes, self.link.neg_ratio, step.key,
-                                              self.link.neg_sampling)
-            src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
-        return PairSeeds(src=src, dst=dst, seeds=torch.cat([src, dst]).unique())
+        return batch_pairs(step.items[0], step.items[1], self.edges.num_nodes, step.key,
+                           ratio=self.link.neg_ratio if training else 0, law=self.link.neg_sampling)
 
-    def exclude(self, sampled: Sampled, plan: PairSeeds, training: bool) -> Sampled:
+    def exclude(self, sampled: Sampled, plan: BatchPairs, training: bool) -> Sampled:
         """Training: the blocks without the step's positive pairs, in either direction."""
         if not training:
             return sampled
@@ -148,9 +129,9 @@ class LinkTask:
         return Sampled(step=sampled.step, blocks=blocks, out_ids=sampled.out_ids,
                        sampled_edges=sum(b.num_edges for b in blocks))
 
-    def targets(self, sampled: Sampled, plan: PairSeeds, training: bool) -> PairTargets:
-        num_pos, num_pairs = sampled.step.items.shape[1], plan.src.shape[0]
-        src, dst = torch.searchsorted(plan.seeds, plan.src), torch.searchsorted(plan.seeds, plan.dst)
+    def targets(self, sampled: Sampled, plan: BatchPairs, training: bool) -> PairTargets:
+        num_pos, num_pairs = plan.num_pos, plan.pairs.shape[1]
+        src, dst = plan.local[0], plan.local[1]
         if not training:
             return PairTargets(y=torch.ones(num_pairs, dtype=torch.int64), src=src, dst=dst, num_pos=num_pos,
                                form=SCORES)
