@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import gnnscale
 from gnnscale.files import atomic_write
@@ -422,6 +423,42 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
                                         f"(continue with --resume); {metrics} holds the metrics of the finished epochs"]
     assert read_payload(ckpt)["epoch"] >= 1  # whole: the interrupt never cuts a save short
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
+    """SIGINT after a few epochs with --save-model: the model file holds the best-validation epoch so far, named
+    on the last line; its weights are those an uninterrupted run has after that epoch (bit for bit), and that
+    epoch's validation accuracy is the highest of the epoch lines printed."""
+    model = tmp_path / "m.pt"
+    cmd = [sys.executable, "-m", "gnnscale", *TRAIN, "--epochs", "1000", "--save-model", str(model)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines = []
+    try:
+        for line in proc.stdout:  # three epochs finished: a best one to keep
+            lines.append(line)
+            if sum(seen.startswith("epoch") for seen in lines) == 3:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (line,) = err.strip().splitlines()
+    found = re.fullmatch(rf"gnnscale train: interrupted \(Ctrl-C\); {re.escape(str(model))} holds the model of "
+                         r"epoch (\d+) \(the best validation so far\)", line)
+    assert found, line
+    best = int(found.group(1))
+    # Every epoch whose weights the run kept was printed first: the best one scores highest among them.
+    val = [float(re.search(r" val (\S+) ", seen).group(1)) for seen in lines + out.splitlines(True)
+           if seen.startswith("epoch")]
+    assert best < len(val) and val[best] == max(val)
+    last = tmp_path / "last.pt"
+    assert main([*TRAIN, "--epochs", str(best + 1), "--save-model", str(last), "--save-model-at", "last",
+                 "--quiet"]) == 0
+    saved, expected = (torch.load(path, weights_only=True)["state_dict"] for path in (model, last))
+    assert saved.keys() == expected.keys() and all(torch.equal(saved[k], expected[k]) for k in saved)
 
 
 @pytest.mark.parametrize("argv, line", [

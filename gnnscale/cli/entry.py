@@ -28,7 +28,7 @@ from gnnscale.distributed.context import announce_report, wait_for_report
 from gnnscale.partition.kaminpar_parts import MissingDependency
 from gnnscale.train.checks import LaunchError
 from gnnscale.train.loop import TrainingDiverged
-from gnnscale.train.run import RunOutputs
+from gnnscale.train.run import InterruptedRun, RunOutputs
 
 EXIT_INTERRUPTED = 130  # the shell's code for a run ended by SIGINT
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         # torchrun, interrupted too, already waits for every worker: none need wait for the first one's
         # line (which may be stuck in a collective with a peer until that peer exits).
         how = "SIGTERM" if isinstance(err, Terminated) else "Ctrl-C"
-        report(f"gnnscale {args.command}: interrupted ({how}); {what_was_saved(args)}", same_on_every_worker=True,
-               wait_for_first=False)
+        report(f"gnnscale {args.command}: interrupted ({how}); {what_was_saved(args, err)}",
+               same_on_every_worker=True, wait_for_first=False)
         return EXIT_INTERRUPTED
     except TrainingDiverged as err:
         # Every worker found the same NaN loss (all-reduced) at the same point: one report per machine.
@@ -135,7 +135,7 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
-def what_was_saved(args) -> str:
+def what_was_saved(args, err: KeyboardInterrupt) -> str:
     """For the line a Ctrl-C leaves: what the run wrote so far, and how to go on."""
     if args.command in SIGTERM_CLEANS:
         out = given(PartitionSettings, args).get("out") if args.command == "partition" else args.out
@@ -147,7 +147,13 @@ def what_was_saved(args) -> str:
         saved.append(f"{checkpoint} holds the last checkpoint (continue with --resume)")
     if metrics is not None:
         saved.append(f"{metrics} holds the metrics of the finished epochs")
-    return "; ".join(saved) if saved else "nothing was saved (no --checkpoint or --metrics-out)"
+    if isinstance(err, InterruptedRun) and err.saved:
+        saved.append(err.saved)  # the best model so far
+    if saved:
+        return "; ".join(saved)
+    if outputs.get("model_out") is not None:
+        return "nothing was saved (no epoch finished yet whose model --save-model would keep)"
+    return "nothing was saved (no --checkpoint or --metrics-out)"
 
 
 def check_train_flags(argv: list[str]) -> None:

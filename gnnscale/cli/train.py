@@ -11,6 +11,7 @@ from gnnscale.cli.flags import add_settings, given_flags, read_settings, whole_n
 from gnnscale.devices import resolve_device
 from gnnscale.inference.metrics import METRICS
 from gnnscale.nn import ModelConfig
+from gnnscale.partition.directory import read_manifest
 from gnnscale.settings import flag_fields
 from gnnscale.train.api import fit
 from gnnscale.train.checks import LaunchError, check_run_outputs
@@ -184,6 +185,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     task, task_settings = settings.task, settings.task_settings
     as_fit = task_settings if task_settings is not None else task.name  # fit's task argument
     if settings.layout is not None:
+        check_launched(args.partitions)
         model = builtin_model_for(args.partitions, settings.layout, settings.model, settings.train, settings.outputs,
                                   task, task_settings)
         report = fit(model, args.partitions, inputs="blocks", config=settings.train, layout=settings.layout,
@@ -204,6 +206,20 @@ def cmd_train(args: argparse.Namespace) -> None:
         report = fit(model, dataset, inputs="blocks", config=settings.train, outputs=outputs, progress=progress,
                      task=as_fit)
     print_report(report, settings.train, settings.outputs)
+
+
+def check_launched(partitions: str) -> None:
+    """``--partitions`` trains one worker per part, started by a launcher: without one, say how to launch it
+    (with the part count, where the manifest can be read) instead of naming torchrun's variables."""
+    if "RANK" in os.environ:
+        return
+    try:
+        parts = read_manifest(partitions)["num_parts"]
+    except (ValueError, OSError):
+        parts = "P"  # the manifest's own error comes once launched
+    raise ValueError(f"partitions: --partitions trains one worker per part (or per group of parts); launch them with "
+                     f"python -m gnnscale.launch --standalone --nproc-per-node {parts} -m gnnscale train --partitions "
+                     f"{partitions} ...")
 
 
 def print_report(report: TrainReport, cfg: TrainConfig, outputs: RunOutputs) -> None:

@@ -26,9 +26,9 @@ class TrainConfig:
         fanouts: neighbors per hop from the seeds outwards; one hop per GNN layer. -1 takes every neighbor,
             0 none (PyG's rule, :func:`gnnscale.sampling.check_fanouts`).
         eval_fanouts: fanouts for validation/test inference; ``None`` uses ``fanouts``.
-        batch_size: seed nodes per training mini-batch.
-        eval_batch_size: seed nodes per inference mini-batch.
-        epochs: passes over the training nodes.
+        batch_size: seeds per training mini-batch and worker: nodes, or a link task's positive training edges.
+        eval_batch_size: seeds per inference mini-batch: nodes, or a link task's pairs.
+        epochs: passes over the training nodes (a link task: its training edges).
         lr, weight_decay: Adam's step size and L2 penalty.
         seed: the root of every random choice (batch order, sampling keys, dropout, initialisation).
         threads: CPU threads for the sampling kernel and for torch.
@@ -57,9 +57,9 @@ class TrainConfig:
     fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "
                                                 "0: none)")
     eval_fanouts: tuple[int, ...] | None = setting(None, "inference fanouts", default_text="--fanouts")
-    batch_size: int = setting(512, "seed nodes per mini-batch (per worker)")
+    batch_size: int = setting(512, "seeds per mini-batch and worker: nodes, or training edges with --task link")
     eval_batch_size: int = 4096
-    epochs: int = setting(5, "passes over the training nodes")
+    epochs: int = setting(5, "passes over the training nodes (--task link: edges)")
     lr: float = setting(0.003, "Adam learning rate")
     weight_decay: float = setting(0.0, "Adam L2 penalty")
     seed: int = setting(0, "root of every random choice")

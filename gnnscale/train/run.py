@@ -19,6 +19,15 @@ from gnnscale.settings import setting
 SAVE_MODEL_AT = ("best", "last")
 
 
+class InterruptedRun(KeyboardInterrupt):
+    """Ctrl-C during training, after the run kept what it could: ``saved`` says what, in a clause for the last
+    line ("" where nothing more than the checkpoint and metrics files was written)."""
+
+    def __init__(self, saved: str) -> None:
+        super().__init__(saved)
+        self.saved = saved
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainReport:
     """The outcome of a run. ``best_*`` is the epoch with the highest validation accuracy (model

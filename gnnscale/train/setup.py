@@ -39,7 +39,7 @@ from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutS
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
-from gnnscale.train.run import RunOutputs, TrainReport, keep_caller_rng, metrics_writer, summarize
+from gnnscale.train.run import InterruptedRun, RunOutputs, TrainReport, keep_caller_rng, metrics_writer, summarize
 from gnnscale.train.stages import Pipeline
 from gnnscale.train.tasks.base import TaskContext, TaskSpec
 from gnnscale.train.tasks.registry import task_header
@@ -72,7 +72,8 @@ class CheckedLaunch:
 
     def header(self, cfg: TrainConfig) -> dict:
         """What the metrics file says of the model, the settings (the device as resolved) and the task."""
-        return {"model": self.identity.signature["model"], "train": asdict(replace(cfg, device=str(self.device))),
+        return {"model": self.task.describe_model(self.identity.signature["model"]),
+                "train": asdict(replace(cfg, device=str(self.device))),
                 **task_header(self.task, self.task_settings)}
 
 
@@ -128,8 +129,13 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
                                                 loader=loader, options=launch.options,
                                                 partition_dir=source.partition_dir, policy=policy,
                                                 seeds_anywhere="seeds_anywhere" in launch.task.needs))
+            described = task.describe(comm)
             loader.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
-            header = source.header(launch, cfg, ctx.world_size)
+            header = {**source.header(launch, cfg, ctx.world_size), **described}
+            if progress and ctx.rank == 0:
+                for name, facts in described.items():
+                    print(f"{name.replace('_', ' ')}: " + ", ".join(f"{value:,} {key.replace('_', ' ')}"
+                                                                    for key, value in facts.items()), flush=True)
             metrics_out = outputs.metrics_out if ctx.rank == 0 else None
             pipeline = Pipeline(task, layout, launch.inputs, policy, cfg.prefetch)
             report = train(model, pipeline, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
@@ -197,8 +203,11 @@ def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm
         layout.load_checkpoint_state(start.layout_state, start.epoch * num_batches + start.step, PhaseTimer())
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
-    history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead,
-                           on_epoch_end=on_epoch_end, grad_comm=grad_comm)
+    try:
+        history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead,
+                               on_epoch_end=on_epoch_end, grad_comm=grad_comm)
+    except KeyboardInterrupt:  # Ctrl-C, or a scheduler's SIGINT: keep the best model so far
+        raise InterruptedRun(save_best_so_far(model, part, comm, launch, outputs, start.best)) from None
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
@@ -223,10 +232,25 @@ def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launc
             print(f"save_model: the checkpoint resumed holds no weights of the best epoch {report.best_epoch}; "
                   f"saving the last epoch's ({last})", file=sys.stderr, flush=True)
     if comm.rank == 0:
-        facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
-                             num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
-        save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state)
+        save_model(outputs.model_out, model, launch.model_cfg, dataset_facts(part, launch), state_dict=state)
     return epoch
+
+
+def save_best_so_far(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
+                     outputs: RunOutputs, best: BestWeights) -> str:
+    """On an interrupted run, rank 0 writes the best-validation epoch's weights so far to the model file (where
+    ``--save-model`` with ``--save-model-at best`` asks for it); returns what was saved, for the last line."""
+    if outputs.model_out is None or outputs.save_model_at != "best" or best.epoch is None:
+        return ""
+    if comm.rank == 0:
+        save_model(outputs.model_out, model, launch.model_cfg, dataset_facts(part, launch), state_dict=best.state)
+    return f"{outputs.model_out} holds the model of epoch {best.epoch} (the best validation so far)"
+
+
+def dataset_facts(part: LocalPartition, launch: CheckedLaunch) -> DatasetFacts:
+    """What the model file says of the data the model was trained on."""
+    return DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
+                        num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
 
 
 def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,

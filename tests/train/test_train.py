@@ -265,7 +265,9 @@ SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8",
     (["train", "--dataset", "cora", "--data-dir", "/nonexistent/folder"], "ind.cora|nonexistent"),
     (["info", "--dataset", "synthetic", "-o", "num_nodes=-5"], "num_nodes"),
     (["train", "--partitions", "/nonexistent", "--layout", "vanilla", "--sampler", "two_step"], "sampler"),
-    (["train", "--partitions", "/nonexistent"], "torchrun"),  # not launched by torchrun: no RANK etc.
+    # Not launched: how to launch it, with the launcher, rather than which of torchrun's variables are missing.
+    (["train", "--partitions", "/nonexistent"], r"launch them with python -m gnnscale.launch --standalone "
+                                                  r"--nproc-per-node P -m gnnscale train --partitions /nonexistent"),
     (["train", *SYNTH, "--sampler", "matrix", "--bulk", "0"], "--bulk: expected an int >= 1, got 0"),
     (["train", *SYNTH, "--bulk", "8"], "--bulk 8 needs --sampler matrix or ladies"),
     (["train", *SYNTH, "--sampler", "ladies", "--layer-size", "-1"], "--layer-size: expected an int >= 1, got -1"),

@@ -63,6 +63,10 @@ class Task(Protocol):
     def loss(self, logits: Tensor, batch: Batch, total: int | None) -> Tensor:
         """The step's loss over this worker's terms, normalised as its layout says (:func:`cross_entropy`)."""
 
+    def describe(self, comm: Comm) -> dict:
+        """What the metrics file and the run's first lines say of the task's data over every worker, ``{}`` for
+        nothing (collective where it says something: every worker's task is built alike)."""
+
     def score(self, model: nn.Module, evaluation: Evaluation, comm: Comm, split: str) -> float:
         """The metric of ``split`` (``"val"`` or ``"test"``) over every worker (collective: ``evaluation`` samples
         and fetches on every worker alike)."""
@@ -109,7 +113,6 @@ class TaskSpec:
             boolean fields (a link task's seeds are any nodes: ``seeds_anywhere``).
         dgs: trains with ``--dgs`` (DGS explains node classification).
         full_eval: ``--eval full`` scores its model (layer-wise inference of node predictions).
-        unit: what ``--batch-size`` and an epoch count (``nodes``, ``edges``), for messages.
         model_config: the built-in model config a model of this task is built on (None: a model of one's own).
         check_model: the task's rules for the model it trains (TypeError/ValueError naming the argument).
         check_settings: the task's rules for its own settings in a run (``distributed``: over a partition
@@ -117,6 +120,7 @@ class TaskSpec:
         output_width: the encoder's output width from the built-in model's options and the dataset's class count.
         build_model: the task's built-in model from the encoder's config, its settings and the seed.
         build: this worker's task (collective on the context's Comm where a worker can fail alone).
+        describe_model: the model's checkpoint signature as the metrics file shows it (default: as it is).
     """
 
     name: str
@@ -125,10 +129,10 @@ class TaskSpec:
     needs: tuple[str, ...]
     dgs: bool
     full_eval: bool
-    unit: str
     model_config: Callable[[nn.Module], ModelConfig | None]
     check_model: Callable[[nn.Module], None]
     check_settings: Callable[[object | None, bool], None]
     output_width: Callable[[dict, int], int]
     build_model: Callable[[ModelConfig, object, int], nn.Module]
     build: Callable[[TaskContext], Task]
+    describe_model: Callable[[dict], dict] = lambda signature: signature

@@ -153,6 +153,14 @@ class LinkTask:
     def loss(self, logits: Tensor, batch: Batch, total: int | None) -> Tensor:
         return cross_entropy(logits, batch.y, total)
 
+    def describe(self, comm: Comm) -> dict:
+        """The edge split over every worker: its supervision edges (collective: one ``"setup"`` all-reduce)."""
+        counts = torch.tensor([self.edges.train.shape[1], self.edges.val.pos.shape[1], self.edges.test.pos.shape[1]],
+                              dtype=torch.int64)
+        comm.all_reduce_(counts, dist.ReduceOp.SUM, "setup")  # collective: every worker's edges
+        train, val, test = counts.tolist()
+        return {"link_split": {"train_edges": train, "val_edges": val, "test_edges": test}}
+
     @torch.no_grad()
     def score(self, model: LinkModel, evaluation: Evaluation, comm: Comm, split: str) -> float:
         """The link metric of ``split`` ("val" or "test") over every worker (collective: sampling, fetching
@@ -223,11 +231,19 @@ def embedding_width(model_options: dict, num_classes: int) -> int:
     return model_options.get("hidden_dim", ModelConfig.__dataclass_fields__["hidden_dim"].default)
 
 
+def describe_link_model(signature: dict) -> dict:
+    """The link model's signature with its encoder's output width named what it is: the embedding's."""
+    encoder = {("embedding_dim" if name == "num_classes" else name): value
+               for name, value in signature["encoder"].items()}
+    return {**signature, "encoder": encoder}
+
+
 def link_model(config: ModelConfig, link: LinkConfig, seed: int) -> LinkModel:
     return seeded_link_model(config, link.decoder, seed)
 
 
 LINK = TaskSpec(name="link", summary="link prediction: the encoder's output is a node embedding and a decoder "
                 "scores pairs", config=LinkConfig, needs=("seeds_anywhere",), dgs=False, full_eval=False,
-                unit="edges", model_config=link_model_config, check_model=check_link_model,
-                check_settings=check_link_settings, output_width=embedding_width, build_model=link_model, build=build_link_task)
+                model_config=link_model_config, check_model=check_link_model,
+                check_settings=check_link_settings, output_width=embedding_width, build_model=link_model,
+                build=build_link_task, describe_model=describe_link_model)

@@ -100,6 +100,9 @@ class NodeTask:
     def loss(self, logits: Tensor, batch: Batch, total: int | None) -> Tensor:
         return cross_entropy(logits, batch.y, total)
 
+    def describe(self, comm: Comm) -> dict:
+        return {}  # the dataset's own split says it all
+
     def plan_eval(self, node_ids: np.ndarray, num_steps: int) -> list[Step]:
         """``num_steps`` inference steps over this worker's ``node_ids`` (the same count on every worker);
         a worker out of nodes samples a stand-in."""
@@ -158,6 +161,6 @@ def node_model(config: ModelConfig, settings, seed: int) -> nn.Module:
 
 
 NODE = TaskSpec(name="node", summary="node classification: each node's class from its sampled neighborhood",
-                config=None, needs=(), dgs=True, full_eval=True, unit="nodes", model_config=builtin_config,
-                check_model=check_node_model, check_settings=no_settings, output_width=node_output_width, build_model=node_model,
-                build=build_node_task)
+                config=None, needs=(), dgs=True, full_eval=True, model_config=builtin_config,
+                check_model=check_node_model, check_settings=no_settings, output_width=node_output_width,
+                build_model=node_model, build=build_node_task)
