@@ -143,7 +143,8 @@ def read_link(args: argparse.Namespace) -> LinkConfig | None:
         return None
     if args.eval_mode == "full":
         raise ValueError("eval_mode: --eval full scores nodes; a link task is scored by --metric every epoch")
-    return read_settings(LinkConfig, args, metric=args.metric or "roc_auc")
+    # --metric is shared with the node task, so no LinkConfig flag: passed when typed, else LinkConfig's default.
+    return read_settings(LinkConfig, args, **({} if args.metric is None else {"metric": args.metric}))
 
 
 def read_layout(args: argparse.Namespace, metric: str) -> LayoutOptions:
