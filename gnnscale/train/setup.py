@@ -25,7 +25,7 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
 from gnnscale.distributed.gradients import gradient_comm
 from gnnscale.nn import ModelConfig
-from gnnscale.nn.model_file import DatasetFacts
+from gnnscale.nn.model_file import DatasetFacts, LinkSplitRecord
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.train.best import BestWeights
@@ -180,7 +180,7 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
-                                                                start.best))
+                                                                start.best, cfg.seed))
     if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
         # On the model's device: layer-wise inference copies each chunk there and its rows back to host memory.
         report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
@@ -188,9 +188,10 @@ def train(model: nn.Module, layout: Layout, part: LocalPartition, comm: Comm, cf
 
 
 def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
-                       outputs: RunOutputs, report: TrainReport, best: BestWeights) -> int:
+                       outputs: RunOutputs, report: TrainReport, best: BestWeights, seed: int) -> int:
     """Rank 0 writes the model file: the best-validation epoch's weights (``save_model_at="best"``) or the
-    last epoch's. Returns the epoch saved, on every worker."""
+    last epoch's, and a link model's split (``launch.link`` under ``seed``). Returns the epoch saved, on
+    every worker."""
     last = report.history[-1]["epoch"]
     epoch, state = last, on_host(model.state_dict())  # the model as trained: the last epoch
     if outputs.save_model_at == "best" and report.best_epoch != last:
@@ -203,7 +204,8 @@ def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launc
     if comm.rank == 0:
         facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
                              num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
-        save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state)
+        link_split = None if launch.link is None else LinkSplitRecord.of(launch.link, seed)
+        save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state, link_split=link_split)
     return epoch
 
 
