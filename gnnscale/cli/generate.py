@@ -50,7 +50,8 @@ class GenerateConfig:
         for name in ("preset", "scale", "out"):
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: required (--{name})")
-        flagged = {field.name: option_string(GenerateConfig, field, flag) for field, flag in flag_fields(GenerateConfig)}
+        flagged = {field.name: option_string(GenerateConfig, field, flag)
+                   for field, flag in flag_fields(GenerateConfig)}
         for key, _ in self.options:
             if key in flagged:
                 raise ValueError(f"option: -o {key}=... repeats {flagged[key]}; give {flagged[key]} only")

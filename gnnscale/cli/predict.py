@@ -118,8 +118,9 @@ class PredictConfig:
     timeout: float | None = setting(None, "distributed: seconds a worker waits for its peers",
                                     default_text=f"{DEFAULT_TIMEOUT_S:g}")
     arch: str | None = setting(None, "the model the weights belong to", choices=MODELS, group=WEIGHTS_ONLY)
-    hidden: int = setting(field_default(ModelConfig, "hidden_dim"), "hidden size it was trained with (per head for "
-                                                                     "GAT)", aliases=("hidden_dim",), group=WEIGHTS_ONLY)
+    hidden: int = setting(field_default(ModelConfig, "hidden_dim"),
+                          "hidden size it was trained with (per head for GAT)", aliases=("hidden_dim",),
+                          group=WEIGHTS_ONLY)
     layers: int = setting(2, "its number of layers", aliases=("num_layers",), group=WEIGHTS_ONLY)
     heads: int = setting(field_default(ModelConfig, "heads"), "GAT: its attention heads in hidden layers",
                          group=WEIGHTS_ONLY)
