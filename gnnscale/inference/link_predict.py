@@ -81,7 +81,8 @@ class HeldOutEdges:
                 raise ValueError(f"{name}: expected the splits {HELD_OUT_SPLITS}, got {tuple(pairs)}")
             for split, edges in pairs.items():
                 if edges.ndim != 2 or edges.shape[0] != 2 or not np.issubdtype(edges.dtype, np.integer):
-                    raise ValueError(f"{name}: expected int [2, n] pairs for {split}, got {edges.dtype} {edges.shape}")
+                    raise ValueError(f"{name}: expected int [2, n] pairs for {split}, got {edges.dtype} "
+                                     f"{edges.shape}")
         for split in HELD_OUT_SPLITS:
             pos, neg = self.positives[split].shape[1], self.negatives[split].shape[1]
             if (pos == 0 and neg != 0) or (pos and neg % pos):
@@ -127,12 +128,15 @@ def held_out_metrics(model: LinkModel, emb: np.ndarray, held_out: HeldOutEdges, 
     out = {}
     for split in HELD_OUT_SPLITS:
         pos, neg = held_out.positives[split], held_out.negatives[split]
-        pos_scores, neg_scores = ([np.zeros(0, np.float32), *pair_logits(model, emb, pairs.T, device)]
-                                  for pairs in (pos, neg))
         k = neg.shape[1] // pos.shape[1] if pos.shape[1] else 0
-        out[split] = {"positives": int(pos.shape[1]), "negatives_per_positive": k,
-                      metric: link_score(metric, np.concatenate(pos_scores), np.concatenate(neg_scores))}
+        value = link_score(metric, every_logit(model, emb, pos.T, device), every_logit(model, emb, neg.T, device))
+        out[split] = {"positives": int(pos.shape[1]), "negatives_per_positive": k, metric: value}
     return out
+
+
+def every_logit(model: LinkModel, emb: np.ndarray, pairs: np.ndarray, device: torch.device) -> np.ndarray:
+    """float32 [n]: :func:`pair_logits` of all the pairs in one array (in memory: a split's pairs)."""
+    return np.concatenate([np.zeros(0, np.float32), *pair_logits(model, emb, pairs, device)])
 
 
 def known_neighbors(graph: CSCGraph) -> sp.csr_matrix:

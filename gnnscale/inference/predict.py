@@ -127,8 +127,12 @@ def publish(tmp: Path, out: Path, names: list[str], meta: dict, outputs: tuple[s
             os.fsync(f.fileno())
     if not out.exists():
         for path in tmp.iterdir():  # scratch: the layer files of inference
-            if path.name not in names:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if path.name in names:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         atomic_write(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
         os.replace(tmp, out)
         return
