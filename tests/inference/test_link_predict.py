@@ -194,10 +194,10 @@ def csc(edges: list[tuple[int, int]], n: int) -> CSCGraph:
     return CSCGraph(indptr=indptr, indices=src[order].astype(np.int32), num_nodes=n)
 
 
-def brute_force_top_k(emb: np.ndarray, k: int, edges) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair scored, the node itself and its known edges (either direction) at -inf, ranked by score
-    then id; -1 (score -inf) where a node has fewer than k candidates left."""
-    full = (emb @ emb.T).astype(np.float32)
+def brute_force_top_k(full: np.ndarray, k: int, edges) -> tuple[np.ndarray, np.ndarray]:
+    """``full[u, v]``: every pair's score; the node itself and its known edges (either direction) set to
+    -inf, ranked by score then id; -1 (score -inf) where a node has fewer than k candidates left."""
+    full = full.astype(np.float32)
     np.fill_diagonal(full, -np.inf)
     for a, b in edges:
         full[a, b] = full[b, a] = -np.inf
@@ -214,7 +214,7 @@ def test_top_k_leaves_out_known_edges_in_either_direction_as_brute_force_does(tm
     monkeypatch.setattr(link_predict, "SOURCE_CHUNK", chunk)
     monkeypatch.setattr(link_predict, "CANDIDATE_CHUNK", chunk)
     link_predict.top_k(model, emb, 2, tmp_path / "n.npy", tmp_path / "s.npy", exclude=csc(TINY_EDGES, 6))
-    nodes, scores = brute_force_top_k(emb, 2, TINY_EDGES)
+    nodes, scores = brute_force_top_k(emb @ emb.T, 2, TINY_EDGES)
     assert nodes[0, 1] == -1 and nodes[0, 0] == 5  # by hand: node 0's only candidate left
     np.testing.assert_array_equal(np.load(tmp_path / "n.npy"), nodes)
     np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), scores)
@@ -229,17 +229,18 @@ def test_topk_exclude_leaves_out_the_training_or_every_edge(dataset, saved, tmp_
     """Through the command: the ranking of embeddings.npy by brute force, without the model's training
     edges (the message-passing graph of its split, recomputed here from the split's hash) or without
     every edge of the dataset."""
-    path, model = saved
-    if model.decoder_name != "dot":
-        pytest.skip("brute force by a dot product")
+    path, _ = saved
     assert predict_link(path, tmp_path / "out", "--topk", "5", "--topk-exclude", exclude) == 0
-    emb = np.load(tmp_path / "out" / "embeddings.npy")
+    h = torch.from_numpy(np.load(tmp_path / "out" / "embeddings.npy"))
+    n = h.shape[0]
+    with torch.no_grad():  # the decoder over every pair (dot or MLP)
+        full = read_model_file(path).model.score(h[:, None, :].expand(n, n, -1), h[None, :, :].expand(n, n, -1))
     known = graph_edges(dataset.graph)
     if exclude == "train":
         held = held_out_by_hash(dataset.graph, (0.85, 0.05, 0.10), seed=1)
         known = [e for e in known if tuple(sorted(e)) not in held]
         assert len(known) < dataset.graph.num_edges  # held-out edges stay candidates
-    nodes, _ = brute_force_top_k(emb, 5, known)
+    nodes, _ = brute_force_top_k(full.numpy(), 5, known)
     got = np.load(tmp_path / "out" / "topk_nodes.npy")
     np.testing.assert_array_equal(got[:, :3], nodes[:, :3])  # the clear leaders (near-ties below may swap by rounding)
     linked = {(a, b) for a, b in known} | {(b, a) for a, b in known}
