@@ -10,16 +10,43 @@ modulo the GPUs visible (several workers may share one GPU).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor
 
+from gnnscale.settings import setting
+
 T = TypeVar("T")
 DEVICE_HELP = "where the model computes: cpu, cuda, cuda:N, or auto (cuda when a GPU is visible, else cpu)"
+# What --device accepts; whether the machine has that device is checked when the run starts
+# (resolve_device), so that a config can be written on a machine without a GPU.
+DEVICE_NAME = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
+
+
+# The device and thread settings of every command that computes (TrainConfig, predict's config): declared
+# here once, so that --device and --threads mean the same, with the same defaults, everywhere.
+def device_setting(detail: str = "", **flag: Any) -> Any:
+    """The ``device`` field: ``"cpu"`` by default, flag ``--device``; ``detail`` ends its help (what the
+    command puts there); ``flag``: further :class:`~gnnscale.settings.Flag` properties."""
+    return setting("cpu", DEVICE_HELP + detail, **flag)
+
+
+def threads_setting(**flag: Any) -> Any:
+    """The ``threads`` field: 2 by default, flag ``--threads``."""
+    return setting(2, "CPU threads for the sampler, the kernels and torch", **flag)
+
+
+def check_device_settings(device: object, threads: object) -> None:
+    """ValueError naming the field unless ``device`` is a device name and ``threads`` an int >= 1."""
+    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
+        raise ValueError(f"device: expected cpu, cuda, cuda:N or auto, got {device!r}")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
 
 
 def resolve_device(spec: str | torch.device | None, *, local_rank: int | None = None) -> torch.device:

@@ -32,6 +32,9 @@ class Flag:
         aliases: other names the library gives the same setting in its error messages (``num_parts`` for
             ``--parts``), so that those messages name the flag too.
         required: the command cannot run without it (its default, None, is never used by the command line).
+        group: the ``--help`` section the flag is listed under (None: the command's own options).
+        resumable: a run resumed from a checkpoint may change it (it changes no number the run computes;
+            :data:`gnnscale.train.dist_checkpoint.RESUMABLE_CHANGES`).
     """
 
     help: str
@@ -42,6 +45,8 @@ class Flag:
     default_text: str | None = None
     aliases: tuple[str, ...] = ()
     required: bool = False
+    group: str | None = None
+    resumable: bool = False
 
     def allowed(self) -> tuple | None:
         return self.choices() if callable(self.choices) else self.choices
@@ -50,6 +55,14 @@ class Flag:
 def setting(default: Any, help: str, **flag: Any) -> Any:
     """A dataclass field with ``default`` that the command line sets (keyword arguments: :class:`Flag`'s)."""
     return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of field ``name`` of dataclass ``cls`` (a slots dataclass keeps no class attribute for it)."""
+    for field in dataclasses.fields(cls):
+        if field.name == name:
+            return field.default
+    raise AttributeError(f"{cls.__name__} has no field {name!r}")
 
 
 def flag_fields(cls: type) -> list[tuple[dataclasses.Field, Flag]]:
@@ -74,3 +87,8 @@ def flag_names(cls: type) -> dict[str, str]:
         for name in (field.name, *flag.aliases):
             names[name] = typed
     return names
+
+
+def resumable_fields(cls: type) -> tuple[str, ...]:
+    """The names of the fields of ``cls`` whose flag says a resumed run may change them."""
+    return tuple(field.name for field, flag in flag_fields(cls) if flag.resumable)

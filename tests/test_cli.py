@@ -475,3 +475,53 @@ def test_a_bad_flag_value_is_one_line_naming_the_flag_without_the_usage(argv, li
     assert main(["train", "--quiet", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1 and "usage:" not in err, err
+
+
+def test_an_unknown_flag_points_to_the_subcommands_help(capsys):
+    assert main(["train", "--epochz", "3"]) == 2
+    assert capsys.readouterr().err == ("gnnscale train: error: unrecognized arguments: --epochz 3 (see gnnscale train "
+                                       "--help)\n")
+    assert main(["info", "--bogus"]) == 2
+    assert capsys.readouterr().err == ("gnnscale info: error: unrecognized arguments: --bogus (see gnnscale info "
+                                       "--help)\n")
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
+    """`gnnscale info | head`: the pipe's reader closes before the command writes. Like a Unix tool, the
+    command stops without a traceback or an error line (the shell's status for SIGPIPE, 141)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gnnscale", "info", *SYNTH, "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the dataset is even built: every write the command makes meets a closed pipe
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.decode()) == (141, "")
+
+
+@pytest.fixture(scope="module")
+def node_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "m.pt"
+    assert main([*TRAIN, "--quiet", "--save-model", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["new-out", "earlier-outputs"])
+def test_an_interrupted_predict_leaves_out_as_it_was_and_says_so(node_model, tmp_path, monkeypatch, capsys,
+                                                                 earlier):
+    """Ctrl-C (or SIGTERM) while predict computes: no --out folder where there was none (not even an empty
+    one), an earlier run's outputs untouched, no staging folder left, and one line that says so."""
+    out = tmp_path / "out"
+    predict = ["predict", "--model", str(node_model), "--out", str(out), *SYNTH, "--threads", "1"]
+    if earlier:
+        assert main([*predict, "--logits"]) == 0
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        capsys.readouterr()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gnnscale.inference.predict.layerwise_inference", interrupted)
+    assert main([*predict, "--overwrite", "--embeddings", "1"]) == 130
+    assert capsys.readouterr().err == (f"gnnscale predict: interrupted (Ctrl-C); {out} is as it was and the temporary "
+                                       "files were removed\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out"] if earlier else [])
+    if earlier:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -68,7 +68,20 @@ class Parser(argparse.ArgumentParser):
                 joined[-1] = f"{joined[-1]}={token}"
             else:
                 joined.append(token)
-        return super().parse_args(joined, namespace)
+        parsed, unknown = self.parse_known_args(joined, namespace)
+        if unknown:  # reported by the subcommand's parser: its --help lists the flags the user meant
+            command = getattr(parsed, "command", None)
+            (self if command is None else subcommand_parser(self, command)).error(
+                f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed
+
+
+def subcommand_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``gnnscale COMMAND`` (argparse keeps subparsers in its private ``_SubParsersAction``)."""
+    for action in parser._actions:
+        if hasattr(action, "choices") and isinstance(action.choices, dict) and command in action.choices:
+            return action.choices[command]
+    raise KeyError(command)
 
 
 def key_value(text: str) -> tuple[str, object]:
@@ -111,8 +124,8 @@ def load_cli_dataset(args) -> NodeDataset:
 
 def typed_flags(parser: argparse.ArgumentParser, settings: tuple[type, ...]) -> dict[str, str]:
     """``{name: flag}`` for a command: the fields (and their aliases) of its settings classes, then its own
-    options by dest (``--quiet`` -> ``quiet``). The dataset's names come last: a loader's ``name`` is
-    ``--dataset``."""
+    options by dest (``--quiet`` -> ``quiet``). The dataset's names come last, for a command that reads a
+    dataset: a loader's ``name`` is ``--dataset``."""
     names: dict[str, str] = {}
     for cls in settings:
         names.update(flag_names(cls))
@@ -120,7 +133,8 @@ def typed_flags(parser: argparse.ArgumentParser, settings: tuple[type, ...]) -> 
         longs = [s for s in action.option_strings if s.startswith("--")]
         if longs and "." not in action.dest and action.dest not in names:
             names[action.dest] = longs[0]
-    names.update(flag_names(DatasetFlags))
+    if any("--dataset" in action.option_strings for action in parser._actions):
+        names.update(flag_names(DatasetFlags))
     return names
 
 

@@ -13,13 +13,12 @@ import sys
 import time
 
 from gnnscale import __version__
-from gnnscale.cli import convert, generate
-from gnnscale.cli.common import EXIT_BAD_INPUT, Parser, UsageError, name_the_flag, typed_flags
-from gnnscale.cli.convert import add_convert_parser, cmd_convert
-from gnnscale.cli.generate import add_generate_parser, cmd_generate
+from gnnscale.cli.common import EXIT_BAD_INPUT, Parser, UsageError, name_the_flag, subcommand_parser, typed_flags
+from gnnscale.cli.convert import ConvertConfig, add_convert_parser, cmd_convert
+from gnnscale.cli.generate import GenerateConfig, add_generate_parser, cmd_generate
 from gnnscale.cli.info import add_info_parser, cmd_info
 from gnnscale.cli.partition import PartitionSettings, add_partition_parser, cmd_partition
-from gnnscale.cli.predict import add_predict_parser, cmd_predict
+from gnnscale.cli.predict import PredictConfig, add_predict_parser, cmd_predict
 from gnnscale.cli.flags import given
 from gnnscale.cli.train import add_train_parser, cmd_train, read_train_settings, settings_classes
 from gnnscale.files import atomic_write
@@ -31,6 +30,7 @@ from gnnscale.train.loop import TrainingDiverged
 from gnnscale.train.run import InterruptedRun, RunOutputs
 
 EXIT_INTERRUPTED = 130  # the shell's code for a run ended by SIGINT
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a Unix tool whose reader went away (| head)
 EXIT_STOPPED = 1  # a distributed run stopped by a failure (a dead or silent peer, a broken part)
 LEAD_REPORT_WAIT_S = 5.0  # see report()
 
@@ -53,26 +53,24 @@ def build_parser() -> Parser:
     return parser
 
 
+def command_settings(command: str) -> tuple[type, ...]:
+    """The config classes whose fields are ``gnnscale COMMAND``'s flags (none for ``info``)."""
+    return {"train": settings_classes(), "partition": (PartitionSettings,), "predict": (PredictConfig,),
+            "generate": (GenerateConfig,), "convert": (ConvertConfig,)}.get(command, ())
+
+
 def command_flags(parser: Parser, args) -> dict[str, str]:
     """``{library name: the flag the user typed}`` for ``args.command``: its settings classes' fields and
-    aliases, its own options by dest, and the names its library calls give them. A name the user gave as
-    a dataset option (``-o seed=...``) is theirs, not a flag's."""
-    settings = {"train": settings_classes(), "partition": (PartitionSettings,)}.get(args.command, ())
+    their aliases (the names its library calls give them), and its own options by dest. A name the user
+    gave as a dataset option (``-o seed=...``) is theirs, not a flag's."""
+    settings = command_settings(args.command)
     flags = typed_flags(subcommand_parser(parser, args.command), settings)
-    flags.update({"convert": convert.FLAG_ALIASES, "generate": generate.FLAG_ALIASES}.get(args.command, {}))
-    if getattr(args, "partitions", None) is not None:
+    if any(given(cls, args).get("partitions") is not None for cls in settings) or \
+            getattr(args, "partitions", None) is not None:
         flags["directory"] = "--partitions"  # what the loaders call their folder
     for key, _ in getattr(args, "option", []):
         flags.pop(key, None)
     return flags
-
-
-def subcommand_parser(parser: Parser, command: str) -> Parser:
-    """The parser of ``gnnscale COMMAND`` (argparse keeps subparsers in its private ``_SubParsersAction``)."""
-    for action in parser._actions:
-        if hasattr(action, "choices") and isinstance(action.choices, dict) and command in action.choices:
-            return action.choices[command]
-    raise KeyError(command)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         message = name_the_flag(str(err), command_flags(parser, args))
         report(f"gnnscale {args.command}: error: {message}", same_on_every_worker=isinstance(err, LaunchError))
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # The reader of our output went away (gnnscale info | head): stop quietly, as Unix tools do.
+        return quiet_broken_pipe()
     except MissingDependency as err:
         # A method whose package is not installed: one line saying what to install.
         report(f"gnnscale {args.command}: error: {err}", same_on_every_worker=False)
@@ -120,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# Commands that write one directory (staged beside it, renamed into place) and temporary files: SIGTERM
+# Commands that write one directory (staged, published when complete) and temporary files: SIGTERM
 # (a scheduler's or `timeout`'s stop) raises in them as Ctrl-C does, so that both are removed. Training
 # keeps SIGTERM's default: torchrun stops its workers with it, and the workers' own fault handling
 # (docs/distributed.md) is built around that.
-SIGTERM_CLEANS = ("partition", "generate", "convert")
+SIGTERM_CLEANS = ("partition", "predict", "generate", "convert")
 
 
 class Terminated(KeyboardInterrupt):
@@ -138,7 +139,7 @@ def _raise_terminated(signum, frame):
 def what_was_saved(args, err: KeyboardInterrupt) -> str:
     """For the line a Ctrl-C leaves: what the run wrote so far, and how to go on."""
     if args.command in SIGTERM_CLEANS:
-        out = given(PartitionSettings, args).get("out") if args.command == "partition" else args.out
+        out = next(given(cls, args)["out"] for cls in command_settings(args.command) if "out" in given(cls, args))
         return f"{out} is as it was and the temporary files were removed"
     outputs = given(RunOutputs, args) if args.command == "train" else {}
     checkpoint, metrics = outputs.get("checkpoint"), outputs.get("metrics_out")
@@ -198,9 +199,22 @@ def report(line: str, *, same_on_every_worker: bool, wait_for_first: bool = True
         announce_report()
 
 
+def quiet_broken_pipe() -> int:
+    """Stdout's reader has gone: point stdout at /dev/null, so that the interpreter's last flush of what
+    is still buffered fails no more (Python would print that failure), and give the status to exit with."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def entry_point() -> None:
     """``gnnscale`` and ``python -m gnnscale``: run :func:`main` and exit with its status."""
     code = main()
+    try:
+        sys.stdout.flush()  # what is still buffered: a reader that has gone shows here (gnnscale info | head)
+    except BrokenPipeError:
+        code = quiet_broken_pipe()
     if code == EXIT_STOPPED:
         # The run is over (a peer died, went silent, or failed a step): exit without the interpreter's
         # teardown of torch and numba (seconds on a busy machine), so that torchrun sees this worker

@@ -68,7 +68,7 @@ def default_words(field: dataclasses.Field, flag: Flag) -> str | None:
     if flag.default_text is not None:
         return flag.default_text
     value = field.default
-    if value is None or isinstance(value, bool):
+    if value is None or isinstance(value, bool) or value == ():
         return None
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
@@ -76,34 +76,51 @@ def default_words(field: dataclasses.Field, flag: Flag) -> str | None:
 
 
 def add_settings(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type) -> None:
-    """One option per flagged field of ``cls``, typed by the field's annotation."""
+    """One option per flagged field of ``cls``, typed by the field's annotation; a field whose flag names a
+    ``group`` is listed under that section of ``--help`` (made once per title)."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for field, flag in flag_fields(cls):
-        kinds = value_types(cls, field)
-        common = dict(dest=dest(cls, field), default=argparse.SUPPRESS, help=flag.help, required=flag.required)
-        name = option_string(cls, field, flag)
-        if kinds == (bool,):
-            action = "store_false" if flag.negate is not None else "store_true"
-            added = parser.add_argument(name, action=action, **common)
-        elif bool in kinds:  # a switch that may also take one of its choices (--resume, --resume auto)
-            added = parser.add_argument(name, nargs="?", const=True, choices=flag.allowed(), metavar=flag.metavar,
-                                        **common)
-        elif typing.get_origin(kinds[0]) is tuple:
-            floats = typing.get_args(kinds[0])[0] is float
-            added = parser.add_argument(name, type=float_list if floats else int_list,
-                                        metavar=flag.metavar or ("F,F" if floats else "N,N"), **common)
-        else:
-            choices = flag.allowed()
-            metavar = flag.metavar or (None if choices else field.name.upper())
-            added = parser.add_argument(name, type=PARSERS[kinds[0]], choices=choices, metavar=metavar, **common)
-        # argparse's default is SUPPRESS (an untyped flag stays out of the namespace): --help and
-        # docs/cli.md read the field's default from here instead.
-        added.shown_default = default_words(field, flag)
+        target = parser
+        if flag.group is not None:
+            if flag.group not in groups:
+                groups[flag.group] = parser.add_argument_group(flag.group)
+            target = groups[flag.group]
+        add_option(target, cls, field, flag)
+
+
+def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, field: dataclasses.Field,
+               flag: Flag) -> None:
+    """The option of one field (see :func:`add_settings`)."""
+    kinds = value_types(cls, field)
+    common = dict(dest=dest(cls, field), default=argparse.SUPPRESS, help=flag.help, required=flag.required)
+    name = option_string(cls, field, flag)
+    if kinds == (bool,):
+        action = "store_false" if flag.negate is not None else "store_true"
+        added = parser.add_argument(name, action=action, **common)
+    elif bool in kinds:  # a switch that may also take one of its choices (--resume, --resume auto)
+        added = parser.add_argument(name, nargs="?", const=True, choices=flag.allowed(), metavar=flag.metavar,
+                                    **common)
+    elif typing.get_origin(kinds[0]) is tuple and typing.get_args(kinds[0])[0] in (str, Path):
+        # Several words, one file each (--edges a.npy b.npy); read back as a tuple (given()).
+        added = parser.add_argument(name, nargs="+", metavar=flag.metavar or "FILE", **common)
+    elif typing.get_origin(kinds[0]) is tuple:
+        floats = typing.get_args(kinds[0])[0] is float
+        added = parser.add_argument(name, type=float_list if floats else int_list,
+                                    metavar=flag.metavar or ("F,F" if floats else "N,N"), **common)
+    else:
+        choices = flag.allowed()
+        metavar = flag.metavar or (None if choices else field.name.upper())
+        added = parser.add_argument(name, type=PARSERS[kinds[0]], choices=choices, metavar=metavar, **common)
+    # argparse's default is SUPPRESS (an untyped flag stays out of the namespace): --help and
+    # docs/cli.md read the field's default from here instead.
+    added.shown_default = default_words(field, flag)
 
 
 def given(cls: type, args: argparse.Namespace) -> dict[str, object]:
     """``{field name: value}`` for the flags of ``cls`` the user typed."""
     typed = vars(args)
-    return {field.name: typed[dest(cls, field)] for field, _ in flag_fields(cls) if dest(cls, field) in typed}
+    values = {field.name: typed[dest(cls, field)] for field, _ in flag_fields(cls) if dest(cls, field) in typed}
+    return {name: tuple(value) if isinstance(value, list) else value for name, value in values.items()}
 
 
 def given_flags(cls: type, args: argparse.Namespace) -> list[str]:

@@ -2,55 +2,92 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from gnnscale.cli.common import key_value
+from gnnscale.cli.flags import add_settings, read_settings
 from gnnscale.graph.generate import CHUNK_EDGES, check_generate_args, generate_dataset, memory_bound
-from gnnscale.graph.synthetic import PRESETS, preset_config
+from gnnscale.graph.synthetic import PRESETS, SyntheticConfig, preset_config
+from gnnscale.settings import flag_fields, option_string, setting
 
-# Names the generator gives settings in its errors, where they differ from the flag's dest.
-FLAG_ALIASES = {"out_dir": "--out"}
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateConfig:
+    """What ``gnnscale generate`` writes: a preset's streaming synthetic dataset
+    (:func:`~gnnscale.graph.synthetic.preset_config`), chunk by chunk
+    (:func:`~gnnscale.graph.generate.generate_dataset`, whose keywords ``chunk_edges`` and ``overwrite``
+    these are). Checked when built, the dataset's config included.
+
+    Args:
+        preset: the synthetic preset (:data:`~gnnscale.graph.synthetic.PRESETS`); required.
+        scale: the preset's node count times this (> 0); required.
+        out: the dataset directory to write; required.
+        chunk_edges: directed edges held in memory at a time (>= 1).
+        seed: seed of every random draw.
+        feature_dim: feature dimension (None: the preset's).
+        overwrite: replace an existing ``out``.
+        options: any other SyntheticConfig field, ``(name, value)`` pairs (``-o name=value``).
+    """
+
+    preset: str | None = setting(None, "the synthetic preset; papers100M streams as it is, the others need -o "
+                                       "streaming=true (their block-model variant, a different graph from --dataset "
+                                       "synthetic -o preset=...)", choices=tuple(PRESETS), required=True)
+    scale: float | None = setting(None, "the preset's node count times this", required=True)
+    out: str | None = setting(None, "the dataset directory to write (train on it with --dataset dir --data-dir DIR)",
+                              metavar="DIR", aliases=("out_dir",), required=True)
+    chunk_edges: int = setting(CHUNK_EDGES, "directed edges held in memory at a time: sets the memory, never the "
+                                            "output")
+    seed: int = setting(0, "seed of every random draw")
+    feature_dim: int | None = setting(None, "feature dimension", default_text="the preset's")
+    overwrite: bool = setting(False, "replace an existing --out directory")
+    options: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("preset", "scale", "out"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required (--{name})")
+        flagged = {field.name: option_string(GenerateConfig, field, flag)
+                   for field, flag in flag_fields(GenerateConfig)}
+        for key, _ in self.options:
+            if key in flagged:
+                raise ValueError(f"option: -o {key}=... repeats {flagged[key]}; give {flagged[key]} only")
+        check_generate_args(self.synthetic, self.chunk_edges)
+
+    @property
+    def synthetic(self) -> SyntheticConfig:
+        """The dataset's config: the preset at ``scale`` with ``seed``, ``feature_dim`` and ``options``."""
+        overrides = {**dict(self.options), "seed": self.seed}
+        if self.feature_dim is not None:
+            overrides["feature_dim"] = self.feature_dim
+        return preset_config(self.preset, self.scale, **overrides)
 
 
 def add_generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="write a synthetic dataset directory chunk by chunk (papers100M-sized "
                                         "graphs in bounded memory)")
-    p.add_argument("--preset", required=True, choices=tuple(PRESETS),
-                   help="the synthetic preset; papers100M streams as it is, the others need -o streaming=true "
-                        "(their block-model variant, a different graph from --dataset synthetic -o preset=...)")
-    p.add_argument("--scale", type=float, required=True, help="the preset's node count times this")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="the dataset directory to write (train on it with --dataset dir --data-dir DIR)")
-    p.add_argument("--chunk-edges", type=int, default=CHUNK_EDGES,
-                   help="directed edges held in memory at a time: sets the memory, never the output")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random draw")
-    p.add_argument("--feature-dim", type=int, default=None, help="feature dimension (default: the preset's)")
+    add_settings(p, GenerateConfig)
     p.add_argument("--option", "-o", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="any other SyntheticConfig field, e.g. -o homophily=0.5 (repeatable)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
 
 
-def cmd_generate(args) -> None:
-    overrides = dict(args.option)
-    for key in ("seed", "feature_dim", "scale", "preset"):
-        if key in overrides:
-            flag = "--" + key.replace("_", "-")
-            raise ValueError(f"option: -o {key}=... repeats {flag}; give {flag} only")
-    overrides["seed"] = args.seed
-    if args.feature_dim is not None:
-        overrides["feature_dim"] = args.feature_dim
-    cfg = preset_config(args.preset, args.scale, **overrides)
-    check_generate_args(cfg, args.chunk_edges)
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
+def read_generate_config(args: argparse.Namespace) -> GenerateConfig:
+    return read_settings(GenerateConfig, args, options=tuple(args.option))
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    settings = read_generate_config(args)
+    cfg, out = settings.synthetic, Path(settings.out)
+    if out.exists() and not settings.overwrite:
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
     print(f"generating {cfg.num_nodes:,} nodes, ~{cfg.avg_degree * cfg.num_nodes:,.0f} directed edges before "
           f"removing repeats, {cfg.feature_dim} features; working memory below "
-          f"{memory_bound(cfg, args.chunk_edges) / 2**30:.2f} GiB", flush=True)
+          f"{memory_bound(cfg, settings.chunk_edges) / 2**30:.2f} GiB", flush=True)
     start = time.perf_counter()
-    summary = generate_dataset(cfg, out, chunk_edges=args.chunk_edges, overwrite=args.overwrite,
+    summary = generate_dataset(cfg, out, chunk_edges=settings.chunk_edges, overwrite=settings.overwrite,
                                progress=TenthsProgress() if sys.stderr.isatty() else None)
     print_written(out, summary, f"{summary.edges_drawn - summary.num_edges:,} repeats removed",
                   time.perf_counter() - start)

@@ -40,8 +40,12 @@ def add_partition_parser(sub) -> None:
     add_settings(p, PartitionSettings)
 
 
+def read_partition_settings(args: argparse.Namespace) -> PartitionSettings:
+    return read_settings(PartitionSettings, args)
+
+
 def cmd_partition(args: argparse.Namespace) -> None:
-    settings = read_settings(PartitionSettings, args)
+    settings = read_partition_settings(args)
     out = Path(settings.out)
     if out.exists() and not settings.overwrite:  # checked before loading and partitioning (minutes)
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")

@@ -9,6 +9,9 @@ partition directory for the metrics. The steps, each ended by a collective:
 1. rank 0 checks ``--out`` and creates the output files, full size, in a staging folder inside it;
 2. every worker runs its part and writes its rows at their original ids, then flushes and fsyncs;
 3. rank 0 scores the splits, renames the files into ``--out`` and writes ``meta.json`` last.
+
+A run that fails or is interrupted before step 3 leaves ``--out`` as it was: rank 0 removes the staging
+folder, and ``--out`` itself where this run created it.
 """
 
 from __future__ import annotations
@@ -86,57 +89,72 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
     if embeddings is not None:
         names["embeddings.npy"] = (np.float32, (n, width[embeddings - 1]))
     staging = out / STAGING
-    if comm.rank == 0:
-        shutil.rmtree(staging, ignore_errors=True)  # left by a killed run
-        staging.mkdir(parents=True)
-        for name, (dtype, shape) in names.items():  # full size, every row written by its owner below
-            np.lib.format.open_memmap(staging / name, mode="w+", dtype=dtype, shape=shape).flush()
-    comm.barrier("eval")  # collective: the staging files exist before any worker opens them
+    fresh = comm.rank == 0 and not out.exists()  # a folder this run creates: removed if the run does not finish
+    published = False
+    try:
+        if comm.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)  # left by a killed run
+            staging.mkdir(parents=True)
+            for name, (dtype, shape) in names.items():  # full size, every row written by its owner below
+                np.lib.format.open_memmap(staging / name, mode="w+", dtype=dtype, shape=shape).flush()
+        comm.barrier("eval")  # collective: the staging files exist before any worker opens them
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f".predict-rank{comm.rank}-", dir=out) as tmp:
-        layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size, device=compute_on)
-        inference_s = time.perf_counter() - started
-        lo, hi = part.book.node_range(comm.rank)
-        original = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")[lo:hi]
-        z = torch.from_numpy(np.load(layers[-1]))
-        rows = {"predictions.npy": z.argmax(dim=1).numpy(),
-                "logits.npy" if logits else "probabilities.npy": (z if logits else torch.softmax(z, dim=1)).numpy()}
-        if embeddings is not None:
-            rows["embeddings.npy"] = np.load(layers[embeddings - 1], mmap_mode="r")
-        for name, values in rows.items():
-            target = np.load(staging / name, mmap_mode="r+")
-            target[original] = values
-            target.flush()
-            with open(staging / name, "rb+") as f:
-                os.fsync(f.fileno())
-            del target
-    # Collective (also: every worker's rows are on disk): each worker's peak RSS so far, in its slot.
-    peaks = torch.zeros(comm.world_size, dtype=torch.float64)
-    peaks[comm.rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    comm.all_reduce_(peaks, dist.ReduceOp.SUM, "eval")
-    if comm.rank != 0:
-        comm.barrier("eval")  # collective: rank 0 published the files
-        return None
-    scores_name = "logits.npy" if logits else "probabilities.npy"
-    metrics = split_metrics_from_parts(partition_dir, manifest, staging / scores_name, logits, metric)
-    meta = {"model": {"file": str(model_file.path), "config": asdict(cfg),
-                      "trained_on": None if model_file.dataset is None else asdict(model_file.dataset)},
-            "dataset": {"name": str(manifest["dataset"]), "num_nodes": n, "num_edges": int(manifest["num_edges"])},
-            "partitions": str(partition_dir), "layout": layout, "workers": comm.world_size,
-            "rows": n, "rows_are": "original node ids 0 .. num_nodes - 1", "files": sorted(names) + ["meta.json"],
-            "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": compute_on.type, "metric": metric,
-            "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
-            "peak_rss_bytes_per_worker": [int(p) for p in peaks.tolist()]}
-    for name in OUTPUT_FILES:
-        if name not in names and name != "meta.json":
-            (out / name).unlink(missing_ok=True)
-    for name in names:
-        os.replace(staging / name, out / name)
-    staging.rmdir()
-    atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
-    comm.barrier("eval")  # collective: the others return once the files are published
-    return meta
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix=f".predict-rank{comm.rank}-", dir=out) as tmp:
+            layers = distributed_layerwise(model_file.model, part, comm, tmp, chunk_size=chunk_size,
+                                           device=compute_on)
+            inference_s = time.perf_counter() - started
+            lo, hi = part.book.node_range(comm.rank)
+            original = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")[lo:hi]
+            z = torch.from_numpy(np.load(layers[-1]))
+            rows = {"predictions.npy": z.argmax(dim=1).numpy(),
+                    "logits.npy" if logits else "probabilities.npy":
+                        (z if logits else torch.softmax(z, dim=1)).numpy()}
+            if embeddings is not None:
+                rows["embeddings.npy"] = np.load(layers[embeddings - 1], mmap_mode="r")
+            for name, values in rows.items():
+                target = np.load(staging / name, mmap_mode="r+")
+                target[original] = values
+                target.flush()
+                with open(staging / name, "rb+") as f:
+                    os.fsync(f.fileno())
+                del target
+        # Collective (also: every worker's rows are on disk): each worker's peak RSS so far, in its slot.
+        peaks = torch.zeros(comm.world_size, dtype=torch.float64)
+        peaks[comm.rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        comm.all_reduce_(peaks, dist.ReduceOp.SUM, "eval")
+        if comm.rank != 0:
+            comm.barrier("eval")  # collective: rank 0 published the files
+            return None
+        scores_name = "logits.npy" if logits else "probabilities.npy"
+        metrics = split_metrics_from_parts(partition_dir, manifest, staging / scores_name, logits, metric)
+        meta = {"model": {"file": str(model_file.path), "config": asdict(cfg),
+                          "trained_on": None if model_file.dataset is None else asdict(model_file.dataset)},
+                "dataset": {"name": str(manifest["dataset"]), "num_nodes": n,
+                            "num_edges": int(manifest["num_edges"])},
+                "partitions": str(partition_dir), "layout": layout, "workers": comm.world_size,
+                "rows": n, "rows_are": "original node ids 0 .. num_nodes - 1",
+                "files": sorted(names) + ["meta.json"],
+                "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": compute_on.type,
+                "metric": metric,
+                "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
+                "peak_rss_bytes_per_worker": [int(p) for p in peaks.tolist()]}
+        for name in OUTPUT_FILES:
+            if name not in names and name != "meta.json":
+                (out / name).unlink(missing_ok=True)
+        for name in names:
+            os.replace(staging / name, out / name)
+        staging.rmdir()
+        atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
+        published = True
+        comm.barrier("eval")  # collective: the others return once the files are published
+        return meta
+    except BaseException:  # an error, Ctrl-C or SIGTERM before publishing: --out as it was, no staging left
+        if comm.rank == 0 and not published:
+            shutil.rmtree(staging, ignore_errors=True)
+            if fresh:
+                shutil.rmtree(out, ignore_errors=True)  # only this run's files: staging, the workers' scratch
+        raise
 
 
 def split_metrics_from_parts(partition_dir: str | Path, manifest: dict, scores_path: Path, scores_are_logits: bool,

@@ -8,8 +8,9 @@ Files (row ``i`` is node ``i`` of the dataset, or node ``nodes[i]`` with ``nodes
     nodes.npy          int64 [rows]                     the node id of every row (with ``nodes`` only)
     meta.json          what was run on what, the files, timings and the metric per split
 
-Every file is written under a temporary folder inside ``out`` and renamed into place when complete,
-``meta.json`` last: a reader never sees half a file, and a run that fails leaves ``out`` as it was.
+Every file is written under a staging folder (:func:`staging`) and published when all are complete,
+``meta.json`` last: a reader never sees half a file, and a run that fails or is interrupted leaves
+``out`` as it was (a missing ``out`` stays missing).
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import tempfile
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +33,7 @@ import torch
 from gnnscale.devices import resolve_device
 from gnnscale.files import atomic_write
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.storage import _staging_directory
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference, weights_device
 from gnnscale.inference.metrics import check_metric, score
 from gnnscale.nn.model_file import ModelFile
@@ -48,24 +54,94 @@ def check_out_dir(out: str | Path, *, overwrite: bool) -> Path:
     return out
 
 
-def read_nodes(path: str | Path, num_nodes: int) -> np.ndarray:
-    """int64 node ids from ``path``: a ``.npy`` integer array, or text with one id per line."""
+def read_id_file(path: str | Path, name: str, what: str, columns: int | None = None) -> np.ndarray:
+    """Integer node ids from ``path``: a ``.npy`` array, or text with one row per line (``columns`` ids
+    separated by spaces, tabs or commas; None: one id per line, a 1-D result). ValueError naming the
+    argument ``name`` for a missing file, a file that is neither, or ids that are not integers."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"nodes: no file at {path}")
+        raise ValueError(f"{name}: no file at {path}")
     try:
-        ids = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.loadtxt(path, dtype=np.int64, ndmin=1)
-    except ValueError as err:
-        raise ValueError(f"nodes: {path} is not a list of node ids ({err})") from None
-    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"nodes: {path} must hold a 1-D list of integer node ids, got {ids.dtype} of shape "
+        if path.suffix == ".npy":
+            ids = np.load(path, allow_pickle=False)
+        else:
+            with open(path, encoding="utf-8") as f:
+                comma = "," in f.readline()
+            with warnings.catch_warnings():  # an empty file: numpy warns, the size check below says it
+                warnings.simplefilter("ignore", UserWarning)
+                ids = np.loadtxt(path, dtype=np.int64, ndmin=1 if columns is None else 2,
+                                 delimiter="," if comma else None)
+    except ValueError as err:  # UnicodeDecodeError too: a binary file that is no .npy
+        form = "a .npy array" if path.suffix == ".npy" else f"{what} (text: {_row_words(columns)} per line)"
+        raise ValueError(f"{name}: {path} is not {form}: {str(err).splitlines()[0]}") from None
+    shape = "[n]" if columns is None else f"[n, {columns}]"
+    if ids.ndim != (1 if columns is None else 2) or (columns is not None and ids.shape[1] != columns) or \
+            not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{name}: {path} must hold integer node ids of shape {shape}, got {ids.dtype} of shape "
                          f"{ids.shape}")
+    return ids
+
+
+def _row_words(columns: int | None) -> str:
+    return "one id" if columns is None else f"{columns} ids"
+
+
+def check_id_range(ids: np.ndarray, name: str, path: str | Path, num_nodes: int) -> np.ndarray:
+    """``ids`` as int64 when every one is a node id of the dataset, else ValueError naming ``name``."""
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        raise ValueError(f"{name}: {path} holds ids in [{int(ids.min())}, {int(ids.max())}], but the dataset's ids "
+                         f"are [0, {num_nodes})")
+    return ids.astype(np.int64)
+
+
+def read_nodes(path: str | Path, num_nodes: int) -> np.ndarray:
+    """int64 node ids from ``path``: a ``.npy`` integer array, or text with one id per line."""
+    ids = read_id_file(path, "nodes", "a list of node ids")
     if ids.size == 0:
         raise ValueError(f"nodes: {path} holds no node ids")
-    if int(ids.min()) < 0 or int(ids.max()) >= num_nodes:
-        raise ValueError(f"nodes: {path} holds ids in [{int(ids.min())}, {int(ids.max())}], but the dataset's ids are "
-                         f"[0, {num_nodes})")
-    return ids.astype(np.int64)
+    return check_id_range(ids, "nodes", path, num_nodes)
+
+
+@contextmanager
+def staging(out: Path) -> Iterator[Path]:
+    """The folder a run writes its files in before :func:`publish` moves them to ``out``: a hidden folder
+    inside ``out`` when it exists, else a hidden sibling of it (named as the dataset writers' are, so that
+    one a killed run left is removed by the next run). Removed when the block ends, whatever happened:
+    ``out`` is then as it was."""
+    if out.is_dir():
+        with tempfile.TemporaryDirectory(prefix=".predict-", dir=out) as tmp:
+            yield Path(tmp)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _staging_directory(out) as tmp:
+        yield tmp
+
+
+def publish(tmp: Path, out: Path, names: list[str], meta: dict, outputs: tuple[str, ...]) -> None:
+    """Move the files ``names`` from the staging folder ``tmp`` into ``out``, ``meta.json`` (``meta``)
+    last. Into a new ``out``: the staging folder itself, the rest of its files removed, renamed in one
+    step. Into an existing one: file by file, and every other name of ``outputs`` (an earlier run's,
+    which would mislead beside these) removed."""
+    for name in names:  # the pages on disk before the rename publishes them
+        with open(tmp / name, "rb+") as f:
+            os.fsync(f.fileno())
+    if not out.exists():
+        for path in tmp.iterdir():  # scratch: the layer files of inference
+            if path.name in names:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        atomic_write(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
+        os.replace(tmp, out)
+        return
+    for name in outputs:
+        if name not in names and name != "meta.json":
+            (out / name).unlink(missing_ok=True)
+    for name in names:
+        os.replace(tmp / name, out / name)
+    atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
 
 
 def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nodes: np.ndarray | None = None,
@@ -100,10 +176,8 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
         raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
                          f"{cfg.num_layers - 1}; got {embeddings}" if cfg.num_layers > 1 else
                          f"embeddings: the model has one layer and no hidden layer to write; got {embeddings}")
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=".predict-", dir=out) as tmp:
-        tmp = Path(tmp)
+    with staging(out) as tmp:
         layers = layerwise_inference(model_file.model, dataset.graph, dataset.features, tmp, nodes=nodes,
                                      chunk_size=chunk_size, device=device)
         inference_s = time.perf_counter() - started
@@ -127,12 +201,7 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
                 "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": str(device), "metric": metric,
                 "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-        for name in OUTPUT_FILES:  # outputs of an earlier run that this one does not replace would mislead
-            if name not in files and name != "meta.json":
-                (out / name).unlink(missing_ok=True)
-        for name in files:
-            os.replace(tmp / name, out / name)
-        atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
+        publish(tmp, out, sorted(files), meta, OUTPUT_FILES)
     return meta
 
 
@@ -148,38 +217,26 @@ def _derive(last: np.ndarray, rows: np.ndarray | None, tmp: Path, logits: bool) 
         z = torch.from_numpy(np.array(last[lo:hi] if rows is None else last[rows[lo:hi]]))
         predictions[lo:hi] = z.argmax(dim=1).numpy()
         scores[lo:hi] = (z if logits else torch.softmax(z, dim=1)).numpy()
-    for array in (predictions, scores):
-        _sync(array)
+    predictions.flush()  # publish() fsyncs the files
+    scores.flush()
     return tmp / "predictions.npy", tmp / name
 
 
 def _rows_of(layer: np.ndarray, rows: np.ndarray, nodes: np.ndarray | None, layer_path: Path, path: Path) -> Path:
     """A layer's rows for ``rows``: the layer file itself when every node is asked for, else a copy."""
-    if nodes is None:  # the layer file is the output: publish it once its pages are on disk
-        with open(layer_path, "rb+") as f:
-            os.fsync(f.fileno())
+    if nodes is None:  # the layer file is the output
         os.replace(layer_path, path)
         return path
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows.shape[0], layer.shape[1]))
     for lo in range(0, rows.shape[0], ROWS_PER_PASS):
         out[lo:lo + ROWS_PER_PASS] = layer[rows[lo:lo + ROWS_PER_PASS]]
-    _sync(out)
+    out.flush()
     return path
 
 
 def _write_npy(path: Path, array: np.ndarray) -> Path:
-    with open(path, "wb") as f:
-        np.save(f, array)
-        f.flush()
-        os.fsync(f.fileno())
+    np.save(path, array)
     return path
-
-
-def _sync(array: np.memmap) -> None:
-    """Flush a memory-mapped output and fsync its file, so the rename publishes complete data."""
-    array.flush()
-    with open(array.filename, "rb+") as f:
-        os.fsync(f.fileno())
 
 
 def split_metrics(dataset: NodeDataset, rows: np.ndarray, scores_path: Path, scores_are_logits: bool,

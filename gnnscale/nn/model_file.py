@@ -6,8 +6,9 @@
      "config": ModelConfig fields (name, in_dim, hidden_dim, num_classes, num_layers, dropout, ...),
      "dataset": {"name": str, "feature_dim": int, "num_classes": int, "num_nodes": int},
      "state_dict": the model's state_dict,
-     "link": {"decoder": "dot" | "mlp"}}    (a link model only: ``config`` is its encoder's, whose
-                                           num_classes is the embedding width)
+     "link": {"decoder": "dot" | "mlp",     (a link model only: ``config`` is its encoder's, whose
+              "split": LinkSplitRecord}}    num_classes is the embedding width; ``split``: how its edges
+                                           were split, absent from files written before it was recorded)
 
 :func:`load_model` rebuilds the model from it in one call. A bare ``state_dict`` (what ``--save-model``
 wrote before) still loads when the caller gives the config it was trained with.
@@ -20,6 +21,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch import nn
@@ -61,16 +63,59 @@ class DatasetFacts:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSplitRecord:
+    """How a link model's edges were split and its evaluation negatives drawn: the fields of the same names
+    of its run's ``LinkConfig`` (:class:`gnnscale.train.tasks.link_config.LinkConfig`) and the run's seed, from
+    which ``gnnscale predict --task link --metric`` recomputes the validation and test edges it was
+    selected on.
+
+    Args:
+        edge_split: train, val and test fractions of the random split (three floats).
+        link_split: the split directory it trained with instead (OGB's link layout), or None.
+        eval_negatives: evaluation negatives per positive (None: the metric's default count).
+        metric: the metric that picked its best epoch (roc_auc, ap, mrr or hits@K).
+        seed: the run's seed (``TrainConfig.seed``), the key of the random split and of the negatives.
+    """
+
+    edge_split: tuple[float, ...]
+    link_split: str | None
+    eval_negatives: int | None
+    metric: str
+    seed: int
+
+    def __post_init__(self) -> None:
+        split = tuple(self.edge_split)
+        if len(split) != 3 or not all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in split):
+            raise ValueError(f"edge_split: expected three fractions, got {self.edge_split!r}")
+        object.__setattr__(self, "edge_split", tuple(float(f) for f in split))
+        if self.link_split is not None and not isinstance(self.link_split, str):
+            raise TypeError(f"link_split: expected a folder name or None, got {type(self.link_split).__name__}")
+        for name, value in (("eval_negatives", self.eval_negatives), ("seed", self.seed)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if not isinstance(self.metric, str):
+            raise TypeError(f"metric: expected a metric name, got {type(self.metric).__name__}")
+
+    @classmethod
+    def of(cls, link, seed: int) -> LinkSplitRecord:
+        """The record of a run's ``LinkConfig`` ``link`` (its fields of the same names) and ``seed``."""
+        return cls(edge_split=link.edge_split, link_split=None if link.link_split is None else str(link.link_split),
+                   eval_negatives=link.eval_negatives, metric=link.metric, seed=seed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelFile:
     """A loaded model file: the rebuilt model (eval mode), its config, and the dataset facts (None for a
     weight-only file, which records none); ``decoder``: a link model's (its ``model`` a
-    :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier."""
+    :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier; ``link_split``: how a link model's
+    edges were split (None: a node classifier, or a file written before the split was recorded)."""
 
     path: Path
     model: nn.Module
     config: ModelConfig
     dataset: DatasetFacts | None
     decoder: str | None = None
+    link_split: LinkSplitRecord | None = None
 
     def check_fits(self, *, name: str, feature_dim: int, num_classes: int) -> None:
         """ValueError naming the file and the data when the model's input or output width does not fit."""
@@ -82,18 +127,22 @@ class ModelFile:
 
 
 def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
-                    state_dict: dict | None = None) -> Path:
+                    state_dict: dict | None = None, link_split: LinkSplitRecord | None = None) -> Path:
     """Write ``model``'s weights with ``config`` and ``dataset`` atomically (:func:`~gnnscale.files.atomic_write`:
     a regular file only, never half written). ``state_dict``: weights of ``model`` to write instead of its
-    current ones (a training run's best epoch)."""
+    current ones (a training run's best epoch). ``link_split``: a link model's split (a link model only)."""
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
     if not isinstance(dataset, DatasetFacts):
         raise TypeError(f"dataset: expected DatasetFacts, got {type(dataset).__name__}")
+    if link_split is not None and not isinstance(model, LinkModel):
+        raise ValueError("link_split: a node classifier has no link split; pass it for a LinkModel only")
     payload = {"format": FORMAT, "version": VERSION, "config": asdict(config), "dataset": asdict(dataset),
                "state_dict": model.state_dict() if state_dict is None else state_dict}
     if isinstance(model, LinkModel):
         payload["link"] = {"decoder": model.decoder_name}
+        if link_split is not None:
+            payload["link"]["split"] = {**asdict(link_split), "edge_split": list(link_split.edge_split)}
     return atomic_write(path, lambda f: torch.save(payload, f))
 
 
@@ -127,11 +176,12 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
         state = payload["state_dict"]
         config = saved
         decoder = _decoder_from(payload.get("link"), path)
+        link_split = _link_split_from(payload.get("link"), path)
     elif isinstance(payload, Mapping) and payload and all(isinstance(v, torch.Tensor) for v in payload.values()):
         if config is None:
             raise ValueError(f"model: {path} holds weights only (a state_dict from an older --save-model); give the "
                              "model's flags (--arch, --hidden, --layers, --heads) to load it")
-        facts, state, decoder = None, payload, None
+        facts, state, decoder, link_split = None, payload, None, None
     else:
         raise ValueError(f"model: {path} is {NOT_OURS}: it holds a {type(payload).__name__} of other contents")
     model = build_model(config) if decoder is None else build_link_model(config, decoder)
@@ -140,7 +190,8 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
     except RuntimeError as err:  # missing/unexpected keys or size mismatches: torch lists them over many lines
         detail = " ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
         raise ValueError(f"model: {path} does not fit {_describe(config)}: {detail[:300]}") from None
-    return ModelFile(path=path, model=model.eval(), config=config, dataset=facts, decoder=decoder)
+    return ModelFile(path=path, model=model.eval(), config=config, dataset=facts, decoder=decoder,
+                     link_split=link_split)
 
 
 def load_model(path: str | Path, config: ModelConfig | None = None) -> nn.Module:
@@ -157,6 +208,20 @@ def _decoder_from(link: object, path: Path) -> str | None:
     if not isinstance(link, Mapping) or link.get("decoder") not in DECODERS:
         raise ValueError(f"model: {path} records a link decoder this gnnscale does not know ({link!r})")
     return link["decoder"]
+
+
+def _link_split_from(link: object, path: Path) -> LinkSplitRecord | None:
+    """A link model's split record (None: a node classifier, or a file that predates the record)."""
+    entries = link.get("split") if isinstance(link, Mapping) else None
+    if entries is None:
+        return None
+    known = {f.name for f in fields(LinkSplitRecord)}
+    try:
+        if not isinstance(entries, Mapping) or set(entries) != known:
+            raise ValueError("unknown fields")
+        return LinkSplitRecord(**entries)
+    except (TypeError, ValueError):
+        raise ValueError(f"model: {path} records a link split this gnnscale does not know ({entries!r})") from None
 
 
 def _config_from(entries: object, path: Path) -> ModelConfig:

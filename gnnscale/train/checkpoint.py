@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from gnnscale.files import atomic_write
-from gnnscale.nn.model_file import DatasetFacts, load_data, save_model_file
+from gnnscale.nn.model_file import DatasetFacts, LinkSplitRecord, load_data, save_model_file
 from gnnscale.nn.models import ModelConfig
 from gnnscale.settings import flag_names
 from gnnscale.train.config import TrainConfig
@@ -175,12 +175,15 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
                 return found
         return None
     return None if saved == current else (prefix.rstrip("."), saved, current)
+
+
 def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
-               state_dict: dict | None = None) -> None:
+               state_dict: dict | None = None, link_split: LinkSplitRecord | None = None) -> None:
     """Write the self-describing model file (:mod:`gnnscale.nn.model_file`: weights, ``config`` and the
     ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`write_atomic`.
-    ``state_dict``: weights of ``model`` to write instead of its current ones (the best epoch's)."""
-    save_model_file(path, model, config, dataset, state_dict=state_dict)
+    ``state_dict``: weights of ``model`` to write instead of its current ones (the best epoch's);
+    ``link_split``: a link model's split."""
+    save_model_file(path, model, config, dataset, state_dict=state_dict, link_split=link_split)
 
 
 def on_host(value):

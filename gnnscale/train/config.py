@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from gnnscale.devices import DEVICE_HELP
+from gnnscale.devices import check_device_settings, device_setting, threads_setting
 from gnnscale.features.hot_set import check_fraction
 from gnnscale.sampling import check_fanouts
 from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
@@ -59,11 +58,11 @@ class TrainConfig:
     eval_fanouts: tuple[int, ...] | None = setting(None, "inference fanouts", default_text="--fanouts")
     batch_size: int = setting(512, "seeds per mini-batch and worker: nodes, or training edges with --task link")
     eval_batch_size: int = 4096
-    epochs: int = setting(5, "passes over the training nodes (--task link: edges)")
+    epochs: int = setting(5, "passes over the training nodes (--task link: edges)", resumable=True)
     lr: float = setting(0.003, "Adam learning rate")
     weight_decay: float = setting(0.0, "Adam L2 penalty")
     seed: int = setting(0, "root of every random choice")
-    threads: int = setting(2, "CPU threads for the sampler and torch")
+    threads: int = threads_setting(resumable=True)
     sampler: str = setting("fused", "how blocks are drawn: " + "; ".join(f"{name} ({spec.summary})"
                                                                          for name, spec in SAMPLERS.items()),
                            choices=tuple(SAMPLERS))
@@ -73,15 +72,16 @@ class TrainConfig:
                                            "layer", default_text=str(DEFAULT_LAYER_SIZE))
     replace: bool = setting(False, "sample neighbors with replacement")
     evaluate: bool = setting(True, "skip validation/test accuracy (timing runs)", negate="--no-eval")
-    prefetch: int = setting(1, "batches sampled and gathered ahead in a background thread while one trains (0: none)")
-    device: str = setting("cpu", DEVICE_HELP)
+    prefetch: int = setting(1, "batches sampled and gathered ahead in a background thread while one trains (0: none)",
+                            resumable=True)
+    device: str = device_setting(resumable=True)
     sample_on: str = setting("auto", "where training batches are sampled: host (the fused kernel on the CPU), device "
                                      "(the same blocks drawn by torch ops on --device, the topology held there), or "
                                      "auto (device when training on a GPU that holds the topology in half its free "
-                                     "memory, else host)", choices=SAMPLE_ON)
+                                     "memory, else host)", choices=SAMPLE_ON, resumable=True)
     gpu_cache_fraction: float = setting(0.0, "feature rows held in --device memory: the highest in-degree nodes', "
                                              "this fraction of all nodes (1: every row; 0: only what --sample-on "
-                                             "device gathers)")
+                                             "device gathers)", resumable=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
@@ -90,13 +90,13 @@ class TrainConfig:
             if len(eval_fanouts) != len(self.fanouts):
                 raise ValueError(f"eval_fanouts: expected {len(self.fanouts)} hops like fanouts, got {len(eval_fanouts)}")
             object.__setattr__(self, "eval_fanouts", eval_fanouts)
-        for name in ("batch_size", "eval_batch_size", "epochs", "threads"):
+        for name in ("batch_size", "eval_batch_size", "epochs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool) or self.prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0 (0 = no background loading), got {self.prefetch!r}")
-        check_device_name(self.device)
+        check_device_settings(self.device, self.threads)
         self._check_device_data()
         if not self.lr > 0:
             raise ValueError(f"lr: expected > 0, got {self.lr}")
@@ -143,13 +143,3 @@ class TrainConfig:
     @property
     def inference_fanouts(self) -> tuple[int, ...]:
         return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts
-
-
-# What --device accepts; whether the machine has that device is checked when the run starts
-# (resolve_device), so that a config can be written on a machine without a GPU.
-DEVICE_NAME = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
-
-
-def check_device_name(device: str) -> None:
-    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
-        raise ValueError(f"device: expected cpu, cuda, cuda:N or auto, got {device!r}")

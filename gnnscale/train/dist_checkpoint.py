@@ -38,6 +38,7 @@ import torch
 from gnnscale.distributed.comm import Comm
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import MANIFEST, SPLITS, sha256_file
+from gnnscale.settings import resumable_fields
 from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, check_same_settings, first_difference, on_host,
                                        decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
@@ -46,12 +47,13 @@ from gnnscale.train.layouts.base import LayoutOptions
 from gnnscale.train.layouts.registry import layout_spec, layouts_with, resolved
 from gnnscale.train.layouts.single import SINGLE
 
-# Settings a resumed run may change: they do not change what is computed. The device changes how it is
-# rounded (a GPU's sums add in another order, within float32's rounding), not the model, the batches or the
-# optimizer's state, so a run may move to another device when it resumes.
-# Where batches are sampled and which feature rows the device holds change neither: the device sampler
-# draws the host sampler's blocks bit for bit, and the cache returns the store's rows.
-RESUMABLE_CHANGES = ("epochs", "threads", "prefetch", "device", "sample_on", "gpu_cache_fraction")
+# Settings a resumed run may change: they do not change what is computed, and each says so on its field
+# (``setting(..., resumable=True)`` in TrainConfig). The device changes how it is rounded (a GPU's sums add
+# in another order, within float32's rounding), not the model, the batches or the optimizer's state, so a
+# run may move to another device when it resumes. Where batches are sampled and which feature rows the
+# device holds change neither: the device sampler draws the host sampler's blocks bit for bit, and the
+# cache returns the store's rows.
+RESUMABLE_CHANGES = resumable_fields(TrainConfig)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -207,11 +207,11 @@ def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm
         history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead,
                                on_epoch_end=on_epoch_end, grad_comm=grad_comm)
     except KeyboardInterrupt:  # Ctrl-C, or a scheduler's SIGINT: keep the best model so far
-        raise InterruptedRun(save_best_so_far(model, part, comm, launch, outputs, start.best)) from None
+        raise InterruptedRun(save_best_so_far(model, part, comm, launch, outputs, start.best, cfg.seed)) from None
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
-                                                                start.best))
+                                                                start.best, cfg.seed))
     if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
         # On the model's device: layer-wise inference copies each chunk there and its rows back to host memory.
         report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
@@ -219,9 +219,9 @@ def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm
 
 
 def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
-                       outputs: RunOutputs, report: TrainReport, best: BestWeights) -> int:
+                       outputs: RunOutputs, report: TrainReport, best: BestWeights, seed: int) -> int:
     """Rank 0 writes the model file: the best-validation epoch's weights (``save_model_at="best"``) or the
-    last epoch's. Returns the epoch saved, on every worker."""
+    last epoch's (:func:`write_model_file`). Returns the epoch saved, on every worker."""
     last = report.history[-1]["epoch"]
     epoch, state = last, on_host(model.state_dict())  # the model as trained: the last epoch
     if outputs.save_model_at == "best" and report.best_epoch != last:
@@ -232,25 +232,29 @@ def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launc
             print(f"save_model: the checkpoint resumed holds no weights of the best epoch {report.best_epoch}; "
                   f"saving the last epoch's ({last})", file=sys.stderr, flush=True)
     if comm.rank == 0:
-        save_model(outputs.model_out, model, launch.model_cfg, dataset_facts(part, launch), state_dict=state)
+        write_model_file(model, state, part, launch, outputs, seed)
     return epoch
 
 
 def save_best_so_far(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
-                     outputs: RunOutputs, best: BestWeights) -> str:
+                     outputs: RunOutputs, best: BestWeights, seed: int) -> str:
     """On an interrupted run, rank 0 writes the best-validation epoch's weights so far to the model file (where
     ``--save-model`` with ``--save-model-at best`` asks for it); returns what was saved, for the last line."""
     if outputs.model_out is None or outputs.save_model_at != "best" or best.epoch is None:
         return ""
     if comm.rank == 0:
-        save_model(outputs.model_out, model, launch.model_cfg, dataset_facts(part, launch), state_dict=best.state)
+        write_model_file(model, best.state, part, launch, outputs, seed)
     return f"{outputs.model_out} holds the model of epoch {best.epoch} (the best validation so far)"
 
 
-def dataset_facts(part: LocalPartition, launch: CheckedLaunch) -> DatasetFacts:
-    """What the model file says of the data the model was trained on."""
-    return DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
-                        num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
+def write_model_file(model: nn.Module, state: dict, part: LocalPartition, launch: CheckedLaunch,
+                     outputs: RunOutputs, seed: int) -> None:
+    """``outputs.model_out``: the weights ``state`` of ``model``, the data it was trained on and what its task
+    records for later use (a link model's split, under the run's ``seed``)."""
+    facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
+                         num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
+    save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state,
+               link_split=launch.task.model_file_record(launch.task_settings, seed))
 
 
 def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,

@@ -11,7 +11,8 @@ import torch
 import gnnscale
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.nn import ModelConfig, build_model
-from gnnscale.nn.model_file import DatasetFacts, read_model_file, save_model_file
+from gnnscale.nn.link import build_link_model
+from gnnscale.nn.model_file import DatasetFacts, LinkSplitRecord, read_model_file, save_model_file
 from gnnscale.sampling import Block
 
 from conftest import TINY_DST, TINY_NUM_NODES, TINY_SRC
@@ -126,3 +127,33 @@ def test_save_model_file_refuses_what_is_not_a_regular_file(tmp_path):
     cfg = ModelConfig(in_dim=5, num_classes=3, **CONFIGS["sage"])
     with pytest.raises(ValueError, match="exists and is not a regular file"):
         save_model_file(tmp_path, random_model(cfg), cfg, FACTS)
+
+
+SPLIT = LinkSplitRecord(edge_split=(0.8, 0.1, 0.1), link_split=None, eval_negatives=5, metric="mrr", seed=7)
+
+
+def test_a_link_model_file_records_its_split_and_one_without_it_still_loads(tmp_path):
+    encoder = ModelConfig(in_dim=5, num_classes=4, **CONFIGS["sage"])
+    model = build_link_model(encoder, "mlp")
+    save_model_file(tmp_path / "link.pt", model, encoder, FACTS, link_split=SPLIT)
+    file = read_model_file(tmp_path / "link.pt")
+    assert (file.decoder, file.link_split) == ("mlp", SPLIT)
+    payload = torch.load(tmp_path / "link.pt", weights_only=True)
+    assert payload["link"]["split"] == {"edge_split": [0.8, 0.1, 0.1], "link_split": None, "eval_negatives": 5,
+                                        "metric": "mrr", "seed": 7}
+    del payload["link"]["split"]  # a file written before the split was recorded
+    torch.save(payload, tmp_path / "old.pt")
+    old = read_model_file(tmp_path / "old.pt")
+    assert (old.decoder, old.link_split) == ("mlp", None)
+    assert all(torch.equal(a, b) for a, b in zip(old.model.state_dict().values(), model.state_dict().values()))
+    payload["link"]["split"] = {"edge_split": [0.8, 0.2], "seed": 1}
+    torch.save(payload, tmp_path / "strange.pt")
+    with pytest.raises(ValueError, match=r"^model: \S+strange.pt records a link split this gnnscale does not know"):
+        read_model_file(tmp_path / "strange.pt")
+
+
+def test_a_node_classifier_has_no_link_split(tmp_path):
+    cfg = ModelConfig(in_dim=5, num_classes=3, **CONFIGS["sage"])
+    with pytest.raises(ValueError, match=r"^link_split: a node classifier has no link split"):
+        save_model_file(tmp_path / "m.pt", random_model(cfg), cfg, FACTS, link_split=SPLIT)
+    assert not (tmp_path / "m.pt").exists()

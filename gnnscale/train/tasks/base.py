@@ -121,6 +121,9 @@ class TaskSpec:
         build_model: the task's built-in model from the encoder's config, its settings and the seed.
         build: this worker's task (collective on the context's Comm where a worker can fail alone).
         describe_model: the model's checkpoint signature as the metrics file shows it (default: as it is).
+        model_file_record: what the model file keeps of the task's settings and the run's seed, for
+            ``gnnscale predict`` (a link model's split: :class:`~gnnscale.nn.model_file.LinkSplitRecord`; default
+            nothing).
     """
 
     name: str
@@ -136,3 +139,4 @@ class TaskSpec:
     build_model: Callable[[ModelConfig, object, int], nn.Module]
     build: Callable[[TaskContext], Task]
     describe_model: Callable[[dict], dict] = lambda signature: signature
+    model_file_record: Callable[[object | None, int], object | None] = lambda settings, seed: None

@@ -38,6 +38,7 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.inference.link_metrics import link_score, positive_ranks
 from gnnscale.keys import derive_key
 from gnnscale.nn.link import LinkModel
+from gnnscale.nn.model_file import LinkSplitRecord
 from gnnscale.nn.models import ModelConfig
 from gnnscale.sampling.exclude import exclude_target_edges
 from gnnscale.sampling.negatives import BatchPairs, batch_pairs
@@ -246,4 +247,4 @@ LINK = TaskSpec(name="link", summary="link prediction: the encoder's output is a
                 "scores pairs", config=LinkConfig, needs=("seeds_anywhere",), dgs=False, full_eval=False,
                 model_config=link_model_config, check_model=check_link_model,
                 check_settings=check_link_settings, output_width=embedding_width, build_model=link_model,
-                build=build_link_task, describe_model=describe_link_model)
+                build=build_link_task, describe_model=describe_link_model, model_file_record=LinkSplitRecord.of)
