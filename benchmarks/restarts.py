@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from faults import RUNS, cached_partition
-from gnnscale.train.checkpoint import newest_complete
+from gnnscale.train.checkpoints.files import newest_complete
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -120,7 +120,7 @@ def warm_partition_and_distributed(work: Path) -> None:
 
 def train_partitioned(partition_dir: Path, options, model_options: dict, cfg: TrainConfig) -> None:
     """One worker of ``gnnscale train --partitions``: the built-in model, through fit."""
-    from gnnscale.train.distributed import builtin_model_for
+    from gnnscale.train.sources.partitioned import builtin_model_for
 
     model = builtin_model_for(partition_dir, options, model_options, cfg)
     fit(model, partition_dir, inputs="blocks", config=cfg, layout=options, progress=False, timeout_s=60)

@@ -34,7 +34,7 @@ class Flag:
         required: the command cannot run without it (its default, None, is never used by the command line).
         group: the ``--help`` section the flag is listed under (None: the command's own options).
         resumable: a run resumed from a checkpoint may change it (it changes no number the run computes;
-            :data:`gnnscale.train.dist_checkpoint.RESUMABLE_CHANGES`).
+            :data:`gnnscale.train.checkpoints.runs.RESUMABLE_CHANGES`).
     """
 
     help: str

@@ -239,7 +239,7 @@ def die_before_collective(rank: int, world_size: int, port: int) -> dict:
 def checkpoint_save_categories(rank: int, world_size: int, port: int) -> list[str]:
     """Every worker saves one checkpoint (rank 0 writes it to a folder of its own); returns the categories
     of the save's collectives on this worker."""
-    from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity
+    from gnnscale.train.checkpoints.runs import Checkpointer, RunIdentity
 
     ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
     try:

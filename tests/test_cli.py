@@ -27,7 +27,7 @@ from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.graph.storage import save_dataset
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
-from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, newest_complete, previous_path,
+from gnnscale.train.checkpoints.files import (CHECKPOINT_KIND, CHECKPOINT_VERSION, newest_complete, previous_path,
                                        read_payload, write_atomic)
 
 SYNTH = ["--dataset", "synthetic", "-o", "num_nodes=800", "-o", "feature_dim=8", "-o", "num_classes=4"]

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.launch import unexplained_failures
 from gnnscale.partition import write_partition_dir
-from gnnscale.train.checkpoint import newest_complete
+from gnnscale.train.checkpoints.files import newest_complete
 from launch import ENV, LAUNCH_TIMEOUT_S, rendezvous_port
 
 ARGS = ["--fanouts", "4,3", "--hidden", "16", "--batch-size", "32", "--epochs", "100000", "--threads", "1",

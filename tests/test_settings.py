@@ -19,9 +19,9 @@ from gnnscale.cli.train import read_train_settings, settings_classes
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling.registry import SAMPLERS, check_sampler_fits_model, sampler_spec
 from gnnscale.settings import flag_fields, flag_names, option_string
-from gnnscale.train.checkpoint import check_same_settings, flag_of
+from gnnscale.train.checkpoints.files import check_same_settings, flag_of
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.dist_checkpoint import RESUMABLE_CHANGES
+from gnnscale.train.checkpoints.runs import RESUMABLE_CHANGES
 from gnnscale.train.layouts import LAYOUTS, layout_options
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.layouts.registry import layouts_with

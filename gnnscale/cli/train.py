@@ -16,7 +16,7 @@ from gnnscale.settings import flag_fields
 from gnnscale.train.api import fit
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.distributed import builtin_model_for
+from gnnscale.train.sources.partitioned import builtin_model_for
 from gnnscale.train.layouts import LAYOUTS, LayoutOptions
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.layouts.registry import (DEFAULT_LAYOUT, layout_spec, layouts_owning, layouts_with,

@@ -15,8 +15,8 @@ from torch import nn
 
 from gnnscale.graph.dataset import NodeDataset
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.distributed import Partitioned
-from gnnscale.train.in_process import InProcess
+from gnnscale.train.sources.partitioned import Partitioned
+from gnnscale.train.sources.in_process import InProcess
 from gnnscale.train.layouts import LayoutOptions, layout_options as options_for
 from gnnscale.train.tasks.base import TaskSpec
 from gnnscale.train.tasks.registry import task_of

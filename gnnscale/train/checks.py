@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from gnnscale.partition.directory import group_counts, parts_per_worker, read_manifest
-from gnnscale.train.checkpoint import previous_path
+from gnnscale.train.checkpoints.files import previous_path
 
 
 class LaunchError(ValueError):

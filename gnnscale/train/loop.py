@@ -12,7 +12,7 @@ and computes is its layout's (:mod:`gnnscale.train.layouts`); a run in one proce
 Every random choice is keyed by ``(seed, epoch, step, rank)``, so a resumed run continues exactly,
 whatever the thread count or prefetch depth. A ``saver`` (:class:`Saver`) checkpoints after every
 epoch and, when it says so, after an iteration, with the best-validation epoch's weights
-(:class:`~gnnscale.train.best.BestWeights`, kept after every epoch that is the best so far).
+(:class:`~gnnscale.train.checkpoints.best.BestWeights`, kept after every epoch that is the best so far).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tqdm import tqdm
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.gradients import all_reduce_gradients
 from gnnscale.keys import STREAM_DROPOUT, derive_key
-from gnnscale.train.best import BestWeights, score_keys
+from gnnscale.train.checkpoints.best import BestWeights, score_keys
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import model_device
 from gnnscale.train.layouts.base import add_counts

@@ -3,7 +3,7 @@
 ``gnnscale train`` (and ``python -m gnnscale.launch``, before any worker starts) and ``fit`` call
 :func:`check_run`, so each refuses a combination with the same line. What needs the data itself (a
 partition's manifest, a dataset's class count) is checked afterwards, by the run's source
-(:mod:`gnnscale.train.in_process`, :mod:`gnnscale.train.distributed`).
+(:mod:`gnnscale.train.sources.in_process`, :mod:`gnnscale.train.sources.partitioned`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from gnnscale.nn import ModelConfig
-from gnnscale.train.best import best_entry, score_keys
+from gnnscale.train.checkpoints.best import best_entry, score_keys
 from gnnscale.train.metrics import write_json_atomic
 from gnnscale.settings import setting
 
@@ -64,7 +64,7 @@ class RunOutputs:
         model_out: the trained model's file (built-in models: :mod:`gnnscale.nn.model_file`).
         save_model_at: which epoch's weights ``model_out`` holds: ``"best"``, the best-validation epoch's (the
             report's ``best_epoch``), or ``"last"``, the last epoch's (the model as ``fit`` leaves it).
-        checkpoint: saved after every epoch (:mod:`gnnscale.train.dist_checkpoint`).
+        checkpoint: saved after every epoch (:mod:`gnnscale.train.checkpoints.runs`).
         resume: continue the run saved in ``checkpoint`` (rank 0 reads it and sends it to every worker);
             ``"auto"``: continue it if there is one, else start afresh (a run torchrun restarts).
         checkpoint_every: also save after every this many iterations (None: at epoch ends only).

@@ -1,12 +1,12 @@
 """The one setup path of every run: check, join the process group, load the data, build the layout, train,
 checkpoint and save. :func:`gnnscale.train.fit` runs it for a dataset in this process
-(:class:`~gnnscale.train.in_process.InProcess`: a one-worker run on a process group of its own) and for a
-partition directory under torchrun (:class:`~gnnscale.train.distributed.Partitioned`); the two differ
+(:class:`~gnnscale.train.sources.in_process.InProcess`: a one-worker run on a process group of its own) and for a
+partition directory under torchrun (:class:`~gnnscale.train.sources.partitioned.Partitioned`); the two differ
 only in what a :class:`RunSource` gives: the checks, how a worker joins, its data and its layout.
 
 Every worker starts from rank 0's model, resumes from rank 0's checkpoint (one format for every run,
-:mod:`gnnscale.train.dist_checkpoint`), runs the training loop (:mod:`gnnscale.train.loop`) and keeps
-the best-validation epoch's weights (:mod:`gnnscale.train.best`), which rank 0 saves by default.
+:mod:`gnnscale.train.checkpoints.runs`), runs the training loop (:mod:`gnnscale.train.loop`) and keeps
+the best-validation epoch's weights (:mod:`gnnscale.train.checkpoints.best`), which rank 0 saves by default.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.sampling.registry import sampler_spec
-from gnnscale.train.best import BestWeights
-from gnnscale.train.checkpoint import on_host, save_model
+from gnnscale.train.checkpoints.best import BestWeights
+from gnnscale.train.checkpoints.files import on_host, save_model
 from gnnscale.train.checks import LaunchError
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity, receive_checkpoint, same_partition
+from gnnscale.train.checkpoints.runs import Checkpointer, RunIdentity, receive_checkpoint, same_partition
 from gnnscale.train.inputs import ModelInputs
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs

@@ -16,7 +16,7 @@ from gnnscale.cli.train import read_train_settings
 from gnnscale.distributed.dgs.explainer import ExplainConfig
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import write_partition_dir
-from gnnscale.train.checkpoint import flag_of
+from gnnscale.train.checkpoints.files import flag_of
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts import LayoutOptions, check_layout_options, layout_options
 from gnnscale.train.layouts.dgs import DGSConfig

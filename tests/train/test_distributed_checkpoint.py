@@ -22,11 +22,11 @@ from gnnscale.cli import build_parser, main, subcommand_parser
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.partition import read_manifest, write_partition_dir
 from gnnscale.partition.directory import MANIFEST
-from gnnscale.train.dist_checkpoint import (RESUMABLE_CHANGES, Checkpointer, DistCheckpoint, check_resume, decode,
+from gnnscale.train.checkpoints.runs import (RESUMABLE_CHANGES, Checkpointer, DistCheckpoint, check_resume, decode,
                                             one_process_identity, run_identity)
 from gnnscale.train.layouts import layout_options
 from gnnscale.train.layouts.registry import option_classes
-from gnnscale.train.checkpoint import newest_complete, read_payload
+from gnnscale.train.checkpoints.files import newest_complete, read_payload
 from gnnscale.nn import ModelConfig
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import LayoutOptions

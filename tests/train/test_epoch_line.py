@@ -10,7 +10,7 @@ from test_distributed import spawn_ok
 
 from gnnscale.distributed import Comm, shutdown
 from gnnscale.distributed.context import init_single_process
-from gnnscale.train.dist_checkpoint import Checkpointer, RunIdentity
+from gnnscale.train.checkpoints.runs import Checkpointer, RunIdentity
 from gnnscale.train.loop import print_epoch
 
 NO_ROUNDS = {"sample": 0, "feature": 0, "shuffle": 0, "grad": 0}

@@ -17,7 +17,7 @@ from gnnscale.cli import main
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.train.api import fit
-from gnnscale.train.checkpoint import CHECKPOINT_VERSION, previous_path, read_payload, write_atomic
+from gnnscale.train.checkpoints.files import CHECKPOINT_VERSION, previous_path, read_payload, write_atomic
 from gnnscale.train.config import TrainConfig
 from gnnscale.sampling import NeighborSampler
 from gnnscale.train.inputs import seeded_model

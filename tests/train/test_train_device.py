@@ -18,7 +18,7 @@ from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import NeighborSampler
 from gnnscale.train.api import fit
-from gnnscale.train.checkpoint import on_host, previous_path, read_payload
+from gnnscale.train.checkpoints.files import on_host, previous_path, read_payload
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import check_model_device, model_device, seeded_model
 from gnnscale.train.run import RunOutputs

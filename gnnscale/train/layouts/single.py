@@ -1,6 +1,6 @@
 """One process is a layout too: the whole dataset as the one part of a one-worker partition.
 
-A run in one process (:mod:`gnnscale.train.in_process`) goes through the distributed run's setup, loop
+A run in one process (:mod:`gnnscale.train.sources.in_process`) goes through the distributed run's setup, loop
 and checkpoints (:mod:`gnnscale.train.run`) on a process group of its own alone
 (:func:`gnnscale.distributed.context.init_single_process`) with this layout: data parallelism over one
 worker, whose sampler is any of the samplers and whose features are all local, read by the numba gather

@@ -4,7 +4,7 @@ Every random choice of training is a function of ``(seed, epoch, step, rank)`` (
 order, and torch's RNG re-seeded at each iteration), so a run resumed from the checkpoint of epoch
 ``e`` continues exactly as the uninterrupted run would have. One process is a one-worker run, so every
 run writes one kind of checkpoint: what it holds and how a run resumes it is
-:mod:`gnnscale.train.dist_checkpoint`; this module is the file.
+:mod:`gnnscale.train.checkpoints.runs`; this module is the file.
 
 A checkpoint file is a magic string, the sha256 of what follows, and ``torch.save``'s bytes: a truncated
 or altered file is found before anything is loaded. Every save keeps the one before it beside the file
@@ -115,7 +115,7 @@ def newest_complete(path: str | Path) -> Found | None:
 
 
 def read_payload(path: str | Path) -> dict:
-    """The dict a checkpoint file holds (:mod:`gnnscale.train.dist_checkpoint` decodes it).
+    """The dict a checkpoint file holds (:mod:`gnnscale.train.checkpoints.runs` decodes it).
 
     Raises ValueError naming ``checkpoint`` for a missing, unreadable or foreign file, or one of a format
     no longer read.

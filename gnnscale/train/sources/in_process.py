@@ -1,7 +1,7 @@
 """A run in this process (``fit(model, dataset, ...)``, ``gnnscale train`` without ``--partitions``): a
 one-worker run through the distributed run's setup path (:mod:`gnnscale.train.setup`), on a process group
 of this process alone, with the one-process layout (:mod:`gnnscale.train.layouts.single`) and the same
-checkpoints (:mod:`gnnscale.train.dist_checkpoint`), which it writes after every epoch and, with
+checkpoints (:mod:`gnnscale.train.checkpoints.runs`), which it writes after every epoch and, with
 ``checkpoint_every``, mid-epoch too.
 """
 
@@ -21,7 +21,7 @@ from gnnscale.inference.metrics import check_metric
 from gnnscale.partition.directory import SPLITS, LocalPartition
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, one_process_identity
+from gnnscale.train.checkpoints.runs import check_checkpoint_at_launch, one_process_identity
 from gnnscale.train.inputs import model_signature, training_device
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions
 from gnnscale.train.layouts.single import SINGLE, whole_partition
@@ -95,7 +95,7 @@ class InProcess:
 
 def dataset_facts(dataset: NodeDataset) -> dict:
     """What a checkpoint records of the dataset: the facts a partition's manifest gives
-    (:func:`gnnscale.train.dist_checkpoint.dataset_facts`), so that both describe a dataset alike."""
+    (:func:`gnnscale.train.checkpoints.runs.dataset_facts`), so that both describe a dataset alike."""
     # Python ints: a checkpoint is read back with weights_only, which refuses numpy scalars.
     facts = {"dataset": dataset.name, "num_nodes": int(dataset.graph.num_nodes),
              "num_edges": int(dataset.graph.num_edges), "feature_dim": int(dataset.feature_dim),

@@ -1,4 +1,4 @@
-"""Checkpoints of every run (one process is a one-worker run, :mod:`gnnscale.train.in_process`): what
+"""Checkpoints of every run (one process is a one-worker run, :mod:`gnnscale.train.sources.in_process`): what
 rank 0 writes, what a resuming run may change, and how every worker gets its state back.
 
 One file, written by rank 0 only, is enough to rebuild every worker:
@@ -39,7 +39,7 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import MANIFEST, SPLITS, sha256_file
 from gnnscale.settings import resumable_fields
-from gnnscale.train.checkpoint import (CHECKPOINT_KIND, CHECKPOINT_VERSION, check_same_settings, first_difference, on_host,
+from gnnscale.train.checkpoints.files import (CHECKPOINT_KIND, CHECKPOINT_VERSION, check_same_settings, first_difference, on_host,
                                        decode_payload, newest_complete, write_atomic)
 from gnnscale.train.checks import check_run_outputs
 from gnnscale.train.config import TrainConfig
@@ -92,7 +92,7 @@ class DistCheckpoint:
         layout_state: what the layout needs beyond the model (DGS: the model snapshots whose masks the
             run samples with next), the same on every worker.
         best: the best-validation epoch so far and its weights (:meth:`BestWeights.checkpoint_state
-            <gnnscale.train.best.BestWeights.checkpoint_state>`); None before the first epoch's end and in
+            <gnnscale.train.checkpoints.best.BestWeights.checkpoint_state>`); None before the first epoch's end and in
             checkpoints of older versions.
     """
 

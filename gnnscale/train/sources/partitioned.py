@@ -13,7 +13,7 @@ single-machine trainer. ``split`` trains, on P workers, the single-machine train
 ``P x batch_size`` seeds, each vertex computed by one worker.
 
 With ``checkpoint``, rank 0 saves the run after every epoch (and every ``checkpoint_every``
-iterations); a resumed run continues at the saved epoch and step (:mod:`gnnscale.train.dist_checkpoint`).
+iterations); a resumed run continues at the saved epoch and step (:mod:`gnnscale.train.checkpoints.runs`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition, load_partition
 from gnnscale.train.checks import LaunchError, check_distinct, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
-from gnnscale.train.dist_checkpoint import check_checkpoint_at_launch, run_identity
+from gnnscale.train.checkpoints.runs import check_checkpoint_at_launch, run_identity
 from gnnscale.train.inputs import model_signature, training_device
 from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutSpec, build_layout, resolved
 from gnnscale.train.rules import RunSettings, check_run, checked_model
