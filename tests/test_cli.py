@@ -525,3 +525,11 @@ def test_an_interrupted_predict_leaves_out_as_it_was_and_says_so(node_model, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == (["out"] if earlier else [])
     if earlier:
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_predict_writes_the_outputs_of_every_registered_task():
+    # A task added to the registry is one predict --task value too, with its own flags' rules and run.
+    from gnnscale.cli.predict import OUTPUTS
+    from gnnscale.train.tasks.registry import TASKS
+
+    assert set(OUTPUTS) == set(TASKS)

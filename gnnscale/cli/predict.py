@@ -4,6 +4,7 @@ runs: node predictions in this process or in one torchrun worker, or a link mode
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +30,13 @@ from gnnscale.settings import field_default, setting
 from gnnscale.train.checks import LaunchError
 from gnnscale.train.layouts.registry import DEFAULT_LAYOUT, LAYOUTS, layout_spec
 from gnnscale.train.layouts.single import whole_partition
+from gnnscale.train.tasks.link import LINK
 from gnnscale.train.tasks.link_config import LinkConfig
 from gnnscale.train.tasks.link_edges import link_partition
+from gnnscale.train.tasks.node import NODE
+from gnnscale.train.tasks.registry import DEFAULT_TASK
 
-TASKS = ("node", "link")
-LINK = "link prediction (a model from gnnscale train --task link --save-model)"
+LINK_GROUP = "link prediction (a model from gnnscale train --task link --save-model)"
 WEIGHTS_ONLY = "weight-only model files (written before files described themselves)"
 
 
@@ -95,20 +98,20 @@ class PredictConfig:
     threads: int = threads_setting()
     device: str = device_setting("; on a GPU each chunk's block and rows are copied there and its output rows back, "
                                  "so the GPU holds the weights and one chunk (distributed: each worker its own GPU)")
-    task: str = setting("node", "link: write every node's embedding (embeddings.npy), the scores of --pairs, the "
-                                "--topk best candidates per node and --metric; one process", choices=TASKS,
-                        group=LINK)
+    task: str = setting(DEFAULT_TASK, "link: write every node's embedding (embeddings.npy), the scores of --pairs, "
+                                      "the --topk best candidates per node and --metric; one process",
+                        choices=lambda: tuple(OUTPUTS), group=LINK_GROUP)
     pairs: str | None = setting(None, "--task link: candidate pairs, an int .npy array [n, 2] of node ids or text with "
                                       "one pair per line; their scores go to pair_scores.npy (logits)",
-                                metavar="FILE", group=LINK)
+                                metavar="FILE", group=LINK_GROUP)
     topk: int | None = setting(None, "--task link: each node's K best-scored other nodes (topk_nodes.npy, "
-                                     "topk_scores.npy), computed in chunks of nodes", metavar="K", group=LINK)
+                                     "topk_scores.npy), computed in chunks of nodes", metavar="K", group=LINK_GROUP)
     topk_exclude: str = setting("none", "--task link: known edges that are no --topk candidates: none, train (the "
                                         "model's training edges, the graph its messages passed over) or all (every "
-                                        "edge of the dataset), in either direction", choices=TOPK_EXCLUDE, group=LINK)
+                                        "edge of the dataset), in either direction", choices=TOPK_EXCLUDE, group=LINK_GROUP)
     link_split: str | None = setting(None, "--task link: the folder of the dataset's own split (gnnscale train "
                                            "--link-split) the model trained with, where it is no longer at the path "
-                                           "the model file records", metavar="DIR", group=LINK)
+                                           "the model file records", metavar="DIR", group=LINK_GROUP)
     overwrite: bool = setting(False, "replace the outputs of an earlier run in --out")
     partitions: str | None = setting(None, "distributed: a directory from `gnnscale partition` (no --dataset); launch "
                                            "one worker per part (or a divisor of the part count) with torchrun; every "
@@ -130,20 +133,17 @@ class PredictConfig:
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: required (--{name})")
         check_device_settings(self.device, self.threads)
-        for name, allowed in (("task", TASKS), ("topk_exclude", TOPK_EXCLUDE)):
+        for name, allowed in (("task", tuple(OUTPUTS)), ("topk_exclude", TOPK_EXCLUDE)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        if self.task == "node":
-            self._check_node_task()
-        else:
-            self._check_link_task()
+        OUTPUTS[self.task].check(self)
         if self.partitions is None and (self.layout is not None or self.timeout is not None):
             raise ValueError(f"{'layout' if self.layout is not None else 'timeout'}: applies to a distributed predict "
                              "(--partitions DIR under torchrun); drop it to predict in this process")
         if self.layout is not None and self.layout not in inference_layouts():
             raise ValueError(f"layout: expected one of {', '.join(inference_layouts())}, got {self.layout!r}")
 
-    def _check_node_task(self) -> None:
+    def check_node_flags(self) -> None:
         """Flags of the link task are errors, not silently ignored."""
         given = [name for name in ("pairs", "topk", "link_split") if getattr(self, name) is not None]
         if self.topk_exclude != "none":
@@ -154,7 +154,7 @@ class PredictConfig:
         if self.metric is not None and self.metric not in METRICS:
             raise ValueError(f"metric: expected one of {', '.join(METRICS)} for a node task, got {self.metric!r}")
 
-    def _check_link_task(self) -> None:
+    def check_link_flags(self) -> None:
         """Flags of node predictions are errors; --topk-exclude and --link-split need what they act on."""
         given = [flag for flag, value in (("--nodes", self.nodes), ("--embeddings", self.embeddings),
                                           ("--logits", self.logits or None), ("--partitions", self.partitions),
@@ -206,14 +206,27 @@ def cmd_predict(args: argparse.Namespace) -> None:
     use_threads(cfg.threads)
     dataset = load_cli_dataset(args)
     model_file = read_model_file(cfg.model, cfg.weights_only_model(dataset.feature_dim, dataset.num_classes))
-    if cfg.task == "link":
-        return predict_link_outputs(cfg, model_file, dataset, device)
+    OUTPUTS[cfg.task].run(cfg, model_file, dataset, device)
+
+
+def predict_node_outputs(cfg: PredictConfig, model_file: ModelFile, dataset: NodeDataset,
+                         device: torch.device) -> None:
+    """``--task node``: a node classifier's predictions (and probabilities or logits, embeddings, metrics)."""
     if model_file.decoder is not None:
         raise ValueError(f"model: {cfg.model} is a link model (an embedding and a pair decoder); add --task link")
     nodes = None if cfg.nodes is None else read_nodes(cfg.nodes, dataset.graph.num_nodes)
     meta = predict(model_file, dataset, cfg.out, nodes=nodes, embeddings=cfg.embeddings, logits=cfg.logits,
                    metric=cfg.node_metric, chunk_size=cfg.chunk_size, overwrite=cfg.overwrite, device=device)
     print_predicted(meta, cfg)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutputs:
+    """What ``gnnscale predict`` does with a model of a task (:mod:`gnnscale.train.tasks`): the rules of the
+    task's flags, and the run that writes its outputs."""
+
+    check: Callable[[PredictConfig], None]
+    run: Callable[[PredictConfig, ModelFile, NodeDataset, torch.device], None]
 
 
 def use_threads(threads: int) -> None:
@@ -292,3 +305,10 @@ def print_predicted(meta: dict, cfg: PredictConfig) -> None:
     print(f"wrote {meta['rows']} rows ({', '.join(meta['files'])}) to {cfg.out}")
     print(f"{metric}: {scores or 'no labeled nodes'}; inference {seconds:.2f} s "
           f"({1e6 * seconds / meta['rows']:.1f} us per node)")
+
+
+# Predict's outputs of every task, by the task's registered name (tests/test_cli.py checks every task has them).
+OUTPUTS: dict[str, TaskOutputs] = {
+    NODE.name: TaskOutputs(check=PredictConfig.check_node_flags, run=predict_node_outputs),
+    LINK.name: TaskOutputs(check=PredictConfig.check_link_flags, run=predict_link_outputs),
+}

@@ -96,7 +96,8 @@ class DeviceFeatureCache:
     def gather(self, node_ids: Tensor) -> Tensor:
         """float32 [len(node_ids), d] on the device: the rows of ``node_ids`` (on the host or the device),
         in their order; hits from device memory, the rest through the store (called exactly once)."""
-        on_device = node_ids.device == self.device and self.device.type != "cpu"
+        # Compared by type: "cuda" and "cuda:0" name one GPU, but torch.device compares them unequal.
+        on_device = node_ids.device.type == self.device.type and self.device.type != "cpu"
         position = (self._position_device if on_device else self._position_host)[node_ids]
         self.requests += int(node_ids.shape[0])
         if self.num_cached == self._position_host.shape[0]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gnnscale.devices import check_device_settings, device_setting, threads_setting
+from gnnscale.distributed.device_policy import SAMPLE_ON
 from gnnscale.features.hot_set import check_fraction
 from gnnscale.sampling import check_fanouts
 from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
@@ -12,8 +13,6 @@ from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_samp
 from gnnscale.settings import setting
 
 __all__ = ["TrainConfig", "check_sampler_fits_model"]
-
-SAMPLE_ON = ("auto", "host", "device")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,12 +105,14 @@ class TrainConfig:
         self._check_bulk_options()
 
     def _check_device_data(self) -> None:
-        """--sample-on and --gpu-cache-fraction: known values, and device sampling only with the fused law."""
+        """--sample-on and --gpu-cache-fraction: known values, and device sampling only with a sampler that runs
+        there (its spec says so)."""
         if self.sample_on not in SAMPLE_ON:
             raise ValueError(f"sample_on: expected one of {SAMPLE_ON}, got {self.sample_on!r}")
-        if self.sample_on == "device" and self.sampler != "fused":
-            raise ValueError(f"sample_on: --sample-on device draws the fused sampler's blocks; --sampler {self.sampler} "
-                             "samples on the host (use --sample-on host or auto)")
+        if self.sample_on == "device" and not sampler_spec(self.sampler).runs_on_device:
+            raise ValueError(f"sample_on: --sample-on device draws the {' or '.join(samplers_with('runs_on_device'))} "
+                             f"sampler's blocks; --sampler {self.sampler} samples on the host (use --sample-on host or "
+                             "auto)")
         check_fraction(self.gpu_cache_fraction, "gpu_cache_fraction")
 
     def _check_bulk_options(self) -> None:
