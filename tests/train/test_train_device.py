@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from gnnscale.cli import main
+from gnnscale.devices import resolve_device
 from gnnscale.graph.synthetic import SyntheticConfig, make_synthetic
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import NeighborSampler
@@ -58,8 +59,8 @@ def numbers(report) -> list[tuple]:
 
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
 def test_device_cpu_and_auto_train_bit_for_bit_like_no_device(tmp_path, capsys, kernels):
-    """Through the CLI: --device cpu and --device auto (the CPU on a machine without a GPU; the run's
-    setting is recorded as given) compute exactly the run without the flag, on both kernel paths
+    """Through the CLI: --device cpu and --device auto (the CPU on a machine without a GPU; the metrics file
+    records the device the run chose) compute exactly the run without the flag, on both kernel paths
     (--kernels torch: the layers a GPU runs)."""
     runs = {}
     for device in (None, "cpu", "auto"):
@@ -67,7 +68,7 @@ def test_device_cpu_and_auto_train_bit_for_bit_like_no_device(tmp_path, capsys, 
         flag = [] if device is None else ["--device", device]
         assert main([*CLI, "--kernels", kernels, *flag, "--metrics-out", str(out)]) == 0
         metrics = json.loads(out.read_text())
-        assert metrics["train"]["device"] == (device or "cpu")
+        assert metrics["train"]["device"] == str(resolve_device(device))
         runs[device] = [(h["loss"], h["iteration_losses"], h["train_acc"], h["val_acc"], h["test_acc"])
                         for h in metrics["history"]]
     assert runs["cpu"] == runs[None] and runs["auto"] == runs[None]
