@@ -98,6 +98,12 @@ def decide(device: torch.device, *, sample_on: str, sampler_runs_there: bool, gp
                         gpu_cache_fraction=gpu_cache_fraction)
 
 
+def use_device(device: torch.device) -> None:
+    """Make ``device`` this worker's current GPU (where its streams, events and NCCL run); nothing on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
 def has_own_gpu(device: torch.device) -> bool:
     """Whether this worker's GPU is its own on this machine: ``cuda:LOCAL_RANK`` with no more workers here than
     GPUs (``--device cuda:0`` under torchrun puts every worker of a machine on one GPU, which NCCL refuses)."""

@@ -23,7 +23,7 @@ from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
-from gnnscale.distributed.device_policy import DevicePolicy, decide, gradient_comm
+from gnnscale.distributed.device_policy import DevicePolicy, decide, gradient_comm, use_device
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
@@ -114,8 +114,7 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
         try:
             torch.set_num_threads(cfg.threads)
             set_sampler_threads(cfg.threads)
-            if launch.device.type == "cuda":
-                torch.cuda.set_device(launch.device)  # streams, events and NCCL use this worker's GPU
+            use_device(launch.device)  # a GPU: streams, events and NCCL use this worker's own
             comm = Comm(ctx)
             part = source.load(launch, comm)
             # The data-loading stage's collectives run on a group of their own, beside the training step's.
