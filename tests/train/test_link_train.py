@@ -26,9 +26,10 @@ from gnnscale.train.layouts.single import one_worker, whole_partition
 from gnnscale.train.metrics import PhaseTimer
 from gnnscale.train.stages import Pipeline
 from gnnscale.train.tasks.base import TaskContext
-from gnnscale.train.tasks.link import BINARY, RANKED, build_link_task, pair_logits
+from gnnscale.train.tasks.link import BINARY, RANKED, build_link_task, pair_logits, reduce_metric
 from gnnscale.train.tasks.link_config import LinkConfig
 from gnnscale.train.tasks.link_edges import link_partition
+from test_link_metrics import BY_HAND, BY_HAND_NEG, BY_HAND_POS
 
 SMALL = dict(num_nodes=400, avg_degree=6.0, num_classes=3, feature_dim=8, seed=4)
 CFG = TrainConfig(fanouts=(4, 3), eval_fanouts=(-1, -1), batch_size=128, epochs=2, lr=0.01, seed=3, threads=1)
@@ -54,6 +55,14 @@ def test_bce_is_the_two_class_cross_entropy_and_softmax_ranks_each_positive_firs
     by_hand = -(torch.log_softmax(torch.tensor([1.5, 0.2, 2.0]), 0)[0]
                 + torch.log_softmax(torch.tensor([-0.3, -1.0, 0.7]), 0)[0]) / 2
     torch.testing.assert_close(ranked, by_hand)
+
+
+@pytest.mark.parametrize("metric", sorted(BY_HAND))
+def test_the_epoch_metric_of_scored_pairs_is_the_hand_ranking(solo_comm, metric):
+    # Training's reduction (ranking terms summed, then the global mean's all-reduce) of the hand-ranked case.
+    got = reduce_metric(metric, torch.from_numpy(BY_HAND_POS).float(), torch.from_numpy(BY_HAND_NEG).float(),
+                        solo_comm)
+    assert got == pytest.approx(BY_HAND[metric], abs=1e-7)
 
 
 @pytest.mark.parametrize("law", ["uniform", "per_source"])
