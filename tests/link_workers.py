@@ -12,9 +12,9 @@ import torch
 
 from gnnscale.distributed import Comm, init_for_test, shutdown
 from gnnscale.distributed.device_policy import HOST
+from gnnscale.graph.dataset import NodeDataset
 from gnnscale.sampling.exclude import block_edges
 from gnnscale.train.config import TrainConfig
-from gnnscale.graph.dataset import NodeDataset
 from gnnscale.train.layouts import LayoutContext, LayoutOptions, build_layout, layout_options, layout_spec
 from gnnscale.train.layouts.single import SINGLE, whole_partition
 from gnnscale.train.metrics import PhaseTimer
