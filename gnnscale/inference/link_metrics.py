@@ -51,28 +51,33 @@ def positive_ranks(pos_score: np.ndarray, neg_score: np.ndarray) -> np.ndarray:
     return 1.0 + (neg > pos).sum(axis=1) + 0.5 * (neg == pos).sum(axis=1)
 
 
-def mrr(pos_score: np.ndarray, neg_score: np.ndarray) -> float:
-    """Mean reciprocal rank of each positive among its own negatives; NaN without positives."""
-    ranks = positive_ranks(pos_score, neg_score)
-    return float(np.mean(1.0 / ranks)) if ranks.size else float("nan")
-
-
-def hits_at(k: int, pos_score: np.ndarray, neg_score: np.ndarray) -> float:
-    """Share of positives ranked within the top ``k`` among their own negatives; NaN without positives."""
-    ranks = positive_ranks(pos_score, neg_score)
-    return float(np.mean(ranks <= k)) if ranks.size else float("nan")
+def rank_terms(metric: str, pos_score: np.ndarray, neg_score: np.ndarray) -> np.ndarray:
+    """float64 [n]: each positive's term of the ranking ``metric``, whose mean is the metric: ``1 / rank``
+    (mrr) or 1.0 where ``rank <= K``, else 0.0 (hits@K), its rank (:func:`positive_ranks`) among its own
+    negatives. ``neg_score`` holds ``k`` per positive, positive ``i``'s at ``i * k .. (i + 1) * k - 1`` (the
+    layout of evaluation's pairs), flat [n * k] or [n, k]. Training's metric sums these terms over every
+    worker, ``predict``'s averages them (:func:`link_score`)."""
+    hits = _HITS.fullmatch(metric)
+    if metric != "mrr" and hits is None:
+        raise ValueError(f"metric: expected a ranking metric (mrr or hits@K), got {metric!r}")
+    pos = np.asarray(pos_score, dtype=np.float64).reshape(-1)
+    neg = np.asarray(neg_score, dtype=np.float64)
+    if pos.size == 0:
+        return np.zeros(0)
+    if neg.size % pos.size:
+        raise ValueError(f"neg_score: expected k negatives for each of the {pos.size} positives, got {neg.size}")
+    ranks = positive_ranks(pos, neg.reshape(pos.size, -1))
+    return 1.0 / ranks if hits is None else (ranks <= int(hits.group(1))).astype(np.float64)
 
 
 def link_score(metric: str, pos_score: np.ndarray, neg_score: np.ndarray) -> float:
-    """``metric`` of positives ``pos_score`` [n] against negatives ``neg_score`` [n, k] (each positive's own,
-    for mrr and hits@K; pooled, for roc_auc and ap)."""
+    """``metric`` of positives ``pos_score`` [n] against negatives ``neg_score`` (each positive's own ``k``,
+    [n * k] or [n, k], for mrr and hits@K: :func:`rank_terms`; pooled, for roc_auc and ap)."""
     check_link_metric(metric)
     pos, neg = np.asarray(pos_score).reshape(-1), np.asarray(neg_score).reshape(-1)
     if metric in ("roc_auc", "ap"):
         labels = np.r_[np.ones(pos.size), np.zeros(neg.size)]
         scores = np.r_[pos, neg]
         return roc_auc(labels, scores) if metric == "roc_auc" else average_precision(labels, scores)
-    neg = np.asarray(neg_score).reshape(pos.size, -1)
-    if metric == "mrr":
-        return mrr(pos, neg)
-    return hits_at(int(_HITS.fullmatch(metric).group(1)), pos, neg)
+    terms = rank_terms(metric, pos, neg)
+    return float(np.mean(terms)) if terms.size else float("nan")

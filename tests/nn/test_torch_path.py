@@ -13,9 +13,9 @@ from gnnscale.distributed import SHUFFLE_FOR_MODEL, cooperative_blocks, exchange
 from gnnscale.distributed.split.shuffle import _csr_sum
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.nn import GATConv, GCNConv, ModelConfig, SAGEConv, build_model, torch_ops
-from gnnscale.nn.functional import _KeyedDropout, keyed_dropout, resolve_kernels
+from gnnscale.nn.functional import _KeyedDropout, attention, keyed_dropout, resolve_kernels
 from gnnscale.partition.book import PartitionBook
-from gnnscale.sampling import sample_blocks
+from gnnscale.sampling import Block, sample_blocks
 
 NUM_NODES = 60
 IN_DIM = 8
@@ -129,6 +129,39 @@ def test_layer_torch_path_matches_numba(blocks, kind, order):
         x = _features(block.num_src).requires_grad_()
         expected = _outputs_and_grads(fast, lambda: fast(block, x, **extra), [x])
         _assert_paths_agree(_outputs_and_grads(ours, lambda: ours(block, x, **extra), [x]), expected)
+
+
+def test_attention_is_finite_and_the_kernels_on_logit_gaps_of_120():
+    # Destinations 0, 1, 2; sources 0..4 (destinations first). Edges 0 <- 3, 1 <- 4, 2 <- 3, 2 <- 4; one head,
+    # one channel. With score_dst = 10, the logits (LeakyReLU of positive sums: the sums themselves) are
+    #   0: self 10,  edge from 3: 130          -> alpha 1 on node 3:            out = z[3] = 2.0
+    #   1: self 130, edge from 4: 10           -> alpha 1 on itself:            out = z[1] = -1.0
+    #   2: self 130, from 3: 130, from 4: 10   -> alpha 1/2 on itself and on 3: out = (3.0 + 2.0) / 2
+    # exp(120) overflows float32: only a shift by each destination's largest logit keeps them finite.
+    block = Block(indptr=torch.tensor([0, 1, 2, 4]), indices=torch.tensor([3, 4, 3, 4]),
+                  src_ids=torch.arange(5), num_dst=3)
+    inputs = [torch.tensor([0.5, -1.0, 3.0, 2.0, -4.0]).view(5, 1, 1), torch.tensor([[0.0], [120.0], [120.0],
+              [120.0], [0.0]]), torch.full((3, 1), 10.0)]
+    results = {}
+    for kernels in ("numba", "torch"):
+        z, score_src, score_dst = (t.clone().requires_grad_() for t in inputs)
+        if kernels == "numba":
+            out = attention(block, z, score_src, score_dst)
+        else:
+            out = torch_ops.attention(block.indptr, block.indices, z, score_src, score_dst, negative_slope=0.2,
+                                      dropout=0.0, key=0)
+        grads = torch.autograd.grad((out * torch.tensor([1.0, 2.0, 3.0]).view(3, 1, 1)).sum(), [z, score_src, score_dst])
+        results[kernels] = [out.detach(), *grads]
+        assert all(bool(t.isfinite().all()) for t in results[kernels]), kernels
+    # By hand, the loss weighting the outputs 1, 2, 3: dz = each node's alpha times its destination's weight;
+    # a saturated softmax passes no gradient to its logits, and at node 2 the two tied logits get
+    # 3 * alpha * (z - out) = 3 * 1/2 * (3.0 - 2.5) = 0.75 (itself) and 3 * 1/2 * (2.0 - 2.5) = -0.75 (node 3).
+    out, dz, dscore_src, dscore_dst = results["numba"]
+    torch.testing.assert_close(out.view(3), torch.tensor([2.0, -1.0, 2.5]))
+    torch.testing.assert_close(dz.view(5), torch.tensor([0.0, 2.0, 1.5, 2.5, 0.0]))
+    torch.testing.assert_close(dscore_src.view(5), torch.tensor([0.0, 0.0, 0.75, -0.75, 0.0]))
+    torch.testing.assert_close(dscore_dst.view(3), torch.zeros(3))
+    _assert_paths_agree(results["torch"], results["numba"])
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat"])

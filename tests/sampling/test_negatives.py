@@ -45,11 +45,27 @@ def test_uniform_pairs_cover_the_node_range_and_depend_on_the_key_only():
     assert counts.min() > 100 and counts.max() < 230
 
 
+def test_uniform_negatives_are_draws_2j_and_2j_plus_1_of_each_positives_stream():
+    # Positive i's j-th negative: source = draw 2j, destination = draw 2j + 1 of stream i.
+    src, dst = negative_pairs(torch.tensor([8, 3, 8, 0]), 1000, 3, key=77)
+    assert src.tolist() == [expected_draw(77, i, 2 * j, 1000) for i in range(4) for j in range(3)]
+    assert dst.tolist() == [expected_draw(77, i, 2 * j + 1, 1000) for i in range(4) for j in range(3)]
+
+
 def test_per_source_negatives_keep_each_edges_source():
+    # Positive i's j-th negative: its source, and destination = draw j of stream i.
     sources = torch.tensor([4, 9, 4])
     src, dst = negative_pairs(sources, 10, 3, key=1, law="per_source")
     assert src.tolist() == [4, 4, 4, 9, 9, 9, 4, 4, 4]
-    assert torch.equal(dst, draw_node_ids(3, 3, 10, key=1).reshape(-1))
+    assert dst.tolist() == [expected_draw(1, i, j, 10) for i in range(3) for j in range(3)]
+
+
+@pytest.mark.parametrize("law", ["uniform", "per_source"])
+def test_negatives_are_self_pairs_at_the_rate_of_independent_endpoints(law):
+    # Two independent uniform endpoints over 50 nodes meet with probability 1/50: 80 of 4,000 pairs, standard
+    # deviation sqrt(4000 * 0.02 * 0.98) = 8.9. Pairs drawn as (u, u) would all be self-pairs.
+    src, dst = negative_pairs(torch.arange(2000) % 50, 50, 2, key=5, law=law)
+    assert 80 - 4 * 8.9 < int((src == dst).sum()) < 80 + 4 * 8.9
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

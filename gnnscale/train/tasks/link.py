@@ -29,13 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.inference.link_metrics import link_score, positive_ranks
+from gnnscale.inference.link_metrics import link_score, rank_terms
 from gnnscale.keys import derive_key
 from gnnscale.nn.link import LinkModel
 from gnnscale.nn.model_file import LinkSplitRecord
@@ -177,14 +176,15 @@ class LinkTask:
         scores = [self.logits(model, outputs, batch) for batch, outputs in evaluation.outputs(model, steps)]
         s = torch.cat(scores).cpu() if scores else torch.zeros(0)  # host sync: once per split
         n = pairs.pos.shape[1]
-        return reduce_metric(self.metric, s[:n], s[n:], pairs.per_positive, comm)
+        return reduce_metric(self.metric, s[:n], s[n:], comm)
 
 
-def reduce_metric(metric: str, pos: Tensor, neg: Tensor, per_positive: int, comm: Comm) -> float:
-    """``metric`` over every worker's positive and negative scores."""
+def reduce_metric(metric: str, pos: Tensor, neg: Tensor, comm: Comm) -> float:
+    """``metric`` over every worker's positive scores ``pos`` [n] and their negatives' ``neg`` [n * k] (positive
+    ``i``'s at ``i * k ..``; a ranking metric's mean is over every worker's positives: ``predict`` scores its
+    pairs with the same :func:`~gnnscale.inference.link_metrics.rank_terms`)."""
     if is_ranking(metric):
-        ranks = positive_ranks(pos.double().numpy(), neg.double().numpy().reshape(pos.shape[0], per_positive))
-        terms = 1.0 / ranks if metric == "mrr" else (ranks <= int(metric.split("@")[1])).astype(np.float64)
+        terms = rank_terms(metric, pos.double().numpy(), neg.double().numpy())
         totals = torch.tensor([terms.sum(), float(terms.size)], dtype=torch.float64)
         comm.all_reduce_(totals, dist.ReduceOp.SUM, "eval")  # collective: the global mean's sums
         return float(totals[0] / totals[1]) if totals[1] > 0 else math.nan

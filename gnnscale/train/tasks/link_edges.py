@@ -43,10 +43,6 @@ class EvalPairs:
     pos: Tensor
     neg: Tensor
 
-    @property
-    def per_positive(self) -> int:
-        return self.neg.shape[1] // self.pos.shape[1] if self.pos.shape[1] else 0
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkEdges:
