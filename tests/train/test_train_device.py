@@ -206,8 +206,11 @@ def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset
     (dict(gpu_cache_fraction=-0.1), None, r"gpu_cache_fraction: expected a fraction of all nodes in \[0, 1\]"),
     (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs the whole topology and a feature "
                                           r"store on each worker \(--layout hybrid\); --layout vanilla"),
-    (dict(gpu_cache_fraction=0.5), "split", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs the whole "
-                                            r"topology"),
+    (dict(sample_on="device"), "split", r"sample_on: --sample-on device needs .* \(--layout hybrid\); --layout split "
+                                        r"samples on the host"),
+    (dict(gpu_cache_fraction=0.5), "vanilla", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs every node's "
+                                              r"in-degree and a feature store on each worker \(--layout hybrid or "
+                                              r"split\); --layout vanilla gathers on the host"),
 ])
 def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
     from gnnscale.train.layouts import layout_options
@@ -261,15 +264,14 @@ def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
     assert got.step is batch.step  # the seeds stay on the host
 
 
-@pytest.mark.gpu
-def test_split_parallelism_refuses_a_gpu_in_one_line():
+def test_split_parallelism_trains_on_a_gpu_with_its_rows_cached_there():
+    """--layout split takes --device cuda and --gpu-cache-fraction (a setting: whether a GPU is there is checked
+    when the run starts); it samples on the host, so --sample-on device is refused (above)."""
     from gnnscale.train.layouts import layout_options
     from gnnscale.train.layouts.registry import check_layout_options
 
-    with pytest.raises(ValueError, match=r"device: --layout split trains on the CPU only \(its cooperative blocks "
-                                         r"have no copy to a GPU.*got --device cuda"):
-        check_layout_options(layout_options("split"), config(device="cuda"), "sage", 2)
-    check_layout_options(layout_options("split"), config(device="cpu"), "sage", 2)
+    for device in ("cuda", "cuda:0", "cpu", "auto"):
+        check_layout_options(layout_options("split"), config(device=device, gpu_cache_fraction=0.25), "sage", 2)
 
 
 @pytest.mark.gpu
