@@ -11,7 +11,7 @@ Each stage is a small object that says on which device its output lies:
   device cache stands in front of the store, else on the host) and the task adds its targets.
 - :class:`CopyStage`: the batch goes to the training device on a side stream, one batch ahead
   (:class:`gnnscale.devices.StreamCopy`; on the CPU nothing moves): sampled blocks, or split parallelism's
-  cooperative blocks (every worker's split of each layer and layer 0's exchange done ahead), the input
+  cooperative blocks (this worker's split of each layer and layer 0's exchange done ahead), the input
   rows and the targets.
 
 The first three run in the background loading stage (:mod:`gnnscale.batch_stream`), whose collectives use the
