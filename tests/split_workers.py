@@ -20,9 +20,14 @@ from dist_workers import make_book, make_graph
 from gnnscale.distributed import (SHUFFLE_FOR_MODEL, Comm, CooperativeBlock, cooperative_blocks, init_for_test,
                                   shutdown, split_blocks, split_loss, all_reduce_gradients,
                                   exchange_input_ahead)
+from gnnscale.distributed.device_policy import step_comm
+from gnnscale.features.own_rows import own_rows_store
 from gnnscale.nn import ModelConfig, build_model
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import derive_key, sample_blocks
+from gnnscale.train.stages import CopyStage
+from gnnscale.train.steps import Batch, Step
+from gnnscale.train.tasks.node import NodeTargets
 
 PG_TIMEOUT_S = 60.0
 FEATURE_DIM = 6
@@ -64,6 +69,8 @@ def check_split_training(rank: int, world_size: int, port: int) -> dict:
             _check_input_exchange_ahead(comm, name)
         for name in ("sage", "gcn", "gat"):
             _check_torch_kernels(comm, name)
+        for name in ("sage", "gat"):
+            _check_device_path_on_cpu_tensors(comm, name)
         for name in ("sage", "gat"):
             _check_worker_without_seeds(comm, name)
             _check_bfloat16_wire(comm, name)
@@ -219,6 +226,82 @@ def _check_torch_kernels(comm: Comm, name: str) -> None:
     for p, q in zip(models["torch"].parameters(), models["numba"].parameters()):
         assert _rel(p.grad, q.grad) < 1e-5, (name, _rel(p.grad, q.grad))
     comm.stats.snapshot_and_reset()
+
+
+def _check_device_path_on_cpu_tensors(comm: Comm, name: str) -> None:
+    """The path a GPU run takes, on CPU tensors: the training step's Comm (step_comm), this worker's rows
+    through the device cache of its own part, layer 0's exchange where those rows are, each step's batch
+    through the copy stage's map (a stand-in copy: every tensor becomes a new one, as on a GPU) and the
+    torch kernels. STEPS SGD steps give the host split's losses, logits and gradients bit for bit."""
+    graph, book = make_graph(), make_book(comm.world_size)
+    x, y = _data(graph.num_nodes)
+    lo, hi = book.node_range(comm.rank)
+    step = step_comm(comm, torch.device("cpu"))  # collective; the CPU: the main group itself
+    assert step is comm
+    rows = own_rows_store(x[lo:hi].numpy(), np.diff(graph.indptr)[lo:hi], graph.num_nodes, 0.2, torch.device("cpu"))
+    assert 0 < rows.num_cached < hi - lo  # some rows served by the cache, some read from the part
+    runs = {}
+    for path in ("host", "device"):
+        torch.manual_seed(5)
+        model = build_model(ModelConfig(name=name, in_dim=FEATURE_DIM, hidden_dim=4, num_classes=NUM_CLASSES,
+                                        num_layers=3, dropout=0.0, heads=2, out_heads=2, kernels="torch"))
+        out = runs[path] = {"losses": [], "logits": [], "grads": []}
+        comm.stats.snapshot_and_reset()
+        for i in range(STEPS):
+            blocks = sample_blocks(graph, np.arange(i, graph.num_nodes, 4), FANOUTS[3], key=derive_key(3, 0, i, 0))
+            coop = cooperative_blocks(blocks, book, step, kind=SHUFFLE_FOR_MODEL[name])
+            ids = coop[0].split.src_ids
+            x_in = x[ids] if path == "host" else rows.gather(ids - lo)
+            coop[0] = exchange_input_ahead(coop[0], x_in, comm, kernels="torch")
+            batch = Batch(step=Step(items=torch.arange(0), key=0), blocks=coop, x=x_in,
+                          targets=NodeTargets(y[coop[-1].split.dst_ids]), sampled_edges=0, comm={})
+            if path == "device":
+                batch = _through_the_copy_stage(batch)
+            logits = model(batch.blocks, batch.x)
+            loss = split_loss(logits, batch.y, blocks[-1].num_dst)
+            model.zero_grad()
+            loss.backward()
+            all_reduce_gradients(model, step)
+            global_loss = loss.detach().clone()
+            comm.all_reduce_(global_loss, dist.ReduceOp.SUM, "eval")  # collective: the mini-batch's loss
+            out["losses"].append(global_loss)
+            out["logits"].append(logits.detach())
+            out["grads"].append([p.grad.clone() for p in model.parameters()])
+            _sgd_step(model)
+        out["shuffle"] = comm.stats.snapshot_and_reset()["shuffle"]["rounds"]
+    host, device = runs["host"], runs["device"]
+    assert all(torch.equal(a, b) for a, b in zip(device["losses"], host["losses"], strict=True)), name
+    assert all(torch.equal(a, b) for a, b in zip(device["logits"], host["logits"], strict=True)), name
+    assert all(torch.equal(g, h) for gs, hs in zip(device["grads"], host["grads"], strict=True)
+               for g, h in zip(gs, hs, strict=True)), name
+    assert device["shuffle"] == host["shuffle"] == STEPS * 4  # hidden features only: 2L - 2 per step
+
+
+def _through_the_copy_stage(batch: Batch) -> Batch:
+    """``batch`` as the copy stage sends it to a device, with a stand-in copy on the CPU: every tensor of every
+    split, of layer 0's exchange done ahead, the input rows and the targets become new tensors, each once; the
+    input held twice (the batch's and the exchange's) stays one tensor."""
+    sent: dict[int, torch.Tensor] = {}
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        assert id(t) not in sent, "a tensor is copied once"
+        sent[id(t)] = t
+        return t.clone()
+
+    moved, model_input = CopyStage.map_tensors((batch, batch), copy)
+    assert model_input is moved
+    ahead = batch.blocks[0].input_ahead
+    assert ahead.x is batch.x and moved.blocks[0].input_ahead.x is moved.x  # the layer recognises its input
+    expected = [batch.x, batch.y, ahead.out]
+    for block in batch.blocks:
+        split = block.split
+        expected += [split.src_ids, split.degrees, split.indptr, split.indices, split.reference_ids,
+                     split.plan.send_index, split.plan.recv_index]
+    assert sorted(sent) == sorted({id(t) for t in expected})
+    for a, b in zip(moved.blocks, batch.blocks, strict=True):
+        assert a.split.indptr is not b.split.indptr and torch.equal(a.split.indptr, b.split.indptr)
+        assert (a.comm, a.num_dst, a.split.plan.send_counts) == (b.comm, b.num_dst, b.split.plan.send_counts)
+    return moved
 
 
 def _check_worker_without_seeds(comm: Comm, name: str) -> None:

@@ -2,8 +2,8 @@
 
 Backend gloo: the default group's exchanges (sampling requests, feature rows, set-up) are host tensors,
 also when the model trains on a GPU. NCCL (one GPU per worker, ``cuda:LOCAL_RANK``) is there only when
-asked for by name; the trainer adds a second group on it for GPU gradients
-(:func:`gnnscale.distributed.device_policy.gradient_comm`). Every
+asked for by name; the trainer adds a second group on it for the training step's collectives on GPUs
+(gradients, split parallelism's shuffles: :func:`gnnscale.distributed.device_policy.step_comm`). Every
 worker of a run calls :func:`init_from_env` once at start-up and :func:`shutdown` once at the end
 (in a ``finally``, so that a failing worker still releases its sockets).
 """

@@ -1,6 +1,6 @@
 """The device policy of a worker: from the settings, where it trains, where its training batches are sampled,
-whether host rows are pinned, how many feature rows the device holds, and which process group reduces its
-gradients. Every other module reads these decisions; none makes them again.
+whether host rows are pinned, how many feature rows the device holds, and which process group the training
+step's collectives run on. Every other module reads these decisions; none makes them again.
 
 - **Device**: ``--device`` resolved on this worker (:func:`gnnscale.devices.resolve_device`: under torchrun,
   ``cuda`` is ``cuda:LOCAL_RANK`` modulo the GPUs visible).
@@ -10,8 +10,10 @@ gradients. Every other module reads these decisions; none makes them again.
   can (the topology is then passed). Workers agree (one collective), so that all sample alike.
 - **Pinning**: on a GPU, host feature rows are gathered straight into pinned memory, so the copy stage sends
   them without a second host copy.
-- **Gradients**: over a NCCL group of their own when every worker of a machine has a GPU of its own, else over
-  the default (gloo) group through host memory.
+- **The step's group** (:func:`step_comm`): the collectives of the training step, the gradients' all-reduce and
+  split parallelism's shuffles (partial sums, source rows and their gradients), run on a NCCL group of their
+  own when every worker of a machine has a GPU of its own, else on the default (gloo) group through host
+  memory. The loading stage's collectives stay on the loader's gloo group, on host tensors.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class DevicePolicy:
         device: where the model trains.
         sample_on_device: the training sampler runs on ``device`` (its blocks come out there).
         pin_rows: host feature rows are gathered into pinned memory (training on a GPU).
-        gpu_cache_fraction: share of all nodes whose feature rows ``device`` holds (the highest in-degree ones).
+        gpu_cache_fraction: share of all nodes whose feature rows ``device`` holds (the highest in-degree ones;
+            under split parallelism, of the worker's own rows, GSplit's per-GPU cache).
     """
 
     device: torch.device
@@ -114,14 +117,15 @@ def has_own_gpu(device: torch.device) -> bool:
     return workers_here <= torch.cuda.device_count() and device.index == local_rank
 
 
-def gradient_comm(comm: Comm, device: torch.device) -> Comm:
-    """The Comm the training step reduces gradients on, for a model on ``device``.
+def step_comm(comm: Comm, device: torch.device) -> Comm:
+    """The Comm of the training step's collectives, for a model on ``device``: the gradients' all-reduce and split
+    parallelism's shuffles, which run on the training thread one after the other (one group serves both).
 
-    With a GPU of its own on every worker (:func:`has_own_gpu`), a second process group on NCCL: gradients stay
-    on the GPUs while the host-side exchanges (sampling, feature fetch, set-up) stay on ``comm``'s gloo.
-    Otherwise (the CPU, workers sharing a GPU, no NCCL) ``comm`` itself, through host copies. Its rounds are
-    counted in ``comm``'s accounting. Collective on ``comm`` (one ``"setup"`` round, then the group's creation)
-    when there are several workers.
+    With a GPU of its own on every worker (:func:`has_own_gpu`), a second process group on NCCL: gradients and
+    shuffled rows stay on the GPUs while the host-side exchanges (sampling, feature fetch, set-up) stay on
+    ``comm``'s gloo. Otherwise (the CPU, workers sharing a GPU, no NCCL) ``comm`` itself, through host copies.
+    Its rounds are counted in ``comm``'s accounting. Collective on ``comm`` (one ``"setup"`` round, then the
+    group's creation) when there are several workers.
     """
     if comm.world_size == 1 or comm.device.type == "cuda":
         return comm  # nothing to reduce, or the default group is already on the GPUs

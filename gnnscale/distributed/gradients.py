@@ -7,8 +7,8 @@ Both kinds of parallelism reduce through :func:`all_reduce_gradients`; they diff
 * split parallelism: every worker's loss is already its share of the mini-batch's mean
   (:func:`gnnscale.distributed.split.shuffle.split_loss`), so the gradients are summed, divisor 1.
 
-On a GPU, gradients are reduced where the Comm's tensors live: on an NCCL group of their own when every
-worker has a GPU of its own (:func:`gnnscale.distributed.device_policy.gradient_comm`), else over gloo
+On a GPU, gradients are reduced where the Comm's tensors live: on the training step's NCCL group when every
+worker has a GPU of its own (:func:`gnnscale.distributed.device_policy.step_comm`), else over gloo
 through a host copy of the buffer.
 """
 

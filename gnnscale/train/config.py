@@ -49,7 +49,8 @@ class TrainConfig:
             layout that keeps the whole topology on each worker: one process or hybrid; else host).
         gpu_cache_fraction: share of all nodes whose feature rows ``device`` holds, the highest in-degree
             ones (:class:`~gnnscale.features.device_cache.DeviceFeatureCache`); the rest are gathered on
-            the host and copied. On the CPU the "cache" is a host copy that saves nothing.
+            the host and copied. Split parallelism: each worker's own highest in-degree rows, as many
+            (:mod:`gnnscale.features.own_rows`). On the CPU the "cache" is a host copy that saves nothing.
     """
 
     fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "

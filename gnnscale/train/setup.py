@@ -23,7 +23,7 @@ from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
-from gnnscale.distributed.device_policy import DevicePolicy, decide, gradient_comm, use_device
+from gnnscale.distributed.device_policy import DevicePolicy, decide, step_comm, use_device
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
@@ -119,12 +119,13 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             part = source.load(launch, comm)
             # The data-loading stage's collectives run on a group of their own, beside the training step's.
             loader = comm.new_group()
-            grads = gradient_comm(comm, launch.device)  # NCCL where every worker has a GPU of its own
+            # Gradients and split's shuffles: NCCL where every worker has a GPU of its own, else gloo.
+            step = step_comm(comm, launch.device)
             task = launch.task.build(TaskContext(part=part, cfg=cfg, settings=launch.task_settings, comm=comm,
                                                  partition_dir=source.partition_dir,
                                                  shared_batches=not launch.spec.per_worker_batches))
             policy = device_policy(launch, cfg, task.part, loader)
-            layout = source.build(LayoutContext(part=task.part, cfg=cfg, model=launch.model_cfg, comm=comm,
+            layout = source.build(LayoutContext(part=task.part, cfg=cfg, model=launch.model_cfg, comm=step,
                                                 loader=loader, options=launch.options,
                                                 partition_dir=source.partition_dir, policy=policy,
                                                 seeds_anywhere="seeds_anywhere" in launch.task.needs))
@@ -139,7 +140,7 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             pipeline = Pipeline(task, layout, launch.inputs, policy, cfg.prefetch)
             report = train(model, pipeline, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
                            on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval,
-                           grad_comm=grads)
+                           grad_comm=step)
             if metrics_out is not None and (report.full_eval is not None or report.saved_epoch is not None):
                 write_json_atomic(metrics_out, {**header, **report.to_json()})
             # Collective: nobody tears the group down while a peer is still in its last collective.
@@ -152,11 +153,11 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
 
 
 def device_policy(launch: CheckedLaunch, cfg: TrainConfig, part: LocalPartition, loader: Comm) -> DevicePolicy:
-    """This worker's device policy (collective on ``loader``): a layout that samples on the device and holds
-    rows there (``device_data``, without DGS, whose kernels are its own) passes its topology."""
-    on_device_data = launch.spec.device_data and launch.options.dgs is None and part.view == "whole"
+    """This worker's device policy (collective on ``loader``): a layout that samples on the device
+    (``device_sampling``, without DGS, whose kernels are its own) passes its topology."""
+    samples_there = launch.spec.device_sampling and launch.options.dgs is None and part.view == "whole"
     return decide(launch.device, sample_on=cfg.sample_on, sampler_runs_there=sampler_spec(cfg.sampler).runs_on_device,
-                  gpu_cache_fraction=cfg.gpu_cache_fraction, topology=part.topology if on_device_data else None,
+                  gpu_cache_fraction=cfg.gpu_cache_fraction, topology=part.topology if samples_there else None,
                   comm=loader)
 
 

@@ -10,7 +10,9 @@ Each stage is a small object that says on which device its output lies:
 - :class:`FetchStage`: the layout gathers the input rows of the first block's sources (on the device when a
   device cache stands in front of the store, else on the host) and the task adds its targets.
 - :class:`CopyStage`: the batch goes to the training device on a side stream, one batch ahead
-  (:class:`gnnscale.devices.StreamCopy`; on the CPU nothing moves).
+  (:class:`gnnscale.devices.StreamCopy`; on the CPU nothing moves): sampled blocks, or split parallelism's
+  cooperative blocks (this worker's split of each layer and layer 0's exchange done ahead), the input
+  rows and the targets.
 
 The first three run in the background loading stage (:mod:`gnnscale.batch_stream`), whose collectives use the
 loader's own process group; :class:`Pipeline` chains them for the training loop and for a task's evaluation.
@@ -28,6 +30,7 @@ from torch import Tensor, nn
 from gnnscale.batch_stream import batch_stream
 from gnnscale.devices import StreamCopy
 from gnnscale.distributed.device_policy import DevicePolicy
+from gnnscale.distributed.split.shuffle import CooperativeBlock
 from gnnscale.sampling import Block
 from gnnscale.train.inputs import ModelInputs, model_device
 from gnnscale.train.layouts.base import Layout, add_counts
@@ -84,9 +87,11 @@ class CopyStage:
     """Sends ``(batch, model input)`` pairs to ``device`` from the loading thread (see the module docstring).
 
     What is copied: a batch the model reads directly (gnnscale blocks) moves its blocks (``indptr``,
-    ``indices``, ``src_ids``, ``edge_weight``), ``x`` and its targets; a batch converted for the model (a PyG
-    ``Data``) moves the converted input and the targets, which the loss reads. ``step`` (the items, the key)
-    and the communication counts stay on the host: only the task and layout read them.
+    ``indices``, ``src_ids``, ``edge_weight``; a cooperative block its split's tensors and its exchange done
+    ahead), ``x`` and its targets; a batch converted for the model (a PyG ``Data``) moves the converted input
+    and the targets, which the loss reads. ``step`` (the items, the key) and the communication counts stay on
+    the host: only the task and layout read them. A tensor the batch holds twice (split's layer-0 input, in
+    ``x`` and in the exchange done ahead) is copied once and stays one tensor.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -99,6 +104,7 @@ class CopyStage:
     def map_tensors(value: tuple[Batch, object], move) -> tuple[Batch, object]:
         """``(batch, model_input)`` with ``move`` applied to what the step reads."""
         batch, model_input = value
+        move = once_per_tensor(move)
         if model_input is batch:
             batch = replace(batch, blocks=[block_to(b, move) for b in batch.blocks], x=move(batch.x),
                             targets=batch.targets.moved(move))
@@ -106,11 +112,29 @@ class CopyStage:
         return replace(batch, targets=batch.targets.moved(move)), converted_to(model_input, move)
 
 
-def block_to(block, move) -> Block:
-    """``block`` with ``move`` applied to each of its tensors."""
+def once_per_tensor(move):
+    """``move``, applied once to each tensor: a tensor given again gets the first result back, so that what was
+    one tensor before the copy is one tensor after it (a layer recognises split's exchanged input by identity)."""
+    done: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def moved(t):
+        if not isinstance(t, Tensor):
+            return move(t)
+        if id(t) not in done:
+            done[id(t)] = (t, move(t))  # keeps t alive: its id is not reused while the map runs
+        return done[id(t)][1]
+
+    return moved
+
+
+def block_to(block, move) -> Block | CooperativeBlock:
+    """``block`` with ``move`` applied to each of its tensors: a :class:`Block`, or split parallelism's
+    :class:`CooperativeBlock`."""
+    if isinstance(block, CooperativeBlock):
+        return block.moved(move)
     if not isinstance(block, Block):
-        raise TypeError(f"device: the copy stage moves gnnscale Blocks, got {type(block).__name__} (split "
-                        "parallelism's blocks train on the CPU only)")
+        raise TypeError(f"device: the copy stage moves gnnscale Blocks, got {type(block).__name__}; expected a "
+                        "Block or split parallelism's CooperativeBlock")
     weight = None if block.edge_weight is None else move(block.edge_weight)
     return Block(indptr=move(block.indptr), indices=move(block.indices), src_ids=move(block.src_ids),
                  num_dst=block.num_dst, edge_weight=weight)

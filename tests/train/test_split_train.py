@@ -195,6 +195,45 @@ def test_a_bfloat16_wire_halves_the_exchanged_bytes_and_trains_alike(partitions,
         assert any(a != b for a, b in losses)
 
 
+def test_the_device_path_on_cpu_tensors_trains_the_host_split_bit_for_bit(partitions, tmp_path):
+    """What a GPU run does differently, on the CPU: the layers' torch path (--kernels torch) and each worker's
+    hottest own rows read through the device cache (--gpu-cache-fraction, GSplit's per-GPU caches). The same
+    losses in every iteration and the same accuracies as the host split with the same kernels, bit for bit;
+    the cache holds 0.25 x 1,200 rows on each worker, 600 in all, and serves more than half the rows read
+    though it holds half of them (the hottest are read most)."""
+    common = ["--layout", "split", "--batch-size", str(MINIBATCH // 2), "--epochs", "1", "--kernels", "torch",
+              *model_args("sage")]
+    host = launch_training(2, partitions[2], tmp_path / "host.json", *common)
+    device = launch_training(2, partitions[2], tmp_path / "device.json", *common, "--gpu-cache-fraction", "0.25")
+    for h, d in zip(host["history"], device["history"], strict=True):
+        assert (d["loss"], d["iteration_losses"], d["val_acc"], d["test_acc"]) == \
+               (h["loss"], h["iteration_losses"], h["val_acc"], h["test_acc"])
+        assert d["rounds_per_iteration"] == h["rounds_per_iteration"]
+        assert "gpu_cache" not in h
+        cache = d["gpu_cache"]
+        assert (cache["fraction"], cache["rows"]) == (0.25, 600)
+        assert cache["hits"] == round(cache["hit_rate"] * cache["requests"]) and 0.5 < cache["hit_rate"] < 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model, cache", [("sage", "0"), ("gat", "0.5")])
+def test_split_on_cuda_trains_like_the_cpu_run(partitions, tmp_path, model, cache):
+    """Two workers on CUDA (sharing the GPU when only one is visible: the shuffles go through host memory over
+    gloo; one GPU each: over NCCL): the model, the layers' sums and the step on the GPU, the splits and rows
+    copied there, with or without the rows cached there. The losses of every iteration within 1e-4 of the CPU
+    run's (sums in another order), the same rounds, the accuracies alike."""
+    common = ["--layout", "split", "--batch-size", str(MINIBATCH // 2), "--epochs", "2", *model_args(model)]
+    cpu = launch_training(2, partitions[2], tmp_path / "cpu.json", *common)
+    gpu = launch_training(2, partitions[2], tmp_path / "gpu.json", *common, "--device", "cuda",
+                          "--gpu-cache-fraction", cache)
+    assert gpu["train"]["device"].startswith("cuda")
+    for c, g in zip(cpu["history"], gpu["history"], strict=True):
+        np.testing.assert_allclose(g["iteration_losses"], c["iteration_losses"], rtol=1e-4)
+        assert g["rounds_per_iteration"] == c["rounds_per_iteration"]
+        assert abs(g["val_acc"] - c["val_acc"]) <= 0.02 and abs(g["test_acc"] - c["test_acc"]) <= 0.02
+        assert g["edge_metrics"] == c["edge_metrics"]  # the same splits: sampled on the host either way
+
+
 def test_a_cache_changes_the_bytes_not_the_training(partitions, tmp_path):
     """Hybrid without a cache vs vanilla with one (the layouts train identically, tested elsewhere): the same
     losses and accuracies, exactly 2 feature rounds, fewer feature bytes; and the data-parallel edge metrics

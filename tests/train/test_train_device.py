@@ -206,8 +206,11 @@ def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset
     (dict(gpu_cache_fraction=-0.1), None, r"gpu_cache_fraction: expected a fraction of all nodes in \[0, 1\]"),
     (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs the whole topology and a feature "
                                           r"store on each worker \(--layout hybrid\); --layout vanilla"),
-    (dict(gpu_cache_fraction=0.5), "split", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs the whole "
-                                            r"topology"),
+    (dict(sample_on="device"), "split", r"sample_on: --sample-on device needs .* \(--layout hybrid\); --layout split "
+                                        r"samples on the host"),
+    (dict(gpu_cache_fraction=0.5), "vanilla", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs every node's "
+                                              r"in-degree and a feature store on each worker \(--layout hybrid or "
+                                              r"split\); --layout vanilla gathers on the host"),
 ])
 def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
     from gnnscale.train.layouts import layout_options
@@ -247,6 +250,42 @@ def test_gpu_sampling_and_the_gpu_cache_train_like_the_cpu_run(dataset):
 
 
 @pytest.mark.gpu
+def test_the_copy_stage_on_cuda_sends_split_parallelisms_blocks(dataset):
+    """One worker's splits of a mini-batch (one worker owns every vertex: no shuffle moves a row), layer 0's
+    exchange done ahead on the host, through the copy stage to the GPU: every tensor of every split there, the
+    input and the exchange's input one tensor, and the model's logits on the GPU within 1e-5 of the CPU's."""
+    from gnnscale.distributed import Comm, cooperative_blocks, exchange_input_ahead, shutdown
+    from gnnscale.distributed.context import init_single_process
+    from gnnscale.partition.book import PartitionBook
+
+    comm = Comm(init_single_process())
+    try:
+        seeds = torch.arange(0, 40)
+        blocks = NeighborSampler(dataset.graph, (4, 3)).sample(seeds, 11)
+        book = PartitionBook(offsets=np.array([0, dataset.graph.num_nodes], dtype=np.int64))
+        coop = cooperative_blocks(blocks, book, comm)
+        x = torch.from_numpy(np.asarray(dataset.features)[coop[0].split.src_ids.numpy()])
+        coop[0] = exchange_input_ahead(coop[0], x, comm)
+        labels = torch.from_numpy(np.asarray(dataset.labels)[coop[-1].split.dst_ids.numpy()])
+        batch = Batch(step=Step(items=seeds, key=11), blocks=coop, x=x, targets=NodeTargets(labels), sampled_edges=0,
+                      comm={})
+        copier = CopyStage(torch.device("cuda", torch.cuda.current_device())).stream_copy
+        got, model_input = copier.receive(copier.send((batch, batch), CopyStage.map_tensors))
+        assert model_input is got and got.x.is_cuda and got.blocks[0].input_ahead.x is got.x
+        for block in got.blocks:
+            split = block.split
+            assert all(t.is_cuda for t in (split.src_ids, split.degrees, split.indptr, split.indices,
+                                            split.reference_ids, split.plan.send_index, split.plan.recv_index))
+        model = seeded_model(model_config(dataset), 7).eval()
+        with torch.no_grad():
+            on_cpu = model(batch.blocks, batch.x)
+            on_gpu = model.to(got.x.device)(got.blocks, got.x)
+        torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-5, atol=1e-6)
+    finally:
+        shutdown()
+
+
+@pytest.mark.gpu
 def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
     batch = a_batch(dataset)
     copier = CopyStage(torch.device("cuda", torch.cuda.current_device())).stream_copy
@@ -261,15 +300,14 @@ def test_the_copy_stage_on_cuda_gives_the_batch_on_the_device(dataset):
     assert got.step is batch.step  # the seeds stay on the host
 
 
-@pytest.mark.gpu
-def test_split_parallelism_refuses_a_gpu_in_one_line():
+def test_split_parallelism_trains_on_a_gpu_with_its_rows_cached_there():
+    """--layout split takes --device cuda and --gpu-cache-fraction (a setting: whether a GPU is there is checked
+    when the run starts); it samples on the host, so --sample-on device is refused (above)."""
     from gnnscale.train.layouts import layout_options
     from gnnscale.train.layouts.registry import check_layout_options
 
-    with pytest.raises(ValueError, match=r"device: --layout split trains on the CPU only \(its cooperative blocks "
-                                         r"have no copy to a GPU.*got --device cuda"):
-        check_layout_options(layout_options("split"), config(device="cuda"), "sage", 2)
-    check_layout_options(layout_options("split"), config(device="cpu"), "sage", 2)
+    for device in ("cuda", "cuda:0", "cpu", "auto"):
+        check_layout_options(layout_options("split"), config(device=device, gpu_cache_fraction=0.25), "sage", 2)
 
 
 @pytest.mark.gpu

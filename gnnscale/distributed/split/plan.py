@@ -25,7 +25,7 @@ exchange from it, so the split itself needs no communication and all workers agr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,6 +66,12 @@ class ShufflePlan:
     recv_index: Tensor
     recv_counts: tuple[int, ...]
 
+    def moved(self, move: Callable[[Tensor], Tensor]) -> "ShufflePlan":
+        """This plan with ``move`` applied to its index tensors (the counts are host ints: the collectives'
+        split sizes)."""
+        return ShufflePlan(send_index=move(self.send_index), send_counts=self.send_counts,
+                           recv_index=move(self.recv_index), recv_counts=self.recv_counts)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SplitBlock(SourcePrefixBlock):
@@ -101,6 +107,13 @@ class SplitBlock(SourcePrefixBlock):
     @property
     def num_rows(self) -> int:
         return int(self.indptr.shape[0] - 1)
+
+    def moved(self, move: Callable[[Tensor], Tensor]) -> "SplitBlock":
+        """This split with ``move`` applied to every tensor it holds (the copy stage's ``move`` to the training
+        device, or ``t.to(device)``)."""
+        return SplitBlock(kind=self.kind, rank=self.rank, num_dst=self.num_dst, src_ids=move(self.src_ids),
+                          degrees=move(self.degrees), indptr=move(self.indptr), indices=move(self.indices),
+                          reference_ids=move(self.reference_ids), plan=self.plan.moved(move))
 
 
 def split_blocks(blocks: Sequence[Block], book: PartitionBook, rank: int, *,

@@ -27,6 +27,13 @@ float32's exponent range (partial sums and small gradients neither overflow nor 
 bits of mantissa; float32 on the wire (the default) keeps split training bit for bit the
 single-process one, which the equivalence tests check.
 
+On a GPU the splits, the layers' sums and every exchanged row live on the training device: the copy stage
+moves each step's :class:`CooperativeBlock` s there (:meth:`CooperativeBlock.moved`), and an exchange
+returns its rows where it was given them (:func:`exchange`). The Comm decides the wire: the training
+step's (:func:`gnnscale.distributed.device_policy.step_comm`) is NCCL where every worker has a GPU of its
+own, so the rows stay on the GPUs; gloo where workers share one, so the rows go through host memory. The
+code is the same for CPU and GPU tensors (on the CPU every move is the identity).
+
 Training on splits (:func:`split_loss`): each worker sums the cross-entropy of the seeds it owns and
 divides by the global batch size; summing gradients over workers
 (:func:`gnnscale.distributed.gradients.all_reduce_gradients` with divisor 1) then gives exactly the
@@ -35,7 +42,7 @@ gradient of the mean loss of the whole mini-batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -56,9 +63,11 @@ WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def exchange(comm: Comm, rows: Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], category: str,
              wire_dtype: torch.dtype | None) -> Tensor:
     """:meth:`Comm.exchange_rows` of [n, d] ``rows``, sent as ``wire_dtype`` (None: as they are) and
-    returned in ``rows``' dtype. 16-bit rows travel as bytes: gloo has no collectives of 16-bit types."""
+    returned in ``rows``' dtype on ``rows``' device. 16-bit rows travel as bytes: gloo has no collectives of
+    16-bit types. A Comm whose tensors live elsewhere (gloo, for rows on a GPU that workers share) sends
+    them through host memory: a blocking copy each way; on the Comm's own device nothing is copied."""
     if wire_dtype is None or wire_dtype == rows.dtype:
-        return comm.exchange_rows(rows, send_counts, recv_counts, category)
+        return comm.exchange_rows(rows, send_counts, recv_counts, category).to(rows.device)
     width = rows.shape[1]
     if rows.shape[0]:
         narrow = rows.to(wire_dtype).contiguous().view(torch.uint8)  # [n, bytes per row]
@@ -67,7 +76,7 @@ def exchange(comm: Comm, rows: Tensor, send_counts: Sequence[int], recv_counts: 
     received = comm.exchange_rows(narrow, send_counts, recv_counts, category)
     if received.shape[0] == 0:
         return rows.new_empty((0, width))
-    return received.view(wire_dtype).to(rows.dtype)
+    return received.to(rows.device).view(wire_dtype).to(rows.dtype)  # back as bytes: the narrow copy
 
 
 class Shuffle(torch.autograd.Function):
@@ -134,6 +143,11 @@ class InputAhead:
     x: Tensor
     out: Tensor
 
+    def moved(self, move: Callable[[Tensor], Tensor]) -> "InputAhead":
+        """Both tensors with ``move`` applied: a ``move`` that maps the batch's input to one tensor (the copy
+        stage's) keeps ``x`` that very tensor, which the layer recognises."""
+        return InputAhead(move(self.x), move(self.out))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CooperativeBlock:
@@ -191,6 +205,14 @@ class CooperativeBlock:
     def in_degrees(self) -> Tensor:
         return self.split.degrees
 
+    def moved(self, move: Callable[[Tensor], Tensor]) -> "CooperativeBlock":
+        """This block with ``move`` applied to every tensor of its split and of its exchange done ahead (what
+        the copy stage sends to the training device); the Comm stays: its collectives take the rows wherever
+        they are (:func:`exchange`)."""
+        ahead = None if self.input_ahead is None else self.input_ahead.moved(move)
+        return CooperativeBlock(split=self.split.moved(move), comm=self.comm, input_ahead=ahead,
+                                wire_dtype=self.wire_dtype)
+
     def dst_index(self) -> Tensor:
         """int64 [num_edges]: row of every edge in ``indices`` (the CSC column expanded)."""
         return torch_ops.segment_ids(self.split.indptr, self.split.num_edges)
@@ -247,20 +269,27 @@ def exchange_input_ahead(block: CooperativeBlock, x: Tensor, comm: Comm, *, kern
     training step's ``"shuffle"`` rounds stay those of hidden features. Collective: every worker calls
     it together.
 
+    It runs where ``x`` lives: rows read from the host are summed there (and the result copied to the GPU
+    with the batch); rows a GPU cache returned are summed on that GPU, the split's tensors taken there
+    first (the copy stage then finds them in place), and only the exchanged rows cross to the host
+    when ``comm`` is gloo.
+
     Args:
         block: this worker's layer-0 split.
-        x: float [block.num_src, d], the input features of its sources; no gradient (an exchange done
-            ahead cannot carry one back to ``x``).
+        x: float [block.num_src, d], the input features of its sources, on any device; no gradient (an
+            exchange done ahead cannot carry one back to ``x``).
         comm: the Comm to exchange on (``comm.rank == block.split.rank``).
         kernels: the model's (``"auto"``, ``"numba"`` or ``"torch"``): the sums done ahead are the ones
             its layer would do. Default ``"auto"``.
     """
-    split, plan = block.split, block.split.plan
+    split = block.split
     if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[0] != split.num_src:
         shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x: expected [num_src={split.num_src}, d] input features, got {shape}")
     if x.requires_grad:
         raise ValueError("x: an exchange done ahead carries no gradient to x; pass features that do not require one")
+    split = split.moved(lambda t: t.to(x.device))  # where x is (the identity where it is there already)
+    plan = split.plan
     # Checks that comm is this split's worker.
     ahead = CooperativeBlock(split=split, comm=comm, wire_dtype=block.wire_dtype)
     with torch.no_grad():

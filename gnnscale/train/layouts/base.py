@@ -97,12 +97,14 @@ class LayoutContext:
         cfg: training settings.
         model: the built-in model's config; None for a model of one's own (which the layouts that need a
             config, split and DGS, refuse when their options are checked).
-        comm: the training step's Comm (split parallelism's shuffles, gradients).
+        comm: the training step's Comm: split parallelism's shuffles and the gradients' all-reduce, on NCCL
+            where every worker has a GPU of its own (:func:`~gnnscale.distributed.device_policy.step_comm`).
         loader: the loading stage's Comm (sampling and fetching rounds).
         options: the validated distributed options (``options.settings`` never None: the layout's own).
         partition_dir: the partition directory (1.5D reads other parts' rows from it); None in one process.
         policy: where this worker trains, samples and holds feature rows
-            (:mod:`gnnscale.distributed.device_policy`); a layout with ``device_data`` follows it.
+            (:mod:`gnnscale.distributed.device_policy`); a layout with ``device_sampling`` or ``device_cache``
+            follows it.
         seeds_anywhere: the task's seeds may be any nodes, not only this worker's (a link task's pairs).
     """
 
@@ -189,9 +191,10 @@ class LayoutSpec:
         layerwise_inference: a worker can run layer-wise inference over its partition view
             (``--eval full``, ``gnnscale predict --partitions``).
         repartitionable: a checkpoint may resume on another partition (worker count) at an epoch boundary.
-        device_data: samples on the training device (``--sample-on device``) and holds feature rows there
-            (``--gpu-cache-fraction``): a layout whose workers hold the whole topology and gather through a
-            feature store.
+        device_sampling: samples on the training device (``--sample-on device``): a layout whose workers draw
+            their batches from the whole topology with a registered sampler.
+        device_cache: holds the hottest feature rows on the training device (``--gpu-cache-fraction``): a layout
+            whose workers gather their rows through a feature store and know every node's in-degree.
         seeds_anywhere: its samplers take seeds owned by any worker (what a task that samples for node pairs
             needs: :attr:`~gnnscale.train.tasks.base.TaskSpec.needs`).
         check: the layout's own option rules beyond its options' own validation (which needs the model
@@ -209,6 +212,7 @@ class LayoutSpec:
     dgs: bool = False
     layerwise_inference: bool = False
     repartitionable: bool = False
-    device_data: bool = False
+    device_sampling: bool = False
+    device_cache: bool = False
     seeds_anywhere: bool = False
     check: OptionCheck = no_check

@@ -235,7 +235,7 @@ def _build(ctx: LayoutContext) -> DataParallel:
 HYBRID = LayoutSpec(
     name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
     samplers=("fused", "two_step"), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    repartitionable=True, device_data=True, seeds_anywhere=True, build=_build)
+    repartitionable=True, device_sampling=True, device_cache=True, seeds_anywhere=True, build=_build)
 VANILLA = LayoutSpec(
     name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",
     samplers=("fused",), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,

@@ -92,19 +92,20 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
 
 
 def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:
-    """--sample-on device and --gpu-cache-fraction need a layout that samples the whole topology and gathers
-    through a feature store (``spec.device_data``), without DGS (whose kernels and fetch are its own)."""
+    """--sample-on device needs a layout that samples the whole topology with a registered sampler
+    (``spec.device_sampling``), --gpu-cache-fraction one that gathers its rows through a feature store
+    (``spec.device_cache``); neither runs with DGS (whose kernels and fetch are its own)."""
+    if cfg.sample_on == "device" and not spec.device_sampling:
+        raise ValueError(f"sample_on: --sample-on device needs the whole topology and a feature store on each worker "
+                         f"(--layout {layouts_with('device_sampling')}); --layout {spec.name} samples on the host")
+    if cfg.gpu_cache_fraction > 0 and not spec.device_cache:
+        raise ValueError(f"gpu_cache_fraction: --gpu-cache-fraction {cfg.gpu_cache_fraction:g} needs every node's "
+                         f"in-degree and a feature store on each worker (--layout {layouts_with('device_cache')}); "
+                         f"--layout {spec.name} gathers on the host")
     asked = [flag for flag, on in (("--sample-on device", cfg.sample_on == "device"),
                                    (f"--gpu-cache-fraction {cfg.gpu_cache_fraction:g}", cfg.gpu_cache_fraction > 0)) if on]
-    if not asked:
-        return
-    field = "sample_on" if cfg.sample_on == "device" else "gpu_cache_fraction"
-    need = "need" if len(asked) > 1 else "needs"
-    if not spec.device_data:
-        raise ValueError(f"{field}: {' and '.join(asked)} {need} the whole topology and a feature store on each worker "
-                         f"(--layout {layouts_with('device_data')}); --layout {spec.name} samples and gathers on the "
-                         "host")
-    if options.dgs is not None:
+    if asked and options.dgs is not None:
+        field = "sample_on" if cfg.sample_on == "device" else "gpu_cache_fraction"
         raise ValueError(f"{field}: {' and '.join(asked)} and --dgs: DGS samples and fetches with its own kernels on "
                          "the host; drop one of them")
 

@@ -9,13 +9,23 @@ per hop on the loading stage's Comm: :func:`~gnnscale.distributed.split.owner.ow
 with ``sampling="replicated"`` each worker samples the whole mini-batch itself from the replicated
 topology (no communication) and cuts out its own split (:func:`~gnnscale.distributed.split.split_blocks`).
 Both give the same splits up to row order (tested), hence the same training. Each worker reads its
-layer-0 rows from its own feature part: no feature fetch. The model runs on :class:`~gnnscale.distributed.split.shuffle.CooperativeBlock` s whose
-shuffles (partial sums for SAGE/GCN, source rows for GAT) run on the MAIN (training) process group:
-they are part of the training step. Sampling, splitting and reading the rows run in the background
-loading stage (``prepare``), whose collectives run on the loader's group: owner sampling's rounds and
+layer-0 rows from its own feature part: no feature fetch (``--gpu-cache-fraction``: the hottest of them
+held on its GPU, :mod:`gnnscale.features.own_rows`). The model runs on
+:class:`~gnnscale.distributed.split.shuffle.CooperativeBlock` s whose shuffles (partial sums for SAGE/GCN,
+source rows for GAT) run on the training step's process group: they are part of the training step.
+Sampling, splitting and reading the rows run in the background loading stage (``prepare``), whose
+collectives run on the loader's group: owner sampling's rounds and
 layer 0's exchange of input features, which do not depend on the parameters
 (:func:`~gnnscale.distributed.split.shuffle.exchange_input_ahead`, one ``"feature"`` round; see
 :func:`exchanges_input_ahead` for when): the training step then shuffles hidden features only.
+
+On a GPU (``--device cuda``) the model, the cooperative layers' sums and the step run there: the copy stage
+sends each step's splits (every tensor of every layer's split and of layer 0's exchange done ahead) and its
+input rows to the GPU, and the shuffles run on the training step's group
+(:func:`~gnnscale.distributed.device_policy.step_comm`): NCCL, rows staying on the GPUs, where every worker has
+a GPU of its own; gloo through host memory where workers share one. Sampling and splitting stay on the host
+(owner sampling's rounds are host exchanges on the loader's gloo group); layer 0's exchange runs where its
+rows are: on the host, or on the GPU for rows the device cache returned.
 
 Each worker's loss is the cross-entropy summed over the seeds it owns divided by the mini-batch's seed
 count, and gradients are summed (divisor 1): one step equals the single-process step on the whole
@@ -28,17 +38,19 @@ fetched from their owners): inference has no gradients to share and no redundanc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
+import torch
 from torch import Tensor, nn
 
-from gnnscale.devices import resolve_device
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.split.owner import OwnerSplitWorkspace, owner_split_blocks
 from gnnscale.distributed.split.shuffle import WIRE_DTYPES, CooperativeBlock, exchange_input_ahead
 from gnnscale.distributed.split.plan import SHUFFLE_FOR_MODEL, ShuffleKind, split_blocks
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, split_edge_counts
-from gnnscale.graph.feature_dtype import decode
+from gnnscale.features.device_cache import DeviceFeatureCache, RowStore
+from gnnscale.features.own_rows import own_rows_store
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.distributed.device_policy import DevicePolicy
@@ -61,11 +73,14 @@ class SplitParallel:
     Args:
         sampler: samples the whole mini-batch from the replicated topology (every worker, same key).
         kind: what the cooperative layers shuffle (``SHUFFLE_FOR_MODEL[model]``).
-        part: this worker's partition (its feature rows, the partition book).
+        part: this worker's partition (the partition book; its feature rows are read through ``rows``).
         cfg: training settings; ``batch_size`` is per worker, a mini-batch has ``P x batch_size`` seeds.
-        comm: the MAIN (training) Comm: the cooperative layers' shuffles run on it.
+        comm: the training step's Comm (:func:`~gnnscale.distributed.device_policy.step_comm`): the cooperative
+            layers' shuffles run on it.
         loader: the loading stage's Comm: owner sampling's cross-edge rounds (replicated sampling: none).
         inference: the data-parallel hybrid layout that evaluation runs on.
+        rows: where this worker reads its own feature rows, by local row id
+            (:func:`~gnnscale.features.own_rows.own_rows_store`: host memory, the hottest on the device).
         sampling: ``"owner"`` (each worker samples its own destinations; collective on ``loader``) or
             ``"replicated"`` (each worker samples the whole mini-batch), see :data:`SPLIT_SAMPLINGS`.
         input_ahead: complete layer 0's exchange of input features in the loading stage
@@ -77,7 +92,7 @@ class SplitParallel:
     """
 
     def __init__(self, sampler: NeighborSampler, kind: ShuffleKind, part: LocalPartition, cfg: TrainConfig,
-                 comm: Comm, loader: Comm, inference: DataParallel, *, sampling: str = "owner",
+                 comm: Comm, loader: Comm, inference: DataParallel, rows: RowStore, *, sampling: str = "owner",
                  input_ahead: bool = False, shuffle_dtype: str = "float32", kernels: str = "auto") -> None:
         if sampling not in SPLIT_SAMPLINGS:
             raise ValueError(f"sampling: expected one of {SPLIT_SAMPLINGS} (--split-sampling), got {sampling!r}")
@@ -86,7 +101,7 @@ class SplitParallel:
         # float32 rows on a float32 wire are sent as they are (bit for bit the single-process training).
         self.wire_dtype = None if shuffle_dtype == "float32" else WIRE_DTYPES[shuffle_dtype]
         self.input_ahead, self.kernels = input_ahead, kernels
-        self.sampler, self.kind, self.part = sampler, kind, part
+        self.sampler, self.kind, self.part, self.rows = sampler, kind, part, rows
         self.cfg, self.comm, self.loader, self.inference = cfg, comm, loader, inference
         self.data_comm = loader
         self.sampling = sampling
@@ -100,6 +115,8 @@ class SplitParallel:
 
     def start_epoch(self) -> None:
         self._ledger = EdgeLedger(self.rank, self.world_size)
+        if isinstance(self.rows, DeviceFeatureCache):
+            self.rows.reset_counts()
 
     def sample(self, steps: list[Step], seeds: list[Tensor], timer: PhaseTimer, *,
                training: bool = True) -> list[Sampled]:
@@ -116,13 +133,13 @@ class SplitParallel:
         return out
 
     def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool = True) -> tuple[list, Tensor]:
-        """This worker's layer-0 rows (a local read) as cooperative blocks and, with ``input_ahead``, layer 0's
-        exchange of them done here (collective on the loader's Comm)."""
+        """This worker's layer-0 rows (a local read; the hottest from the device cache) as cooperative blocks
+        and, with ``input_ahead``, layer 0's exchange of them done here (collective on the loader's Comm)."""
         if not training:
             return self.inference.fetch(sampled, timer, training=False)
         splits = sampled.blocks
         with timer.phase("fetch"):  # this worker's own rows: a local read, no communication
-            x = decode(self.part.features[(splits[0].src_ids - self.part.node_offset).numpy()])
+            x = self.rows.gather(splits[0].src_ids - self.part.node_offset)
         blocks = [CooperativeBlock(split=s, comm=self.comm, wire_dtype=self.wire_dtype) for s in splits]
         if self.input_ahead:
             with timer.phase("fetch"):  # layer 0's cross-split exchange: the split layout's only input traffic
@@ -170,9 +187,16 @@ class SplitParallel:
         """Nothing to restore (see :meth:`checkpoint_state`)."""
 
     def finish_epoch(self, comm: Comm) -> dict:
-        """Edge metrics of every iteration of the epoch, counted by the workers that computed the edges
-        (collective, one all-reduce)."""
-        return {"edge_metrics": epoch_edge_metrics(self._ledger.reduce(comm))}
+        """Edge metrics of every iteration of the epoch, counted by the workers that computed the edges, and
+        with a device cache its rows and hit rate over all workers (collective: one all-reduce each)."""
+        out = {"edge_metrics": epoch_edge_metrics(self._ledger.reduce(comm))}
+        if isinstance(self.rows, DeviceFeatureCache):
+            counts = torch.tensor([self.rows.num_cached, self.rows.hits, self.rows.requests], dtype=torch.int64)
+            comm.all_reduce_(counts, torch.distributed.ReduceOp.SUM, "eval")  # collective: the distributed cache
+            rows, hits, requests = counts.tolist()
+            out["gpu_cache"] = {"fraction": self.cfg.gpu_cache_fraction, "rows": rows, "hits": hits,
+                                "requests": requests, "hit_rate": hits / requests if requests else 0.0}
+        return out
 
 
 def exchanges_input_ahead(model: ModelConfig) -> bool:
@@ -193,13 +217,24 @@ def build_split_parallel(part: LocalPartition, cfg: TrainConfig, model: ModelCon
                          loader: Comm, policy: DevicePolicy, *, sampling: str = "owner",
                          shuffle_dtype: str = "float32") -> SplitParallel:
     """The ``split`` layout of this worker, from its partition in the ``"whole"`` view (the replicated
-    topology), which its inference reads as data-parallel hybrid does."""
+    topology), which its inference reads as data-parallel hybrid does. It samples on the host and reads its
+    rows where ``policy`` says: pinned for a GPU, the hottest of them held there (collective on ``loader``:
+    the inference's set-up)."""
     check_split_model(model.name)
     kind = SHUFFLE_FOR_MODEL[model.name]
     sampler = NeighborSampler(part.topology, cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
-    inference = build_data_parallel(part, cfg, loader, policy)
-    return SplitParallel(sampler, kind, part, cfg, comm, loader, inference, sampling=sampling,
+    rows = own_rows_store(part.features, _own_degrees(part), part.book.num_nodes, policy.gpu_cache_fraction,
+                          policy.device, pinned=policy.pin_rows)
+    # Evaluation fetches other workers' rows, which the split's cache (this worker's own rows) does not hold.
+    inference = build_data_parallel(part, cfg, loader, replace(policy, gpu_cache_fraction=0.0))
+    return SplitParallel(sampler, kind, part, cfg, comm, loader, inference, rows, sampling=sampling,
                          input_ahead=exchanges_input_ahead(model), shuffle_dtype=shuffle_dtype, kernels=model.kernels)
+
+
+def _own_degrees(part: LocalPartition) -> np.ndarray:
+    """int [n_p]: the whole graph's in-degree of each of this worker's nodes (the device cache's order)."""
+    lo, hi = part.book.node_range(part.part)
+    return np.diff(part.topology.indptr[lo:hi + 1])
 
 
 def check_split_model(model_name: str | None) -> None:
@@ -241,11 +276,9 @@ class SplitOptions:
 
 
 def check_split(options: LayoutOptions, cfg: TrainConfig, model_name: str, world_size: int | None) -> None:
+    """Split's own rule: a built-in model. Every device trains it; that it samples on the host (no
+    ``--sample-on device``) the spec says (``device_sampling`` False)."""
     check_split_model(model_name)
-    if cfg.device != "cpu" and resolve_device(cfg.device).type != "cpu":
-        raise ValueError(f"device: --layout split trains on the CPU only (its cooperative blocks have no copy to a "
-                         f"GPU, and its shuffles exchange CPU tensors over gloo); got --device {cfg.device}: use "
-                         "--device cpu, or --layout hybrid on the GPU")
 
 
 def _build(ctx: LayoutContext) -> SplitParallel:
@@ -254,7 +287,9 @@ def _build(ctx: LayoutContext) -> SplitParallel:
                                 sampling=settings.split_sampling, shuffle_dtype=settings.shuffle_dtype)
 
 
+# Samples on the host (owner sampling exchanges each hop's cross edges on the loader's gloo group); holds its
+# own hottest rows on the device.
 SPLIT = LayoutSpec(
     name="split", summary="one mini-batch of P x --batch-size seeds split across workers, no feature fetch",
-    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, options=SplitOptions, check=check_split,
-    build=_build)
+    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, options=SplitOptions, device_cache=True,
+    check=check_split, build=_build)
