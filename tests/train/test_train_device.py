@@ -200,14 +200,16 @@ def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset
 
 
 @pytest.mark.parametrize(("kw", "layout", "message"), [
-    (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused sampler's "
-                                                         r"blocks; --sampler two_step samples on the host"),
+    (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused or matrix or "
+                                                         r"ladies sampler's blocks; --sampler two_step samples on the "
+                                                         r"host"),
     (dict(sample_on="gpu"), None, r"sample_on: expected one of \('auto', 'host', 'device'\)"),
     (dict(gpu_cache_fraction=-0.1), None, r"gpu_cache_fraction: expected a fraction of all nodes in \[0, 1\]"),
-    (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs the whole topology and a feature "
-                                          r"store on each worker \(--layout hybrid\); --layout vanilla"),
-    (dict(gpu_cache_fraction=0.5), "split", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs the whole "
-                                            r"topology"),
+    (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs a layout that samples on the device "
+                                          r"and gathers through a feature store \(--layout hybrid or 1d or 1.5d\); "
+                                          r"--layout vanilla"),
+    (dict(gpu_cache_fraction=0.5), "split", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs a layout that "
+                                            r"samples on the device"),
 ])
 def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
     from gnnscale.train.layouts import layout_options

@@ -190,8 +190,8 @@ class LayoutSpec:
             (``--eval full``, ``gnnscale predict --partitions``).
         repartitionable: a checkpoint may resume on another partition (worker count) at an epoch boundary.
         device_data: samples on the training device (``--sample-on device``) and holds feature rows there
-            (``--gpu-cache-fraction``): a layout whose workers hold the whole topology and gather through a
-            feature store.
+            (``--gpu-cache-fraction``): a layout whose workers gather through a feature store and whose sampler
+            has a device build over what they hold (the whole topology, or 1.5D's block rows, fetched per hop).
         seeds_anywhere: its samplers take seeds owned by any worker (what a task that samples for node pairs
             needs: :attr:`~gnnscale.train.tasks.base.TaskSpec.needs`).
         check: the layout's own option rules beyond its options' own validation (which needs the model

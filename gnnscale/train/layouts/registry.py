@@ -92,7 +92,7 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
 
 
 def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:
-    """--sample-on device and --gpu-cache-fraction need a layout that samples the whole topology and gathers
+    """--sample-on device and --gpu-cache-fraction need a layout whose workers can sample on the device and gather
     through a feature store (``spec.device_data``), without DGS (whose kernels and fetch are its own)."""
     asked = [flag for flag, on in (("--sample-on device", cfg.sample_on == "device"),
                                    (f"--gpu-cache-fraction {cfg.gpu_cache_fraction:g}", cfg.gpu_cache_fraction > 0)) if on]
@@ -101,9 +101,9 @@ def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig
     field = "sample_on" if cfg.sample_on == "device" else "gpu_cache_fraction"
     need = "need" if len(asked) > 1 else "needs"
     if not spec.device_data:
-        raise ValueError(f"{field}: {' and '.join(asked)} {need} the whole topology and a feature store on each worker "
-                         f"(--layout {layouts_with('device_data')}); --layout {spec.name} samples and gathers on the "
-                         "host")
+        raise ValueError(f"{field}: {' and '.join(asked)} {need} a layout that samples on the device and gathers "
+                         f"through a feature store (--layout {layouts_with('device_data')}); --layout {spec.name} "
+                         "samples and gathers on the host")
     if options.dgs is not None:
         raise ValueError(f"{field}: {' and '.join(asked)} and --dgs: DGS samples and fetches with its own kernels on "
                          "the host; drop one of them")
