@@ -199,6 +199,21 @@ def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset
     assert numbers(trained(dataset, config(**kw))) == numbers(trained(dataset, config(sample_on="host")))
 
 
+@pytest.mark.parametrize("sampler, kw", [("matrix", dict(bulk=3)), ("ladies", dict(bulk=2, layer_size=64))])
+def test_matrix_samplers_on_the_device_train_like_on_the_host(dataset, sampler, kw):
+    """--sample-on device with --sampler matrix or ladies: the products in torch ops (here on CPU tensors).
+    GraphSAGE's blocks are the host's, so is the run, bit for bit; LADIES' weights are the host's within a
+    float32 rounding, so its losses are within 1e-6 and the rest alike."""
+    cfg = config(sampler=sampler, **kw)
+    device, host = trained(dataset, replace(cfg, sample_on="device")), trained(dataset, replace(cfg, sample_on="host"))
+    if sampler == "matrix":
+        assert numbers(device) == numbers(host)
+        return
+    for a, b in zip(device.history, host.history, strict=True):
+        np.testing.assert_allclose(a["iteration_losses"], b["iteration_losses"], rtol=1e-6)
+        assert a["sampled_edges"] == b["sampled_edges"]
+
+
 @pytest.mark.parametrize(("kw", "layout", "message"), [
     (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused or matrix or "
                                                          r"ladies sampler's blocks; --sampler two_step samples on the "

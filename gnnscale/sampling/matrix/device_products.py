@@ -18,10 +18,9 @@ Host syncs: each sizes an array from a sum the device computed (marked ``host sy
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
-
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,10 +30,6 @@ from torch import Tensor
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling.device import DeviceTopology
 from gnnscale.sampling.matrix.sage import check_stack
-
-__all__ = ["DeviceMatrix", "DeviceRows", "DeviceStack", "RowSource", "batch_probabilities", "expand",
-           "stack_on_device"]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceRows:
@@ -103,12 +98,6 @@ class DeviceMatrix:
     @property
     def device(self) -> torch.device:
         return self.indptr.device
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held on the device."""
-        held = self.indptr.nbytes + self.indices.nbytes
-        return int(held + (0 if self.values is None else self.values.nbytes))
 
     def gather(self, needed: Tensor) -> DeviceRows:
         """``S A``: where the rows ``needed`` lie in this matrix's arrays (two gathers of ``indptr``, no copy of
