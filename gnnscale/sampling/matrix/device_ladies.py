@@ -129,7 +129,8 @@ class DrawnNodes:
 def draw_layer(probs: Tensor, keys: Tensor, size: int, hop: int, num_nodes: int) -> DrawnNodes:
     """Per batch (a row of the CSR ``probs``), the ``min(size, support)`` nodes of smallest ``E_j / p_j``
     (the host's ``draw_layer``). One host sync: how many are kept."""
-    crow, columns, p = probs.crow_indices(), probs.col_indices(), probs.values()
+    # int64 whatever the SpGEMM returned (torch's cuSPARSE path narrows the product's indices to int32).
+    crow, columns, p = probs.crow_indices().long(), probs.col_indices().long(), probs.values()
     k = crow.shape[0] - 1
     support = crow[1:] - crow[:-1]
     batch = torch.repeat_interleave(torch.arange(k, device=p.device), support, output_size=p.shape[0])
