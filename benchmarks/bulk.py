@@ -19,6 +19,15 @@ general SpGEMM) and torch.sparse (CSR @ CSR), and LADIES' ``Q (P ∘ P)`` throug
 accuracy: GCN on Cora (standard split, benchmarks/cora_accuracy.py's settings: neighbor sampling with
 fanouts above the largest degree) against the same GCN trained on LADIES blocks, ``--seeds`` seeds each.
 
+    python benchmarks/bulk.py device [--scale 0.25] [--batches 48] [--bulks 1,8,48] [--ladies 512]
+                                     [--device auto] [--threads 2] [--repeat 3] [--json F]
+
+device: the matrix samplers on the host (numba, scipy) against their torch-ops twins on ``--device`` (CUDA:
+cuSPARSE; the CPU: the same code on CPU tensors, a check that it runs, not a speed), over the first
+``--batches`` batches of the throughput epoch, ``k`` at a time for every ``k`` in ``--bulks``, round-robin,
+median over ``--repeat`` passes; each row also says whether the device drew the host's blocks
+(:func:`matrix_rows`, which benchmarks/gpu.py calls too).
+
     python benchmarks/bulk.py layouts [--scale 0.02] [--workers 4] [--replications 1,2,4] [--bulk 4] [--plot F]
 
 layouts: the distributed matrix sampler on a products-shaped dataset partitioned (METIS, cached) into
@@ -49,7 +58,11 @@ from gnnscale.graph.synthetic import make_synthetic, products_like_config
 from gnnscale.partition import write_partition_dir
 from gnnscale.nn import ModelConfig
 from gnnscale.sampling import NeighborSampler, derive_key, set_sampler_threads
+from gnnscale.devices import resolve_device
+from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+from gnnscale.sampling.matrix.device_ladies import DeviceLadiesSampler
+from gnnscale.sampling.matrix.device_sage import DeviceMatrixSampler
 from gnnscale.sampling.matrix.products import adjacency_pattern, batch_selection, gcn_operator, stack_rows
 from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
@@ -220,6 +233,68 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def device(a) -> None:
+    """The matrix samplers on the host against their twins on a device (see the module docstring)."""
+    set_sampler_threads(a.threads)
+    torch.set_num_threads(a.threads)
+    graph, _ = cached_graph(a.scale, a.seed, Path(a.cache_dir))
+    batches = epoch_batches(graph.num_nodes, a.batch_size, a.seed)[:a.batches]
+    fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    where = resolve_device(a.device)
+    print(f"graph: {graph.num_nodes} nodes, {graph.num_edges} edges; {len(batches)} batches of {a.batch_size}, "
+          f"fanouts {fanouts}, LADIES {a.ladies} per layer; host: {a.threads} threads, device: {where}", flush=True)
+    rows = matrix_rows(graph, batches, fanouts=fanouts, layer_size=a.ladies, bulks=[int(k) for k in a.bulks.split(",")],
+                       device=where, repeat=a.repeat)
+    print_matrix_rows(rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"graph": {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges},
+                                            "batch_size": a.batch_size, "device": str(where), "rows": rows}, indent=2))
+
+
+def matrix_rows(graph: CSCGraph, batches: list[np.ndarray], *, fanouts: tuple[int, ...], layer_size: int,
+                bulks: list[int], device: torch.device, repeat: int) -> list[dict]:
+    """GraphSAGE (``fanouts``) and LADIES (``layer_size`` nodes per layer, GCN's operator) sampled on the host and
+    on ``device`` over ``batches``, ``k`` at a time for every ``k`` in ``bulks``: one row per (sampler, k) with
+    both median times per batch, their ratio and whether the device drew the host's blocks on the first stack
+    (GraphSAGE: bit for bit; LADIES: the same nodes and edges, its weights within rounding)."""
+    layers = (layer_size,) * len(fanouts)
+    pairs = {"matrix": (MatrixSampler(graph, fanouts), DeviceMatrixSampler(graph, fanouts, device=device)),
+             "ladies": (LadiesSampler(graph, layers), DeviceLadiesSampler(graph, layers, device=device))}
+    rows = []
+    for name, (host, on_device) in pairs.items():
+        for k in bulks:
+            first, keys = batches[:k], [derive_key(0, 0, i) for i in range(min(k, len(batches)))]
+            same = _same_structure(on_device.sample_many(first, keys), host.sample_many(first, keys))  # and warm-up
+            times = {"host": [], "device": []}
+            for r in range(repeat):
+                for side, sampler in (("host", host), ("device", on_device)):
+                    start = time.perf_counter()
+                    sample_epoch(sampler, batches, k, r)
+                    if side == "device" and device.type == "cuda":
+                        torch.cuda.synchronize(device)  # the device's work, not only its launch
+                    times[side].append(time.perf_counter() - start)
+            host_ms, device_ms = (1e3 * statistics.median(times[s]) / len(batches) for s in ("host", "device"))
+            rows.append({"sampler": name, "bulk": k, "host_ms_per_batch": host_ms, "device_ms_per_batch": device_ms,
+                         "host_over_device": host_ms / device_ms, "same_blocks": same})
+    return rows
+
+
+def _same_structure(got: list[list], want: list[list]) -> bool:
+    """The same sources and edges in every block (weights aside: LADIES' are equal within rounding)."""
+    return all(torch.equal(g.src_ids.cpu(), w.src_ids) and torch.equal(g.indptr.cpu(), w.indptr)
+               and torch.equal(g.indices.cpu(), w.indices)
+               for batch_got, batch_want in zip(got, want, strict=True)
+               for g, w in zip(batch_got, batch_want, strict=True))
+
+
+def print_matrix_rows(rows: list[dict]) -> None:
+    print(f"{'sampler':8} {'bulk':>5} {'host ms/batch':>14} {'device ms/batch':>16} {'host/device':>12} "
+          f"{'same blocks':>12}")
+    for r in rows:
+        print(f"{r['sampler']:8} {r['bulk']:5d} {r['host_ms_per_batch']:14.2f} {r['device_ms_per_batch']:16.2f} "
+              f"{r['host_over_device']:12.2f} {str(r['same_blocks']):>12}", flush=True)
+
+
 def accuracy(a) -> None:
     """GCN on Cora: neighbor sampling (full neighborhoods) against LADIES, mean test accuracy over seeds."""
     dataset = load_dataset("cora", a.data_dir)
@@ -345,6 +420,19 @@ def main() -> None:
     t.add_argument("--ladies", type=int, default=0, help="also time LADIES with this many nodes per layer")
     t.add_argument("--json", default=None)
     sub.choices["libraries"].add_argument("--batches", type=int, default=4, help="batches in the stack")
+    dev = sub.add_parser("device")
+    dev.add_argument("--scale", type=float, default=0.25, help="fraction of products' 2.4M nodes (0.25)")
+    dev.add_argument("--batch-size", type=int, default=1024)
+    dev.add_argument("--fanouts", default="15,10,5")
+    dev.add_argument("--batches", type=int, default=48, help="batches timed (the first of the epoch)")
+    dev.add_argument("--bulks", default="1,8,48", help="batches per sampler call")
+    dev.add_argument("--ladies", type=int, default=512, help="LADIES nodes per layer")
+    dev.add_argument("--device", default="auto", help="where the twins sample: cpu, cuda, cuda:N or auto")
+    dev.add_argument("--threads", type=int, default=2, help="the host samplers' threads")
+    dev.add_argument("--repeat", type=int, default=3)
+    dev.add_argument("--seed", type=int, default=0)
+    dev.add_argument("--cache-dir", default=str(HERE / ".cache"))
+    dev.add_argument("--json", default=None)
     acc = sub.add_parser("accuracy")
     acc.add_argument("--data-dir", required=True)
     acc.add_argument("--seeds", type=int, default=5)
@@ -362,7 +450,8 @@ def main() -> None:
     lay.add_argument("--json", default=None)
     lay.add_argument("--plot", default=None, help="write the bytes/memory figure here (png)")
     a = p.parse_args()
-    {"throughput": throughput, "libraries": libraries, "accuracy": accuracy, "layouts": layouts}[a.command](a)
+    {"throughput": throughput, "libraries": libraries, "accuracy": accuracy, "layouts": layouts,
+     "device": device}[a.command](a)
 
 
 if __name__ == "__main__":

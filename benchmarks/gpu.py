@@ -21,6 +21,10 @@ built-in 3-layer GraphSAGE (hidden 256, dropout 0.5), Adam, no evaluation. Rows:
 * ``PyG user's path``: gnnscale's ``NeighborLoader`` (device "cuda", its batches copied one ahead on a
   side stream, as PyG's ``PrefetchLoader``) feeding PyG's ``GraphSAGE`` on the GPU.
 
+With CUDA a second table times the matrix samplers (GraphSAGE and LADIES, 512 nodes per layer) on the host
+against their torch-ops twins on the GPU over the epoch's first ``--matrix-batches`` batches, one at a time and
+all at once (benchmarks/bulk.py's ``matrix_rows``; 0 leaves it out).
+
 Each trainer row reports the median epoch after the first (warm-up: kernel loading, allocation), and
 the ratios the issue's targets are stated in: against the compute bound, and against the CPU sampler's
 own time. Without CUDA only the CPU rows run (a smoke test: ``--scale 0.002``). With
@@ -43,6 +47,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bulk import matrix_rows, print_matrix_rows  # noqa: E402
 from distributed import cached_dataset  # noqa: E402  (the shared products-shaped dataset cache)
 
 from gnnscale.graph.features import gather_rows  # noqa: E402
@@ -213,6 +218,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--accuracy-seeds", type=int, default=0, help="seeds of the accuracy comparison (0: none)")
     p.add_argument("--accuracy-epochs", type=int, default=5)
+    p.add_argument("--matrix-batches", type=int, default=48, help="batches of the matrix samplers' table (0: none)")
     p.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     p.add_argument("--json", type=Path, help="also write the rows here")
     a = p.parse_args()
@@ -233,11 +239,16 @@ def main() -> None:
     else:
         print("no CUDA here: the CPU rows only", flush=True)
     print_table(rows, a, graph)
+    matrix = []
+    if cuda and a.matrix_batches:
+        matrix = matrix_rows(ds.graph, epoch_batches(ds, a)[:a.matrix_batches], fanouts=a.fanouts, layer_size=512,
+                             bulks=[1, a.matrix_batches], device=torch.device("cuda"), repeat=a.repeat)
+        print_matrix_rows(matrix)
     accuracy = accuracy_rows(ds, a, cuda) if a.accuracy_seeds else []
     for r in accuracy:
         print(f"test accuracy, {r['row']}: mean {r['mean']:.4f} over seeds {', '.join(f'{x:.4f}' for x in r['test_acc'])}")
     if a.json is not None:
-        a.json.write_text(json.dumps({"graph": graph, "rows": rows, "accuracy": accuracy}, indent=1))
+        a.json.write_text(json.dumps({"graph": graph, "rows": rows, "matrix": matrix, "accuracy": accuracy}, indent=1))
 
 
 if __name__ == "__main__":

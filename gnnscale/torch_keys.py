@@ -56,3 +56,11 @@ def uniform_below(state: Tensor, draw: Tensor | int, bound: Tensor | int) -> Ten
     # (high * bound) < 2**64 but may exceed 2**63: its top 32 bits are taken logically.
     product = high * torch.as_tensor(bound, dtype=torch.int64, device=state.device)
     return (product >> 32) & LOW32
+
+
+def node_streams(keys: Tensor, hop: int, nodes: Tensor) -> Tensor:
+    """int64 [n] (uint64 bits): :func:`gnnscale.keys.node_stream` of ``(keys[i], hop, nodes[i])`` for every
+    ``i``: each node under a key of its own (the rows of a stack of batches, each batch with its key).
+    ``keys``: int64 keys in [0, 2**63), broadcast against ``nodes``."""
+    z = mix64(keys.to(torch.int64).bitwise_xor(as_int64((hop * GOLDEN) & (_U64 - 1))))
+    return mix64((nodes.to(torch.int64) + as_int64(NODE_SALT)).bitwise_xor_(z))

@@ -111,6 +111,21 @@ def test_gpu_benchmark_runs_its_cpu_rows_without_cuda(tmp_path: Path) -> None:
     assert "| CPU trainer |" in done.stdout
 
 
+@pytest.mark.slow  # a child process that builds a tiny graph and samples a few batches four ways: ~20 s
+def test_bulk_benchmark_times_the_device_twins_on_the_cpu(tmp_path: Path) -> None:
+    """benchmarks/bulk.py device on CPU tensors: a row per sampler and bulk, positive times, and the device
+    twins drew the host's blocks."""
+    out = tmp_path / "device.json"
+    cmd = [sys.executable, str(BENCHMARKS / "bulk.py"), "device", "--scale", "0.002", "--batch-size", "128",
+           "--batches", "3", "--bulks", "1,3", "--fanouts", "5,3", "--ladies", "32", "--repeat", "1", "--device", "cpu",
+           "--cache-dir", str(tmp_path / "cache"), "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["sampler"], r["bulk"]) for r in rows] == [("matrix", 1), ("matrix", 3), ("ladies", 1), ("ladies", 3)]
+    assert all(r["same_blocks"] and r["host_ms_per_batch"] > 0 and r["device_ms_per_batch"] > 0 for r in rows)
+
+
 @pytest.mark.slow  # a child process that builds a graph and times the loaders: ~15 s
 def test_link_benchmark_runs_its_loader_rows_at_a_tiny_scale() -> None:
     """benchmarks/link.py's loader part on a tiny products-shaped graph: every loader this Python can run

@@ -5,9 +5,11 @@ step's collectives run on. Every other module reads these decisions; none makes 
 - **Device**: ``--device`` resolved on this worker (:func:`gnnscale.devices.resolve_device`: under torchrun,
   ``cuda`` is ``cuda:LOCAL_RANK`` modulo the GPUs visible).
 - **Sampling place**: ``--sample-on host|device|auto``. ``auto`` samples on the training GPU with a sampler
-  that runs there (its spec says so) when the topology and the sampler's work array take at most
-  :data:`AUTO_TOPOLOGY_SHARE` of the GPU's free memory; only a layout whose workers hold the whole topology
-  can (the topology is then passed). Workers agree (one collective), so that all sample alike.
+  that runs there (its spec says so) when what that sampler keeps on the GPU (its topology or operator and
+  work arrays: the spec's ``device_bytes``) takes at most :data:`AUTO_TOPOLOGY_SHARE` of the GPU's free
+  memory; only a layout that can sample on the device passes those bytes (the whole topology's, or none for a
+  1.5D worker, whose rows come from its process column per hop). Workers agree (one collective), so that all
+  sample alike.
 - **Pinning**: on a GPU, host feature rows are gathered straight into pinned memory, so the copy stage sends
   them without a second host copy.
 - **The step's group** (:func:`step_comm`): the collectives of the training step, the gradients' all-reduce and
@@ -25,9 +27,8 @@ import torch
 import torch.distributed as dist
 
 from gnnscale.distributed.comm import Comm
-from gnnscale.graph.csc import CSCGraph
 
-# --sample-on auto samples on a GPU when the topology (and the sampler's work array) takes at most this
+# --sample-on auto samples on a GPU when what the sampler keeps there (topology, work arrays) takes at most this
 # share of its free memory: the rest is for the model's activations and the batches in flight.
 AUTO_TOPOLOGY_SHARE = 0.5
 SAMPLE_ON = ("auto", "host", "device")
@@ -62,39 +63,38 @@ class DevicePolicy:
 HOST = DevicePolicy(device=torch.device("cpu"), sample_on_device=False, pin_rows=False, gpu_cache_fraction=0.0)
 
 
-def fits_on_device(graph: CSCGraph, device: torch.device) -> bool:
-    """Whether ``graph`` and the device sampler's int64 work array take at most :data:`AUTO_TOPOLOGY_SHARE`
-    of ``device``'s free memory (reads the GPU's free memory)."""
-    needed = graph.indptr.nbytes + graph.indices.nbytes + 8 * graph.num_nodes
+def fits_on_device(nbytes: int, device: torch.device) -> bool:
+    """Whether ``nbytes`` take at most :data:`AUTO_TOPOLOGY_SHARE` of ``device``'s free memory (reads the GPU's
+    free memory)."""
     free, _ = torch.cuda.mem_get_info(device)
-    return needed <= AUTO_TOPOLOGY_SHARE * free
+    return nbytes <= AUTO_TOPOLOGY_SHARE * free
 
 
-def samples_on_device(sample_on: str, sampler_runs_there: bool, device: torch.device,
-                      topology: CSCGraph | None) -> bool:
+def samples_on_device(sample_on: str, device: torch.device, device_bytes: int | None) -> bool:
     """Whether this worker's training sampler runs on ``device`` (``sample_on``, ``auto`` resolved).
 
     Args:
         sample_on: ``"host"``, ``"device"`` or ``"auto"``.
-        sampler_runs_there: the training sampler's spec runs on a device.
         device: the training device.
-        topology: the whole topology this worker holds, None where it holds only its part's rows (then it
-            samples on the host).
+        device_bytes: what the training sampler would keep on ``device`` (its spec's ``device_bytes`` of the
+            topology it samples; 0 for one whose rows are fetched per hop), None where this worker samples on
+            the host whatever ``sample_on`` says (a sampler with no device build, a layout that samples on the
+            host).
     """
     if sample_on not in SAMPLE_ON:
         raise ValueError(f"sample_on: expected one of {SAMPLE_ON}, got {sample_on!r}")
-    if topology is None:
+    if device_bytes is None:
         return False
     if sample_on != "auto":
         return sample_on == "device"
-    return device.type == "cuda" and sampler_runs_there and fits_on_device(topology, device)
+    return device.type == "cuda" and fits_on_device(device_bytes, device)
 
 
-def decide(device: torch.device, *, sample_on: str, sampler_runs_there: bool, gpu_cache_fraction: float,
-           topology: CSCGraph | None, comm: Comm) -> DevicePolicy:
-    """This worker's policy. Collective on ``comm`` (one ``"setup"`` round): every worker samples where all of
-    them can, so that their batches come out alike."""
-    mine = samples_on_device(sample_on, sampler_runs_there, device, topology)
+def decide(device: torch.device, *, sample_on: str, device_bytes: int | None, gpu_cache_fraction: float,
+           comm: Comm) -> DevicePolicy:
+    """This worker's policy (``device_bytes``: see :func:`samples_on_device`). Collective on ``comm`` (one
+    ``"setup"`` round): every worker samples where all of them can, so that their batches come out alike."""
+    mine = samples_on_device(sample_on, device, device_bytes)
     # Collective: the sampling place every worker agrees on (any worker that cannot keeps all on the host).
     on_device = comm.all_reduce_max_int(0 if mine else 1, "setup") == 0
     return DevicePolicy(device=device, sample_on_device=on_device, pin_rows=device.type == "cuda",

@@ -19,6 +19,8 @@ from gnnscale.graph.csc import CSCGraph
 from gnnscale.sampling import BatchSampler, NeighborSampler
 from gnnscale.sampling.device import DeviceNeighborSampler
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+from gnnscale.sampling.matrix.device_ladies import DeviceLadiesSampler, operator_bytes
+from gnnscale.sampling.matrix.device_sage import DeviceMatrixSampler
 
 DEFAULT_LAYER_SIZE = 512  # LADIES nodes per layer (Tripathy et al., Table 4)
 
@@ -61,6 +63,9 @@ class SamplerSpec:
         build_host: the training sampler on the host.
         build_device: the same sampler drawn by torch ops on a device (the host's blocks for the same key),
             None where it runs on the host only.
+        device_bytes: what ``build_device`` keeps on the device for a graph (its topology, operator and work
+            arrays, in bytes), given with ``build_device``: ``--sample-on auto`` weighs it against the GPU's
+            free memory.
     """
 
     name: str
@@ -74,6 +79,12 @@ class SamplerSpec:
     eval_method: str
     build_host: Callable[[SamplerInputs], BatchSampler]
     build_device: Callable[[SamplerInputs, torch.device], BatchSampler] | None = None
+    device_bytes: Callable[[CSCGraph], int] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.build_device is None) != (self.device_bytes is None):
+            raise ValueError(f"device_bytes: sampler {self.name!r} needs both build_device and device_bytes, or "
+                             "neither")
 
     @property
     def runs_on_device(self) -> bool:
@@ -99,28 +110,47 @@ def _on_device(inputs: SamplerInputs, device: torch.device) -> BatchSampler:
     return DeviceNeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, device=device)
 
 
+def _topology_bytes(graph: CSCGraph) -> int:
+    return int(graph.indptr.nbytes + graph.indices.nbytes)
+
+
+def _fused_bytes(graph: CSCGraph) -> int:
+    return _topology_bytes(graph) + 8 * graph.num_nodes  # and the device sampler's int64 first-position array
+
+
 def _matrix(inputs: SamplerInputs) -> BatchSampler:
     return MatrixSampler(inputs.graph, inputs.fanouts, bulk=inputs.bulk, replace=inputs.replace)
+
+
+def _matrix_on_device(inputs: SamplerInputs, device: torch.device) -> BatchSampler:
+    return DeviceMatrixSampler(inputs.graph, inputs.fanouts, bulk=inputs.bulk, replace=inputs.replace, device=device)
 
 
 def _ladies(inputs: SamplerInputs) -> BatchSampler:
     return LadiesSampler(inputs.graph, inputs.layer_sizes, bulk=inputs.bulk, self_loops=inputs.self_loops)
 
 
+def _ladies_on_device(inputs: SamplerInputs, device: torch.device) -> BatchSampler:
+    return DeviceLadiesSampler(inputs.graph, inputs.layer_sizes, bulk=inputs.bulk, self_loops=inputs.self_loops,
+                               device=device)
+
+
 ALL_MODELS = ("sage", "gcn", "gat")
 SAMPLERS: dict[str, SamplerSpec] = {spec.name: spec for spec in (
     SamplerSpec(name="fused", summary="the fused kernel: each hop straight into a CSC block", models=ALL_MODELS,
                 bulk=False, layerwise=False, replace=True, weighted=False, masked=True, eval_method="fused",
-                build_host=_neighbor("fused"), build_device=_on_device),
+                build_host=_neighbor("fused"), build_device=_on_device, device_bytes=_fused_bytes),
     SamplerSpec(name="two_step", summary="the two-step reference (COO, relabel, CSC), for comparisons",
                 models=ALL_MODELS, bulk=False, layerwise=False, replace=True, weighted=False, masked=False,
                 eval_method="two_step", build_host=_neighbor("two_step")),
     SamplerSpec(name="matrix", summary="GraphSAGE sampling by sparse products, --bulk batches at a time (the fused "
                 "blocks)", models=ALL_MODELS, bulk=True, layerwise=False, replace=True, weighted=False, masked=False,
-                eval_method="fused", build_host=_matrix),
+                eval_method="fused", build_host=_matrix, build_device=_matrix_on_device,
+                device_bytes=_topology_bytes),
     SamplerSpec(name="ladies", summary="layer-wise LADIES sampling by sparse products (weighted blocks)",
                 models=("sage", "gcn"), bulk=True, layerwise=True, replace=False, weighted=True, masked=False,
-                eval_method="fused", build_host=_ladies),
+                eval_method="fused", build_host=_ladies, build_device=_ladies_on_device,
+                device_bytes=operator_bytes),
 )}
 
 

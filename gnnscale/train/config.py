@@ -43,10 +43,11 @@ class TrainConfig:
             ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (:func:`gnnscale.devices.resolve_device`, resolved when the
             run starts; under torchrun ``"cuda"`` is each worker's ``cuda:LOCAL_RANK``). Each batch is
             copied to the device in the background stage.
-        sample_on: ``"host"`` (the fused numba kernel), ``"device"`` (:mod:`gnnscale.sampling.device`: the
-            same blocks, bit for bit, drawn by torch ops on ``device``, the topology held there) or
-            ``"auto"`` (device when ``device`` is a GPU that holds the topology, the fused sampler and a
-            layout that keeps the whole topology on each worker: one process or hybrid; else host).
+        sample_on: ``"host"`` (the numba kernels), ``"device"`` (the sampler's device build: the same law and
+            keys drawn by torch ops on ``device``; :mod:`gnnscale.sampling.device` for the fused sampler,
+            :mod:`gnnscale.sampling.matrix.device_sage` and ``device_ladies`` for matrix and LADIES) or
+            ``"auto"`` (device when ``device`` is a GPU whose free memory holds what that sampler keeps there
+            twice over, with a layout that samples on the device: one process, hybrid, 1d or 1.5d; else host).
         gpu_cache_fraction: share of all nodes whose feature rows ``device`` holds, the highest in-degree
             ones (:class:`~gnnscale.features.device_cache.DeviceFeatureCache`); the rest are gathered on
             the host and copied. Split parallelism: each worker's own highest in-degree rows, as many
@@ -75,10 +76,10 @@ class TrainConfig:
     prefetch: int = setting(1, "batches sampled and gathered ahead in a background thread while one trains (0: none)",
                             resumable=True)
     device: str = device_setting(resumable=True)
-    sample_on: str = setting("auto", "where training batches are sampled: host (the fused kernel on the CPU), device "
-                                     "(the same blocks drawn by torch ops on --device, the topology held there), or "
-                                     "auto (device when training on a GPU that holds the topology in half its free "
-                                     "memory, else host)", choices=SAMPLE_ON, resumable=True)
+    sample_on: str = setting("auto", "where training batches are sampled: host (numba kernels on the CPU), device "
+                                     "(the sampler's law and keys in torch ops on --device: fused, matrix, ladies), "
+                                     "or auto (device when training on a GPU that holds what the sampler keeps there "
+                                     "in half its free memory, else host)", choices=SAMPLE_ON, resumable=True)
     gpu_cache_fraction: float = setting(0.0, "feature rows held in --device memory: the highest in-degree nodes', "
                                              "this fraction of all nodes (1: every row; 0: only what --sample-on "
                                              "device gathers)", resumable=True)

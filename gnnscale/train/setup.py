@@ -153,12 +153,20 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
 
 
 def device_policy(launch: CheckedLaunch, cfg: TrainConfig, part: LocalPartition, loader: Comm) -> DevicePolicy:
-    """This worker's device policy (collective on ``loader``): a layout that samples on the device
-    (``device_sampling``, without DGS, whose kernels are its own) passes its topology."""
-    samples_there = launch.spec.device_sampling and launch.options.dgs is None and part.view == "whole"
-    return decide(launch.device, sample_on=cfg.sample_on, sampler_runs_there=sampler_spec(cfg.sampler).runs_on_device,
-                  gpu_cache_fraction=cfg.gpu_cache_fraction, topology=part.topology if samples_there else None,
-                  comm=loader)
+    """This worker's device policy (collective on ``loader``)."""
+    return decide(launch.device, sample_on=cfg.sample_on, device_bytes=device_sampler_bytes(launch, cfg, part),
+                  gpu_cache_fraction=cfg.gpu_cache_fraction, comm=loader)
+
+
+def device_sampler_bytes(launch: CheckedLaunch, cfg: TrainConfig, part: LocalPartition) -> int | None:
+    """What this worker's training sampler would keep on the device, None where it samples on the host: a
+    sampler with a device build, in a layout that samples on the device (``device_sampling``,
+    without DGS, whose kernels are its own). A worker of the whole topology keeps the sampler's copy of it; a
+    worker of block rows (1.5D) keeps none: the rows a stack needs come from its process column per hop."""
+    spec = sampler_spec(cfg.sampler)
+    if not (launch.spec.device_sampling and launch.options.dgs is None and spec.runs_on_device):
+        return None
+    return spec.device_bytes(part.topology) if part.view == "whole" else 0
 
 
 def broadcast_model(model: nn.Module, comm: Comm) -> None:

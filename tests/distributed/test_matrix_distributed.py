@@ -48,14 +48,16 @@ def trained(partitions, tmp_path_factory):
     runs: dict[tuple, dict] = {}
     scratch = tmp_path_factory.mktemp("matrix_metrics")
 
-    def get(sampler: str, model: str, layout: str, replication: int = 1) -> dict:
-        key = (sampler, model, layout, replication)
+    def get(sampler: str, model: str, layout: str, replication: int = 1, *flags: str) -> dict:
+        """``flags``: more command-line flags (``--sample-on device``, ``--device cuda``)."""
+        key = (sampler, model, layout, replication, *flags)
         if key not in runs:
-            out = scratch / f"{sampler}_{model}_{layout}_{replication}.json"
+            out = scratch / f"{len(runs)}.json"
             extra = ["--replication", str(replication)] if layout == "1.5d" else []
             sizes = ["--layer-size", "64", "--fanouts", "5,5"] if sampler == "ladies" else ["--fanouts", "4,3"]
             run = run_launch(torchrun(4, "--partitions", str(partitions), "--layout", layout, *extra, "--sampler",
-                                      sampler, "--model", model, *sizes, "--metrics-out", str(out), *TRAIN_ARGS))
+                                      sampler, "--model", model, *sizes, "--metrics-out", str(out), *TRAIN_ARGS,
+                                      *flags))
             assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
             runs[key] = json.loads(out.read_text())
         return runs[key]
@@ -89,6 +91,46 @@ def test_1d_and_15d_train_identically_at_4_workers(trained, replication):
 @pytest.mark.slow
 def test_ladies_1d_and_15d_train_identically(trained):
     assert_same_training(trained("ladies", "gcn", "1d"), trained("ladies", "gcn", "1.5d", 2))
+
+
+ON_DEVICE = ("--sample-on", "device", "--device", "cpu")
+
+
+# Two more launches of 4 workers each: the slow tier, as the host runs they are compared with. The default
+# tier compares the 1.5D device path's blocks with the host's on spawned workers (above).
+@pytest.mark.slow
+@pytest.mark.parametrize("layout, replication", [("1d", 1), ("1.5d", 2)])
+def test_sampling_on_the_device_trains_like_the_host(trained, layout, replication):
+    """--sample-on device (torch ops on CPU tensors, the path a GPU runs; a device feature cache in front of the
+    store): 1d holds the topology on the device, 1.5d copies each hop's fetched rows there. The run is the
+    host's, bit for bit, with the same sampling and feature rounds."""
+    host, device = trained("matrix", "sage", layout, replication), trained("matrix", "sage", layout, replication,
+                                                                         *ON_DEVICE)
+    assert_same_training(device, host)
+    for a, b in zip(device["history"], host["history"], strict=True):
+        assert a["rounds_per_bulk"] == b["rounds_per_bulk"]
+
+
+@pytest.mark.slow
+def test_ladies_on_the_device_trains_like_on_the_host(trained):
+    """LADIES on the device in 1.5d: the host's drawn nodes, its weights within a float32 rounding, so its
+    losses within 1e-6."""
+    host, device = trained("ladies", "gcn", "1.5d", 2), trained("ladies", "gcn", "1.5d", 2, *ON_DEVICE)
+    for a, b in zip(device["history"], host["history"], strict=True):
+        np.testing.assert_allclose(a["iteration_losses"], b["iteration_losses"], rtol=1e-6)
+        assert a["sampled_edges"] == b["sampled_edges"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout, replication", [("1d", 1), ("1.5d", 2)])
+def test_sampling_on_cuda_trains_like_the_cpu_run(trained, layout, replication):
+    """4 workers on the GPU(s), sampling there: GraphSAGE's blocks are the host's, so the losses are the CPU
+    run's within 1e-4 (the model's sums in another order) and the sampled edges the same."""
+    cpu = trained("matrix", "sage", layout, replication)
+    gpu = trained("matrix", "sage", layout, replication, "--sample-on", "device", "--device", "cuda")
+    np.testing.assert_allclose([h["iteration_losses"] for h in gpu["history"]],
+                               [h["iteration_losses"] for h in cpu["history"]], rtol=1e-4)
+    assert [h["sampled_edges"] for h in gpu["history"]] == [h["sampled_edges"] for h in cpu["history"]]
 
 
 def test_bad_replication_is_refused_with_the_flag():

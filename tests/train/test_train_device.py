@@ -199,18 +199,35 @@ def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset
     assert numbers(trained(dataset, config(**kw))) == numbers(trained(dataset, config(sample_on="host")))
 
 
+@pytest.mark.parametrize("sampler, kw", [("matrix", dict(bulk=3)), ("ladies", dict(bulk=2, layer_size=64))])
+def test_matrix_samplers_on_the_device_train_like_on_the_host(dataset, sampler, kw):
+    """--sample-on device with --sampler matrix or ladies: the products in torch ops (here on CPU tensors).
+    GraphSAGE's blocks are the host's, so is the run, bit for bit; LADIES' weights are the host's within a
+    float32 rounding, so its losses are within 1e-6 and the rest alike."""
+    cfg = config(sampler=sampler, **kw)
+    device, host = trained(dataset, replace(cfg, sample_on="device")), trained(dataset, replace(cfg, sample_on="host"))
+    if sampler == "matrix":
+        assert numbers(device) == numbers(host)
+        return
+    for a, b in zip(device.history, host.history, strict=True):
+        np.testing.assert_allclose(a["iteration_losses"], b["iteration_losses"], rtol=1e-6)
+        assert a["sampled_edges"] == b["sampled_edges"]
+
+
 @pytest.mark.parametrize(("kw", "layout", "message"), [
-    (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused sampler's "
-                                                         r"blocks; --sampler two_step samples on the host"),
+    (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused or matrix or "
+                                                         r"ladies sampler's blocks; --sampler two_step samples on the "
+                                                         r"host"),
     (dict(sample_on="gpu"), None, r"sample_on: expected one of \('auto', 'host', 'device'\)"),
     (dict(gpu_cache_fraction=-0.1), None, r"gpu_cache_fraction: expected a fraction of all nodes in \[0, 1\]"),
-    (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs the whole topology and a feature "
-                                          r"store on each worker \(--layout hybrid\); --layout vanilla"),
-    (dict(sample_on="device"), "split", r"sample_on: --sample-on device needs .* \(--layout hybrid\); --layout split "
-                                        r"samples on the host"),
+    (dict(sample_on="device"), "vanilla", r"sample_on: --sample-on device needs a layout whose workers sample on the "
+                                          r"device \(--layout hybrid or 1d or 1.5d\); --layout vanilla samples on the "
+                                          r"host"),
+    (dict(sample_on="device"), "split", r"sample_on: --sample-on device needs .* \(--layout hybrid or 1d or 1.5d\); "
+                                        r"--layout split samples on the host"),
     (dict(gpu_cache_fraction=0.5), "vanilla", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs every node's "
                                               r"in-degree and a feature store on each worker \(--layout hybrid or "
-                                              r"split\); --layout vanilla gathers on the host"),
+                                              r"split or 1d or 1.5d\); --layout vanilla gathers on the host"),
 ])
 def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
     from gnnscale.train.layouts import layout_options

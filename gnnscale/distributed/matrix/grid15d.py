@@ -15,6 +15,11 @@ LADIES, the operator's values). The received rows, in ``needed`` order, are ``S 
 extraction are the single-process samplers' own, so the blocks equal theirs for the same keys.
 Features come the same way: the layout's partitioned feature store runs over the process column and
 the block-row book (:class:`Layout15D` holds both), one variable-size exchange of ids and rows.
+
+On a device (``--sample-on device``): the block row stays in host memory and the rows travel as above, over
+the column's gloo group (the design's host-side exchanges); the requester's products run on its device
+(:class:`FetchedRows` copies the received ``S A`` there once per hop, the device samplers factor, draw and
+extract there), so its blocks come out on the device. The device holds no topology, only a stack's rows.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ import torch
 from gnnscale.distributed.comm import Comm
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition, load_partition
+from gnnscale.sampling import BatchSampler
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
+from gnnscale.sampling.matrix.device_ladies import DeviceLadiesSampler
+from gnnscale.sampling.matrix.device_products import DeviceRows
+from gnnscale.sampling.matrix.device_sage import DeviceMatrixSampler
 from gnnscale.sampling.matrix.ladies import check_layer_sizes
 from gnnscale.sampling.matrix.products import StackedRows, operator_rows
 from gnnscale.sampling.matrix.sage import PHASES, check_bulk
@@ -192,6 +201,24 @@ class ColumnRows:
         return sp.csr_matrix((data, index, indptr), shape=(length.shape[0], self.num_nodes), copy=False)
 
 
+class FetchedRows:
+    """The device samplers' rows in the 1.5D layout (a :class:`~gnnscale.sampling.matrix.device_products.RowSource`):
+    fetched by ``rows`` from the process column through host memory, then copied to ``device``.
+
+    Args:
+        rows: the column's row fetch (pattern or operator values).
+        device: where the sampler runs.
+    """
+
+    def __init__(self, rows: ColumnRows, device: torch.device) -> None:
+        self.rows, self.device, self.num_nodes = rows, device, rows.num_nodes
+
+    def gather(self, needed: torch.Tensor) -> DeviceRows:
+        """The rows ``needed`` (ascending) on the device. Collective on the process column (2 "sample" rounds)."""
+        ids = needed.cpu().numpy()  # host sync on a GPU: the ids go out over gloo
+        return DeviceRows.from_scipy(self.rows.gather(ids), self.device, with_values=self.rows.with_values)
+
+
 class Matrix15DSampler(MatrixSampler):
     """GraphSAGE matrix sampling whose rows of ``A`` come from the process column (1.5D); the same
     blocks as :class:`MatrixSampler` on the whole graph for the same keys. Each ``sample_many`` costs
@@ -232,21 +259,24 @@ class Ladies15DSampler(LadiesSampler):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout15D:
-    """One worker's 1.5D parts: its grid position, block row, column Comm, block-row book and samplers. Its
-    feature store is the partitioned one over ``column`` and ``book``: part ``grid.row``, ``block.features``."""
+    """One worker's 1.5D parts: its grid position, block row, column Comm, block-row book and samplers (the
+    training one on the host or a device, evaluation's on the host). Its feature store is the partitioned one over
+    ``column`` and ``book``: part ``grid.row``, ``block.features``."""
 
     grid: ProcessGrid
     block: BlockRow
     column: Comm
     book: PartitionBook
-    sampler: MatrixSampler | LadiesSampler
+    sampler: BatchSampler
     eval_sampler: MatrixSampler
 
 
 def build_15d(partition_dir: str | Path, part: LocalPartition, comm: Comm, replication: int, *, sampler: str,
-              fanouts, inference_fanouts, bulk: int, replace: bool, layer_sizes, self_loops: bool) -> Layout15D:
+              fanouts, inference_fanouts, bulk: int, replace: bool, layer_sizes, self_loops: bool,
+              device: torch.device | None = None) -> Layout15D:
     """Load this worker's block row, create the column groups (collective over all workers) and build
-    the samplers on its column. ``sampler``: a bulk sampler's name (layer-wise: LADIES; else GraphSAGE's)."""
+    the samplers on its column. ``sampler``: a bulk sampler's name (layer-wise: LADIES; else GraphSAGE's);
+    ``device``: where the training sampler runs (None: the host)."""
     grid = ProcessGrid(world_size=comm.world_size, replication=check_replication(replication, comm.world_size),
                        rank=comm.rank)
     block = load_block_row(partition_dir, part, grid)
@@ -258,9 +288,12 @@ def build_15d(partition_dir: str | Path, part: LocalPartition, comm: Comm, repli
     if sampler_spec(sampler).layerwise:
         operator = operator_rows(block.indptr, block.indices, block.first_node, part.book.num_nodes,
                                  self_loops=self_loops)
-        train = Ladies15DSampler(ColumnRows(operator, book, column, with_values=True), layer_sizes, bulk=bulk,
-                                 self_loops=self_loops)
-    else:
+        rows = ColumnRows(operator, book, column, with_values=True)
+        train = Ladies15DSampler(rows, layer_sizes, bulk=bulk, self_loops=self_loops) if device is None else \
+            DeviceLadiesSampler(FetchedRows(rows, device), layer_sizes, bulk=bulk, self_loops=self_loops)
+    elif device is None:
         train = Matrix15DSampler(pattern_rows, fanouts, bulk=bulk, replace=replace)
+    else:
+        train = DeviceMatrixSampler(FetchedRows(pattern_rows, device), fanouts, bulk=bulk, replace=replace)
     return Layout15D(grid=grid, block=block, column=column, book=book, sampler=train,
                      eval_sampler=Matrix15DSampler(pattern_rows, inference_fanouts))

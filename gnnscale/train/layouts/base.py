@@ -192,7 +192,8 @@ class LayoutSpec:
             (``--eval full``, ``gnnscale predict --partitions``).
         repartitionable: a checkpoint may resume on another partition (worker count) at an epoch boundary.
         device_sampling: samples on the training device (``--sample-on device``): a layout whose workers draw
-            their batches from the whole topology with a registered sampler.
+            their batches with a sampler that has a device build, over what they hold (the whole topology, or 1.5D's
+            block rows, fetched per hop).
         device_cache: holds the hottest feature rows on the training device (``--gpu-cache-fraction``): a layout
             whose workers gather their rows through a feature store and know every node's in-degree.
         seeds_anywhere: its samplers take seeds owned by any worker (what a task that samples for node pairs

@@ -8,13 +8,21 @@ to the single-process matrix sampler:
   fetched from their owners (as hybrid).
 - ``1.5d --replication C``: block rows of the adjacency and features replicated C times; rows of ``A``
   and features fetched inside the process column (:mod:`gnnscale.distributed.matrix.grid15d`).
+
+Both follow the device policy (``--sample-on``, ``--gpu-cache-fraction``): on the device, ``1d`` holds the
+sampler's topology there and ``1.5d`` copies each hop's fetched rows there; either way the products, draws
+and extraction run there and a device feature cache stands in front of the store.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from gnnscale.distributed.matrix.grid15d import Layout15D, build_15d, check_replication
+from gnnscale.features.device_cache import device_store
+from gnnscale.features.host_cache import global_in_degrees
 from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.sampling.registry import samplers_with
 from gnnscale.settings import setting
@@ -25,21 +33,27 @@ from gnnscale.train.samplers import build_samplers, is_gcn
 
 
 def build_1d(ctx: LayoutContext) -> DataParallel:
-    part, cfg, loader = ctx.part, ctx.cfg, ctx.loader
-    train, evaluate = build_samplers(part.topology, ctx.model, cfg)
-    store = PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
+    part, cfg, loader, policy = ctx.part, ctx.cfg, ctx.loader, ctx.policy
     graph = part.topology
+    train, evaluate = build_samplers(graph, ctx.model, cfg, policy)
+    store = device_store(PartitionedFeatureStore(part.book, loader.rank, part.features, loader), np.diff(graph.indptr),
+                         policy.gpu_cache_fraction, policy.device, policy.sample_on_device)
     held = graph.indptr.nbytes + graph.indices.nbytes + part.features.nbytes
     return DataParallel(train, evaluate, store, part, loader, held_bytes=int(held))
 
 
 def build_15d_layout(ctx: LayoutContext) -> DataParallel:
-    cfg = ctx.cfg
+    cfg, policy = ctx.cfg, ctx.policy
     sizes = (cfg.ladies_layer_size,) * cfg.num_layers
     grid = build_15d(ctx.partition_dir, ctx.part, ctx.loader, ctx.options.settings.replication, sampler=cfg.sampler,
                      fanouts=cfg.fanouts, inference_fanouts=cfg.inference_fanouts, bulk=cfg.bulk, replace=cfg.replace,
-                     layer_sizes=sizes, self_loops=is_gcn(ctx.model))
+                     layer_sizes=sizes, self_loops=is_gcn(ctx.model),
+                     device=policy.device if policy.sample_on_device else None)
     store = column_store(grid)
+    if policy.rows_on_device:
+        # Collective on the column (every worker alike: the policy is agreed): the in-degrees the cache ranks by.
+        degrees = global_in_degrees(np.diff(grid.block.indptr), grid.book, grid.column)
+        store = device_store(store, degrees, policy.gpu_cache_fraction, policy.device, policy.sample_on_device)
     grid.column.stats.snapshot_and_reset()  # set-up rounds are not part of any iteration
     return DataParallel(grid.sampler, grid.eval_sampler, store, ctx.part, ctx.loader,
                         data_comm=grid.column, held_bytes=grid.block.nbytes)
@@ -77,8 +91,8 @@ class ReplicationOptions:
 
 ONE_D = LayoutSpec(
     name="1d", summary="matrix samplers, topology replicated: no sampling rounds", view="whole",
-    samplers=samplers_with("bulk"), per_worker_batches=True, build=build_1d)
+    samplers=samplers_with("bulk"), per_worker_batches=True, device_sampling=True, device_cache=True, build=build_1d)
 ONE_POINT_FIVE_D = LayoutSpec(
     name="1.5d", summary="matrix samplers, block rows of the adjacency on --replication workers each", view="own",
-    samplers=samplers_with("bulk"), per_worker_batches=True, options=ReplicationOptions, check=check_15d,
-    build=build_15d_layout)
+    samplers=samplers_with("bulk"), per_worker_batches=True, options=ReplicationOptions, device_sampling=True,
+    device_cache=True, check=check_15d, build=build_15d_layout)

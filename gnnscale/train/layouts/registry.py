@@ -92,11 +92,11 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
 
 
 def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:
-    """--sample-on device needs a layout that samples the whole topology with a registered sampler
+    """--sample-on device needs a layout whose workers sample with a device build of the sampler
     (``spec.device_sampling``), --gpu-cache-fraction one that gathers its rows through a feature store
     (``spec.device_cache``); neither runs with DGS (whose kernels and fetch are its own)."""
     if cfg.sample_on == "device" and not spec.device_sampling:
-        raise ValueError(f"sample_on: --sample-on device needs the whole topology and a feature store on each worker "
+        raise ValueError(f"sample_on: --sample-on device needs a layout whose workers sample on the device "
                          f"(--layout {layouts_with('device_sampling')}); --layout {spec.name} samples on the host")
     if cfg.gpu_cache_fraction > 0 and not spec.device_cache:
         raise ValueError(f"gpu_cache_fraction: --gpu-cache-fraction {cfg.gpu_cache_fraction:g} needs every node's "
