@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnscale.graph.csc import CSCGraph, index_dtype
+from gnnscale.graph.csc import CSCGraph, _drop_repeats, index_dtype
 
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 SEPARATOR = "__"  # between the parts of a relation's name: "author__writes__paper"
@@ -252,8 +252,8 @@ def typed_graph(node_counts: dict[str, int], edges: dict, *, reverse: bool = Fal
         local = with_reverses(local)
     relations = tuple(local)
     num_nodes = int(offsets[-1])
-    src_all, dst_all, rel_all = [], [], []
-    for r, (rel, (src, dst)) in enumerate(local.items()):
+    src_all, dst_all = [], []
+    for rel, (src, dst) in local.items():
         for end, ids in ((rel.src, src), (rel.dst, dst)):
             if end not in types:
                 raise ValueError(f"edges: {rel} names node type {end!r}, not one of {', '.join(types)}")
@@ -265,15 +265,7 @@ def typed_graph(node_counts: dict[str, int], edges: dict, *, reverse: bool = Fal
             raise ValueError(f"edges: {rel} has {src.shape[0]} sources and {dst.shape[0]} destinations")
         src_all.append(src + offsets[types.index(rel.src)])
         dst_all.append(dst + offsets[types.index(rel.dst)])
-        rel_all.append(np.full(src.shape[0], r, dtype=np.int64))
-    src = np.concatenate(src_all) if src_all else np.zeros(0, np.int64)
-    dst = np.concatenate(dst_all) if dst_all else np.zeros(0, np.int64)
-    rel = np.concatenate(rel_all) if rel_all else np.zeros(0, np.int64)
-    # CSC order: by destination, then relation, then source; repeats of one (relation, pair) dropped.
-    order = np.lexsort((src, rel, dst))
-    src, dst, rel = src[order], dst[order], rel[order]
-    keep = _first_of_runs(src, dst, rel)
-    src, dst, rel = src[keep], dst[keep], rel[keep]
+    src, dst, rel = _csc_order(src_all, dst_all, num_nodes)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
     graph = CSCGraph(indptr=indptr, indices=src.astype(index_dtype(num_nodes)), num_nodes=num_nodes)
@@ -281,9 +273,10 @@ def typed_graph(node_counts: dict[str, int], edges: dict, *, reverse: bool = Fal
     position = np.zeros(len(relations), dtype=np.int64)  # a relation's place among its destination type's
     for t in range(len(types)):
         position[layout.rel_ids[layout.rel_start[t]:layout.rel_start[t + 1]]] = np.arange(layout.rows_per_node(t))
-    dst_type = np.searchsorted(offsets, dst, side="right") - 1
-    k = np.diff(layout.rel_start)[dst_type]
-    rows = layout.row_start[dst_type] + (dst - offsets[dst_type]) * k + position[rel]
+    rows = np.empty(dst.shape[0], dtype=np.int64)
+    for t in range(len(types)):  # the edges into type t are one run: dst is sorted
+        lo, hi = int(indptr[offsets[t]]), int(indptr[offsets[t + 1]])
+        rows[lo:hi] = layout.row_start[t] + (dst[lo:hi] - offsets[t]) * layout.rows_per_node(t) + position[rel[lo:hi]]
     rel_indptr = np.zeros(layout.num_rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=layout.num_rows), out=rel_indptr[1:])
     return TypedGraph(node_types=types, type_offsets=offsets, relations=relations, graph=graph, rel_indptr=rel_indptr)
@@ -298,6 +291,36 @@ def with_reverses(edges: dict[Relation, tuple[np.ndarray, np.ndarray]]) -> dict[
         elif rel.reverse not in edges:
             out[rel.reverse] = (dst, src)
     return out
+
+
+def _csc_order(src_all: list[np.ndarray], dst_all: list[np.ndarray], num_nodes: int, *,
+               one_key: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst, rel)`` int64: relation ``r``'s edges ``src_all[r] -> dst_all[r]`` (global ids) in CSC order (by
+    destination, then relation, then source), repeats of one (relation, pair) kept once. ``one_key``: sort one
+    int64 key per edge (None: when its bits fit) rather than three columns."""
+    num_relations = len(src_all)
+    if not num_relations:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    node_bits, rel_bits = max(num_nodes - 1, 1).bit_length(), max(num_relations - 1, 1).bit_length()
+    if one_key is None:
+        one_key = 2 * node_bits + rel_bits <= 63
+    if not one_key:
+        src, dst = np.concatenate(src_all), np.concatenate(dst_all)
+        rel = np.repeat(np.arange(num_relations, dtype=np.int64), [s.shape[0] for s in src_all])
+        order = np.lexsort((src, rel, dst))
+        src, dst, rel = src[order], dst[order], rel[order]
+        keep = _first_of_runs(src, dst, rel)
+        return src[keep], dst[keep], rel[keep]
+    # One int64 key per edge, the bits of (dst, rel, src) side by side: one sort of one array and shifts to split
+    # it, where a lexsort of three columns is ~40x slower at 10^7 edges.
+    keys = np.concatenate([(((dst << rel_bits) | r) << node_bits) | src
+                           for r, (src, dst) in enumerate(zip(src_all, dst_all))])
+    keys.sort()
+    keys = _drop_repeats(keys)
+    src = keys & ((1 << node_bits) - 1)
+    rel = (keys >> node_bits) & ((1 << rel_bits) - 1)
+    keys >>= node_bits + rel_bits
+    return src, keys, rel
 
 
 def _first_of_runs(*sorted_columns: np.ndarray) -> np.ndarray:
