@@ -55,6 +55,17 @@ class FeatureRows:
     blocks: Iterable[np.ndarray]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteSummary:
+    """What :func:`write_typed_dataset` wrote: the directory, the graph's counts (nodes of all types, edges of all
+    relations) and ``{file name: bytes on disk}``."""
+
+    directory: Path
+    num_nodes: int
+    num_edges: int
+    file_bytes: dict[str, int]
+
+
 def array_rows(x: np.ndarray) -> FeatureRows:
     """A feature matrix (in memory or memory-mapped) as :class:`FeatureRows`, a block of rows at a time (the pages
     of a mapped matrix are released after each block: a copy, not a load)."""
@@ -97,8 +108,8 @@ def save_typed_dataset(ds: TypedDataset, directory: str | Path, *, overwrite: bo
 def write_typed_dataset(directory: str | Path, *, name: str, graph: TypedGraph,
                         features: Mapping[str, FeatureRows | None], target_type: str, labels: np.ndarray,
                         splits: tuple[np.ndarray, np.ndarray, np.ndarray], num_classes: int, overwrite: bool = False,
-                        progress: Progress | None = None) -> dict[str, int]:
-    """Write a typed dataset directory atomically, features block by block; returns ``{file name: bytes}``.
+                        progress: Progress | None = None) -> WriteSummary:
+    """Write a typed dataset directory atomically, features block by block.
 
     Args:
         directory: the target; its parent is created if missing.
@@ -142,7 +153,8 @@ def write_typed_dataset(directory: str | Path, *, name: str, graph: TypedGraph,
         file_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
         finish_directory(tmp, directory, META_FILE, with_array_specs(meta, specs))
     file_bytes[META_FILE] = (directory / META_FILE).stat().st_size
-    return file_bytes
+    return WriteSummary(directory=directory, num_nodes=graph.num_nodes, num_edges=graph.num_edges,
+                        file_bytes=file_bytes)
 
 
 def _write_array(tmp: Path, stem: str, arr: np.ndarray) -> tuple[np.dtype, tuple[int, ...]]:

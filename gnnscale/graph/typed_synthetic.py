@@ -40,7 +40,7 @@ from gnnscale.graph.csc import INT32_MAX
 from gnnscale.graph.storage import check_target
 from gnnscale.graph.typed import Relation, TypedGraph, parse_relation, typed_graph
 from gnnscale.graph.typed_dataset import TypedDataset
-from gnnscale.graph.typed_storage import FeatureRows, Progress, write_typed_dataset
+from gnnscale.graph.typed_storage import FeatureRows, Progress, WriteSummary, write_typed_dataset
 
 STUBS_PER_UNIT = 4  # stub slots per unit of theta (theta >= 1: every node owns about 4 or more)
 EDGE_CHUNK = 1 << 22  # draws per step: bounds the temporaries (about 10 arrays of this length)
@@ -368,10 +368,10 @@ def make_typed_synthetic(cfg: TypedSyntheticConfig) -> TypedDataset:
 
 
 def generate_typed_dataset(cfg: TypedSyntheticConfig, out_dir: str | Path, *, overwrite: bool = False,
-                           progress: Progress | None = None) -> dict[str, int]:
+                           progress: Progress | None = None) -> WriteSummary:
     """Write the dataset of ``cfg`` to ``out_dir`` (a typed dataset directory): the topology built in memory, the
     features block by block (what :func:`make_typed_synthetic` returns, array for array, without holding the
-    features: IGB-H's 1024-d rows on every type). Returns ``{file name: bytes}``."""
+    features: IGB-H's 1024-d rows on every type)."""
     if not isinstance(cfg, TypedSyntheticConfig):
         raise TypeError(f"cfg: expected a TypedSyntheticConfig, got {type(cfg).__name__}")
     check_target(Path(out_dir), overwrite, "out_dir")  # before the work, not after it

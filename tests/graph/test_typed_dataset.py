@@ -45,7 +45,8 @@ def test_the_tiny_dataset_by_hand():
     assert ds.local_ids(np.array([5, 6]), "author").tolist() == [1, 2]
     assert ds.global_ids(np.array([0, 2]), "author").tolist() == [4, 6]
     summary = ds.summary()
-    assert summary["node_types"] == {"paper": {"nodes": 4, "feature_dim": 2}, "author": {"nodes": 3, "feature_dim": None}}
+    assert summary["node_types"] == {"paper": {"nodes": 4, "feature_dim": 2},
+                                     "author": {"nodes": 3, "feature_dim": None}}
     # writes: papers' in-degrees 2, 1, 0, 1; cites: 2, 0, 1, 0.
     assert summary["relations"] == {
         "author__writes__paper": {"edges": 4, "mean_in_degree": 1.0, "max_in_degree": 2},
