@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from gnnscale.cli.flags import add_settings, read_settings
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.graph.datasets import DATASETS, is_typed, load_dataset
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.settings import flag_names, setting
 from gnnscale.train.api import DEFAULT_TIMEOUT_S  # noqa: F401 (--timeout's default, the library's)
 
