@@ -91,29 +91,46 @@ class NodeDataset:
         }
 
 
-# Labels of NodeDataset.summary()'s keys in `gnnscale info`; a key missing here shows under its own name.
+# Labels of the summaries' keys (NodeDataset's, TypedDataset's) in `gnnscale info`; a key missing here shows
+# under its own name, its underscores as spaces.
 SUMMARY_LABELS = {
     "name": "dataset", "num_nodes": "nodes", "num_edges": "edges", "feature_dim": "feature dim",
     "num_classes": "classes", "train/val/test": "train / val / test", "in_degree": "in-degree",
     "topology_bytes": "topology", "feature_bytes": "features", "feature_to_topology_ratio": "features / topology",
+    "node_types": "node types", "target_type": "target type", "mean_in_degree": "mean in-degree",
+    "max_in_degree": "max in-degree",
 }
 _BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
 
 
 def describe_summary(summary: dict) -> str:
-    """``summary`` (:meth:`NodeDataset.summary`) as aligned ``label  value`` lines for a person to read:
-    counts with thousands separators, floats to 3 significant digits, byte counts in kB/MB/GB."""
-    rows = [(SUMMARY_LABELS.get(key, key.replace("_", " ")), _format_value(key, value))
-            for key, value in summary.items()]
+    """``summary`` (:meth:`NodeDataset.summary`, :meth:`~gnnscale.graph.typed_dataset.TypedDataset.summary`) as
+    aligned ``label  value`` lines for a person to read: counts with thousands separators, floats to 3 significant
+    digits, byte counts in kB/MB/GB. A table (a value whose entries are all mappings, such as the node types) gets
+    a heading line and one indented line per entry."""
+    rows = []
+    for key, value in summary.items():
+        label = _label(key)
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            rows.append((label, ""))
+            rows.extend((f"  {name}", _format_value(name, entry)) for name, entry in value.items())
+        else:
+            rows.append((label, _format_value(key, value)))
     width = max((len(label) for label, _ in rows), default=0)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+    return "\n".join(f"{label:<{width}}  {value}".rstrip() for label, value in rows)
+
+
+def _label(key: str) -> str:
+    return SUMMARY_LABELS.get(key, key.replace("_", " "))
 
 
 def _format_value(key: str, value: object) -> str:
+    if value is None:
+        return "none"
     if key.endswith("_bytes") and isinstance(value, int):
         return format_bytes(value)
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_format_value(k, v)}" for k, v in value.items())
+        return ", ".join(f"{_label(k)} {_format_value(k, v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return " / ".join(_format_value(key, v) for v in value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):

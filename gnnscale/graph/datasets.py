@@ -4,13 +4,20 @@
 name                      root                                                   options
 ========================  =====================================================  ==========================
 synthetic                 ignored (generated)                                    SyntheticConfig fields,
-                                                                                 preset, scale
+                                                                                 preset, scale; typed presets
+                                                                                 (mag, igbh): preset, scale,
+                                                                                 TypedSyntheticConfig fields
 cora, citeseer, pubmed    folder with ``ind.<name>.*``                            normalize_features
 ogbn-arxiv, -products,    OGB's root (holds ``ogbn_<name>/``)                     symmetrize, layout
 ogbn-papers100M
 npz                       the ``.npz`` file                                      symmetrize, remove_self_loops
-dir                       a directory written by :func:`save_dataset`            mmap
+dir                       a directory written by :func:`save_dataset` or         mmap
+                          :func:`save_typed_dataset` (``gnnscale convert``,
+                          ``gnnscale generate``)
 ========================  =====================================================  ==========================
+
+The typed presets and a typed directory give a :class:`~gnnscale.graph.typed_dataset.TypedDataset`, every other
+a :class:`~gnnscale.graph.dataset.NodeDataset`.
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ from gnnscale.graph.dataset import NodeDataset
 from gnnscale.graph.npz import load_npz
 from gnnscale.graph.ogb import OGB_DATASETS, load_ogb
 from gnnscale.graph.planetoid import PLANETOID_NAMES, load_planetoid
-from gnnscale.graph.storage import load_dataset_dir
 from gnnscale.graph.synthetic import PRESETS, SyntheticConfig, make_synthetic, preset_config
+from gnnscale.graph.typed_dataset import TypedDataset
+from gnnscale.graph.typed_storage import is_typed_directory, load_dataset_directory
+from gnnscale.graph.typed_synthetic import TYPED_PRESETS, make_typed_synthetic, typed_preset_config
 
 DATASETS = ("synthetic", *PLANETOID_NAMES, *OGB_DATASETS, "npz", "dir")
 
@@ -39,18 +48,19 @@ _ROOT_MEANING = {
     **{name: f"the folder holding ind.{name}.* files" for name in PLANETOID_NAMES},
     **{name: f"OGB's root folder (the one holding {name.replace('-', '_')}/)" for name in OGB_DATASETS},
     "npz": "the path of the .npz file",
-    "dir": "a directory written by save_dataset",
+    "dir": "a directory written by save_dataset, save_typed_dataset, gnnscale convert or gnnscale generate",
 }
 
 
-def load_dataset(name: str, root: str | Path | None = None, **options) -> NodeDataset:
+def load_dataset(name: str, root: str | Path | None = None, **options) -> NodeDataset | TypedDataset:
     """Load a dataset by registry name.
 
     Args:
         name: one of :data:`DATASETS`.
         root: where the data lives (see the module table; the CLI's ``--data-dir``); required for every
             name except ``"synthetic"``, which ignores it.
-        **options: loader options (module table); for ``"synthetic"``, :class:`SyntheticConfig` fields.
+        **options: loader options (module table); for ``"synthetic"``, :class:`SyntheticConfig` fields, or a
+            typed preset (``preset="mag"`` or ``"igbh"``, ``scale``) and TypedSyntheticConfig fields.
 
     Raises ValueError for an unknown name, a missing root, an unknown option, or missing files (the
     loaders name the missing file).
@@ -58,6 +68,10 @@ def load_dataset(name: str, root: str | Path | None = None, **options) -> NodeDa
     if name not in DATASETS:
         raise ValueError(f"name: unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}")
     if name == "synthetic":
+        if options.get("preset") in TYPED_PRESETS:
+            options = dict(options)
+            return make_typed_synthetic(typed_preset_config(options.pop("preset"), options.pop("scale", 1.0),
+                                                            **options))
         return make_synthetic(_synthetic_config(options))
     if root is None:
         raise ValueError(f"root: dataset {name!r} needs root (data_dir): {_ROOT_MEANING[name]}")
@@ -67,12 +81,20 @@ def load_dataset(name: str, root: str | Path | None = None, **options) -> NodeDa
     return _loader(name)(Path(root), **options)
 
 
-def _loader(name: str) -> Callable[..., NodeDataset]:
+def is_typed(name: str, root: str | Path | None = None, **options) -> bool:
+    """Whether :func:`load_dataset` with these arguments gives a TypedDataset (a typed preset, or a typed dataset
+    directory), found without loading it."""
+    if name == "synthetic":
+        return options.get("preset") in TYPED_PRESETS
+    return name == "dir" and root is not None and is_typed_directory(root)
+
+
+def _loader(name: str) -> Callable[..., NodeDataset | TypedDataset]:
     if name in PLANETOID_NAMES:
         return lambda root, **kw: load_planetoid(root, name, **kw)
     if name in OGB_DATASETS:
         return lambda root, **kw: load_ogb(root, name, **kw)
-    return {"npz": load_npz, "dir": load_dataset_dir}[name]
+    return {"npz": load_npz, "dir": load_dataset_directory}[name]
 
 
 def _synthetic_config(options: dict) -> SyntheticConfig:
@@ -80,8 +102,12 @@ def _synthetic_config(options: dict) -> SyntheticConfig:
     options = dict(options)
     preset, scale = options.pop("preset", None), options.pop("scale", None)
     if preset is not None or scale is not None:
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"preset: expected one of {', '.join(PRESETS)}, got {preset!r} (typed graphs: "
+                             f"{', '.join(TYPED_PRESETS)})")
         if preset is None:
-            raise ValueError(f"scale: needs a preset (one of {', '.join(PRESETS)}), e.g. -o preset=hard -o scale=0.5")
+            raise ValueError(f"scale: needs a preset (one of {', '.join((*PRESETS, *TYPED_PRESETS))}), e.g. -o "
+                             "preset=hard -o scale=0.5")
         return preset_config(preset, 1.0 if scale is None else scale, **options)
     valid = [f.name for f in dataclasses.fields(SyntheticConfig)]
     unknown = sorted(set(options) - set(valid))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnscale.graph.typed import Relation, parse_relation, typed_graph
+from gnnscale.graph.typed import Relation, _csc_order, parse_relation, typed_graph
 
 # The tiny typed graph (local ids; edges point the way messages flow):
 #
@@ -75,3 +75,19 @@ def test_unknown_relation_and_type_names():
     with pytest.raises(ValueError, match="node type: expected one of paper, author, got 'venue'"):
         g.count("venue")
     assert np.array_equal(g.first_rows(), [0, 2, 4, 6, 8, 8, 8])
+
+
+def test_one_sort_key_and_three_sorted_columns_give_one_order():
+    # The key of (destination, relation, source) packed in one int64 is the fast path; the lexsort of three columns
+    # serves graphs whose ids do not fit: the same edges, the same order, repeats dropped alike.
+    rng = np.random.default_rng(0)
+    # Types of 20 and 30 nodes (global ids 0-19, 20-49); relations 20 -> 30, 30 -> 30, 30 -> 20.
+    shifts = [(0, 20), (20, 20), (20, 0)]
+    sizes = [(20, 30, 400), (30, 30, 300), (30, 20, 5)]
+    edges = [(rng.integers(0, n_src, m), rng.integers(0, n_dst, m)) for n_src, n_dst, m in sizes]
+    fast = _csc_order(edges, shifts, 50, one_key=True)
+    slow = _csc_order(edges, shifts, 50, one_key=False)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+    triples = {(int(d) + shifts[r][1], r, int(s) + shifts[r][0]) for r in range(3) for s, d in zip(*edges[r])}
+    assert list(zip(fast[1].tolist(), fast[2].tolist(), fast[0].tolist())) == sorted(triples)
