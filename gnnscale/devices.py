@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -194,6 +194,16 @@ class StreamCopy:
             for t in sent.tensors:
                 t.record_stream(current)
         return sent.value
+
+
+def host_copies(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """``tensors`` on the host, with one wait for all of them: each device tensor's copy is queued without
+    blocking (into pinned memory) on its device's current stream, then that stream is synchronised once; host
+    tensors come back as they are."""
+    out = [t.to("cpu", non_blocking=True) for t in tensors]
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()  # host sync: one per call, the copies are done
+    return out
 
 
 def _pinned(t: Tensor) -> Tensor:

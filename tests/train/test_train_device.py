@@ -199,6 +199,18 @@ def test_sampling_and_rows_on_the_device_train_bit_for_bit_like_the_host(dataset
     assert numbers(trained(dataset, config(**kw))) == numbers(trained(dataset, config(sample_on="host")))
 
 
+def pyg_run(ds, cfg: TrainConfig):
+    from fit_models import make_model  # PyG's GraphSAGE: imported where used, the gpu tests collect without PyG
+
+    return fit(make_model("pyg", ds.feature_dim, ds.num_classes, 2), ds, inputs="pyg", config=cfg, progress=False)
+
+
+def test_a_pyg_model_on_blocks_sampled_on_the_device_trains_bit_for_bit_like_the_host_run(dataset):
+    """fit(..., inputs="pyg") with the device sampler (its blocks where the sampler runs, here the CPU, the node-wise
+    batch drawn from them on the host) and the device cache in front of the rows: the host sampler's run."""
+    assert numbers(pyg_run(dataset, config(sample_on="device"))) == numbers(pyg_run(dataset, config(sample_on="host")))
+
+
 @pytest.mark.parametrize(("kw", "layout", "message"), [
     (dict(sample_on="device", sampler="two_step"), None, r"sample_on: --sample-on device draws the fused sampler's "
                                                          r"blocks; --sampler two_step samples on the host"),
@@ -244,6 +256,18 @@ def test_gpu_sampling_and_the_gpu_cache_train_like_the_cpu_run(dataset):
     gpu = trained(dataset, config(device="cuda", sample_on="device", gpu_cache_fraction=1.0))
     np.testing.assert_allclose([h["loss"] for h in gpu.history], [h["loss"] for h in cpu.history], rtol=1e-4)
     assert [h["sampled_edges"] for h in gpu.history] == [h["sampled_edges"] for h in cpu.history]
+
+
+@pytest.mark.gpu
+def test_a_pyg_model_on_cuda_samples_there_and_trains_the_same_twice(dataset):
+    """fit(..., inputs="pyg", device="cuda") with sample_on auto: the device sampler's blocks (on the GPU) become
+    the node-wise batch; the blocks are the CPU run's (the same edges sampled), and a second run is the first
+    bit for bit (deterministic kernels; the model's dropout draws from CUDA's generator, so not the CPU's
+    masks)."""
+    cpu = pyg_run(dataset, config())
+    first, second = (pyg_run(dataset, config(device="cuda")) for _ in range(2))
+    assert [h["sampled_edges"] for h in first.history] == [h["sampled_edges"] for h in cpu.history]
+    assert numbers(first) == numbers(second)
 
 
 @pytest.mark.gpu
