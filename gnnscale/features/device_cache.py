@@ -9,8 +9,8 @@ hits from device memory and asks the store underneath for the misses only, which
 from pinned host memory; with fraction 1 every feature row lives on the device and a gather never leaves
 it. The store's collective rounds are kept: a distributed store's gather is called once per batch on
 every worker, with the misses only. Per batch, the host waits once, for ids sampled on the device: to
-read how many of them missed, with their ids. :func:`device_store` says when a layout puts the cache in front of
-its store.
+read how many of them missed, with their ids. :func:`device_store` says when a layout puts the cache in
+front of its store.
 
 On the CPU (``device="cpu"``) the cache is a copy of the hot rows in host memory, so that its
 bookkeeping is tested where there is no GPU; it saves nothing there.
@@ -121,7 +121,7 @@ class DeviceFeatureCache:
         count_and_ids, slots = misses_first(node_ids, position)
         count_and_ids = host_copies([count_and_ids])[0]  # host sync for device ids: their misses' count and ids
         count = int(count_and_ids[0])  # read on the host, from the copy
-        missed = self.store.gather(count_and_ids[1:1 + count])  # once per batch, even with no miss: it may be collective
+        missed = self.store.gather(count_and_ids[1:1 + count])  # once per batch, even with no miss: maybe collective
         if self.num_cached:
             out = self.rows.index_select(0, self._send_positions(position.clamp(min=0)))
         else:  # nothing held (the device sampler's ids, gathered through the cache): every row is a miss

@@ -15,8 +15,9 @@ last)::
 Memory is bounded by chunks: the embeddings by layer-wise inference's; pair scores ``PAIR_CHUNK`` pairs
 at a time; top-K ``SOURCE_CHUNK`` sources against ``CANDIDATE_CHUNK`` candidates at a time, keeping a
 running top-K per source (the dot decoder as one product, the MLP decoder over the chunk's pairs; a
-float ``topk`` per chunk, exact ranking keys for what it picks).
-A node is never its own candidate; the known edges of ``topk_exclude`` (in either direction) are none
+float ``topk`` per chunk, exact ranking keys for what it picks). On a GPU the top-K holds the
+embedding table there, moved once (``num_nodes * width`` floats of device memory); on the CPU it reads
+the memory-mapped file. A node is never its own candidate; the known edges of ``topk_exclude`` (in either direction) are none
 either, and other existing edges are candidates like any other pair.
 
 **Scoring held-out edges** (``metric``): the embeddings are computed over the message-passing graph of

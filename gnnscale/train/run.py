@@ -152,7 +152,8 @@ def deterministic_kernels(enabled: bool):
 
     ``warn_only``: an operation that has no deterministic CUDA kernel (in a model of one's own) warns, naming
     itself, rather than stopping the run. Memory that torch allocates is not filled first (deterministic mode
-    would, at a cost per batch): gnnscale writes every element it allocates before reading it."""
+    would, at a cost per batch): the run's kernels write every element they allocate before reading it, so the
+    fill changes no result."""
     if not enabled:
         yield
         return

@@ -237,7 +237,8 @@ def test_deterministic_kernels_are_on_inside_a_gpu_run_and_the_callers_setting_i
     try:
         run()
         assert set(seen) == {(True, True, False)}
-        assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
     assert torch.utils.deterministic.fill_uninitialized_memory
