@@ -246,6 +246,9 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the rows here (after each row)")
     a = p.parse_args()
     a.fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    # cuBLAS reads its workspace setting at the process's first product; the trainer rows run with
+    # deterministic kernels, which want the deterministic workspace, after rows that make products of their own.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     set_sampler_threads(a.threads)
     torch.set_num_threads(a.threads)
     ds = load_dataset_dir(cached_dataset(a.scale, 0, a.cache_dir), mmap=False)

@@ -41,6 +41,9 @@ _TIMEOUT_STDERR = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # cuBLAS's deterministic workspace, before any test's first product on a GPU (cuBLAS reads it once per
+    # process): a run on a GPU asks for deterministic kernels, and a gpu test may make products before one.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line("markers", "timeout(seconds): this test's own limit (pytest-timeout's marker)")
         config.stash[_TIMEOUT_STDERR] = os.dup(sys.stderr.fileno())
