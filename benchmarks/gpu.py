@@ -30,6 +30,12 @@ the ratios the issue's targets are stated in: against the compute bound, and aga
 own time. Without CUDA only the CPU rows run (a smoke test: ``--scale 0.002``). With
 ``--accuracy-seeds K`` the CPU trainer and GPU sampling also train ``--accuracy-epochs`` epochs with
 evaluation for K seeds each and print the test accuracy of both.
+
+The rows run in the order the targets need them (the two denominators and the GPU rows first, the CPU
+trainer last), each printed and written to ``--json`` as it finishes, so that a run cut short keeps what
+it measured; with ``--budget-s S`` a row that would start after S seconds (dataset included) is skipped
+and named as such. Run from any directory with any Python that has torch and numba: the script imports
+the gnnscale tree it belongs to.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +54,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # this tree's gnnscale, installed or not
 from bulk import matrix_rows, print_matrix_rows  # noqa: E402
 from distributed import cached_dataset  # noqa: E402  (the shared products-shaped dataset cache)
 
@@ -194,20 +202,39 @@ def accuracy_rows(ds, a, cuda: bool) -> list[dict]:
 def print_table(rows: list[dict], a, graph: str) -> None:
     by = {r["row"]: r for r in rows}
     bound = by.get("GPU compute bound", {}).get("epoch_s")
-    sampler = by["CPU sampler alone"]["epoch_s"]
+    sampler = by.get("CPU sampler alone", {}).get("epoch_s")
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"\n{graph}; GraphSAGE {len(a.fanouts)} layers, hidden {a.hidden}, fanouts {a.fanouts}, batch "
           f"{a.batch_size}; {a.threads} threads, {device}")
     print("| row | epoch s | sample s | fetch s | fwd+bwd s | wait s | / compute bound | / CPU sampler |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
+        if "skipped" in r:
+            print(f"| {r['row']} | skipped: {r['skipped']} | | | | | | |")
+            continue
         cells = [f"{r[k]:.2f}" if k in r else "" for k in ("epoch_s", "sample_s", "fetch_s", "forward_backward_s",
                                                            "wait_s")]
         ratio_bound = f"{r['epoch_s'] / bound:.2f}x" if bound else ""
-        print(f"| {r['row']} | {' | '.join(cells)} | {ratio_bound} | {r['epoch_s'] / sampler:.2f}x |")
+        ratio_sampler = f"{r['epoch_s'] / sampler:.2f}x" if sampler else ""
+        print(f"| {r['row']} | {' | '.join(cells)} | {ratio_bound} | {ratio_sampler} |")
+
+
+def planned_rows(ds, a, cuda: bool) -> list[tuple[str, Callable[[], dict]]]:
+    """(name, how to measure it), in the order they run: the ratios' denominators and the GPU rows first, the
+    slowest row (the CPU trainer on the whole graph) last."""
+    rows = [("CPU sampler alone", lambda: sampler_alone_row(ds, a))]
+    if cuda:
+        rows += [("GPU compute bound", lambda: compute_bound_row(ds, a)),
+                 ("GPU sampling, GPU step", lambda: trainer_row("GPU sampling, GPU step", ds, a, device="cuda",
+                                                                sample_on="device", gpu_cache_fraction=1.0)),
+                 ("CPU sampling, GPU step", lambda: trainer_row("CPU sampling, GPU step", ds, a, device="cuda")),
+                 ("PyG user's path (gnnscale loader)", lambda: pyg_row(ds, a))]
+    rows.append(("CPU trainer", lambda: trainer_row("CPU trainer", ds, a, device="cpu")))
+    return rows
 
 
 def main() -> None:
+    started = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of products' 2.45M nodes")
     p.add_argument("--fanouts", default="15,10,5")
@@ -219,36 +246,49 @@ def main() -> None:
     p.add_argument("--accuracy-seeds", type=int, default=0, help="seeds of the accuracy comparison (0: none)")
     p.add_argument("--accuracy-epochs", type=int, default=5)
     p.add_argument("--matrix-batches", type=int, default=48, help="batches of the matrix samplers' table (0: none)")
+    p.add_argument("--budget-s", type=float, help="skip the rows (and accuracy runs) that would start after this "
+                                                  "many seconds from the start (default: no limit)")
     p.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
-    p.add_argument("--json", type=Path, help="also write the rows here")
+    p.add_argument("--json", type=Path, help="also write the rows here (after each row)")
     a = p.parse_args()
     a.fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    # cuBLAS reads its workspace setting at the process's first product; the trainer rows run with
+    # deterministic kernels, which want the deterministic workspace, after rows that make products of their own.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     set_sampler_threads(a.threads)
     torch.set_num_threads(a.threads)
     ds = load_dataset_dir(cached_dataset(a.scale, 0, a.cache_dir), mmap=False)
     graph = f"products-shaped scale {a.scale:g}: {ds.graph.num_nodes:,} nodes, {ds.graph.num_edges:,} edges"
-    print(graph, flush=True)
+    print(f"{graph} ({time.perf_counter() - started:.0f} s in)", flush=True)
     cuda = torch.cuda.is_available()
-    rows = [trainer_row("CPU trainer", ds, a, device="cpu"), sampler_alone_row(ds, a)]
-    if cuda:
-        rows.append(trainer_row("CPU sampling, GPU step", ds, a, device="cuda"))
-        rows.append(trainer_row("GPU sampling, GPU step", ds, a, device="cuda", sample_on="device",
-                                gpu_cache_fraction=1.0))
-        rows.append(compute_bound_row(ds, a))
-        rows.append(pyg_row(ds, a))
-    else:
+    if not cuda:
         print("no CUDA here: the CPU rows only", flush=True)
-    print_table(rows, a, graph)
-    matrix = []
-    if cuda and a.matrix_batches:
-        matrix = matrix_rows(ds.graph, epoch_batches(ds, a)[:a.matrix_batches], fanouts=a.fanouts, layer_size=512,
-                             bulks=[1, a.matrix_batches], device=torch.device("cuda"), repeat=a.repeat)
-        print_matrix_rows(matrix)
-    accuracy = accuracy_rows(ds, a, cuda) if a.accuracy_seeds else []
-    for r in accuracy:
+    result = {"graph": graph, "rows": [], "matrix": [], "accuracy": []}
+
+    def time_left() -> bool:
+        return a.budget_s is None or time.perf_counter() - started < a.budget_s
+
+    def record() -> None:
+        if a.json is not None:
+            a.json.write_text(json.dumps(result, indent=1))
+
+    for name, measure in planned_rows(ds, a, cuda):
+        row = measure() if time_left() else {"row": name, "skipped": f"--budget-s {a.budget_s:g} spent"}
+        result["rows"].append(row)
+        print(f"{name}: {row} ({time.perf_counter() - started:.0f} s in)", flush=True)
+        record()
+    print_table(result["rows"], a, graph)
+    if cuda and a.matrix_batches and time_left():
+        result["matrix"] = matrix_rows(ds.graph, epoch_batches(ds, a)[:a.matrix_batches], fanouts=a.fanouts,
+                                       layer_size=512, bulks=[1, a.matrix_batches], device=torch.device("cuda"),
+                                       repeat=a.repeat)
+        print_matrix_rows(result["matrix"])
+        record()
+    if a.accuracy_seeds and time_left():
+        result["accuracy"] = accuracy_rows(ds, a, cuda)
+        record()
+    for r in result["accuracy"]:
         print(f"test accuracy, {r['row']}: mean {r['mean']:.4f} over seeds {', '.join(f'{x:.4f}' for x in r['test_acc'])}")
-    if a.json is not None:
-        a.json.write_text(json.dumps({"graph": graph, "rows": rows, "matrix": matrix, "accuracy": accuracy}, indent=1))
 
 
 if __name__ == "__main__":

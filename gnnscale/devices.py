@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -194,6 +194,53 @@ class StreamCopy:
             for t in sent.tensors:
                 t.record_stream(current)
         return sent.value
+
+
+def host_copies(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """``tensors`` on the host, with one wait for all of them: each device tensor's copy is queued without
+    blocking (into pinned memory) on its device's current stream, then that stream is synchronised once; host
+    tensors come back as they are."""
+    out = [t.to("cpu", non_blocking=True) for t in tensors]
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()  # host sync: one per call, the copies are done
+    return out
+
+
+class StagedUpload:
+    """Copies host tensors to ``device`` through one pinned buffer, reused from call to call: a copy from pageable
+    memory would make the host wait for the stream, and pinning each tensor afresh would be a pinned allocation
+    and a host copy per call. A tensor already pinned (a store's gather into pinned rows) is sent as it is.
+
+    The buffer grows to the largest tensor sent (a batch's misses, never a table). Before it is overwritten, the
+    previous copy from it must be done: the host waits on the event recorded after that copy, queued a call (a
+    batch) ago. On the CPU (``device``) tensors come back as they are. One instance per kind of tensor sent in
+    a batch: two sends through one buffer in a row would wait for each other.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._buffer: Tensor | None = None  # uint8, pinned
+        self._sent: torch.cuda.Event | None = None
+
+    def __call__(self, t: Tensor) -> Tensor:
+        """``t`` (on the host or already on ``device``) on ``device``, its copy queued on the current stream."""
+        if self.device.type != "cuda" or t.device.type == "cuda":
+            return t
+        if t.is_pinned() or t.numel() == 0:
+            return t.to(self.device, non_blocking=True)
+        t = t.contiguous()
+        size = t.numel() * t.element_size()
+        if self._sent is not None:
+            self._sent.synchronize()  # host sync: the previous copy from the buffer, queued a batch ago, is done
+        if self._buffer is None or self._buffer.numel() < size:
+            grown = size if self._buffer is None else max(size, 2 * self._buffer.numel())
+            self._buffer = torch.empty(grown, dtype=torch.uint8, pin_memory=True)
+        staged = self._buffer[:size].view(t.dtype).view(t.shape)
+        staged.copy_(t)
+        out = staged.to(self.device, non_blocking=True)
+        self._sent = torch.cuda.Event()
+        self._sent.record()
+        return out
 
 
 def _pinned(t: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gnnscale.keys import GOLDEN
+from gnnscale.keys import GOLDEN, MASK64, mix64_py
 
 _U64 = 1 << 64
 NODE_SALT = 0x632BE59BD9B4E019  # node_stream's offset of the node id (gnnscale.keys.node_stream)
@@ -44,17 +44,27 @@ def mix64(z: Tensor) -> Tensor:
 
 def node_stream(key: int, hop: int, nodes: Tensor) -> Tensor:
     """int64 [n] (uint64 bits): :func:`gnnscale.keys.node_stream` of every node id in ``nodes``."""
-    z = mix64(torch.tensor(as_int64(key ^ ((hop * GOLDEN) & (_U64 - 1))), dtype=torch.int64, device=nodes.device))
+    # The hop's stream key is a Python int: a device tensor made of it would be an upload per call.
+    z = as_int64(mix64_py((key ^ (hop * GOLDEN)) & MASK64))
     return mix64((nodes.to(torch.int64) + as_int64(NODE_SALT)).bitwise_xor_(z))
 
 
 def uniform_below(state: Tensor, draw: Tensor | int, bound: Tensor | int) -> Tensor:
     """int64: :func:`gnnscale.keys.uniform_below` elementwise (the ``draw``-th uniform integer in
-    ``[0, bound)`` of each stream ``state``; ``bound`` < 2**32). Broadcasts like torch's arithmetic."""
-    x = mix64(state + (torch.as_tensor(draw, dtype=torch.int64, device=state.device) + 1) * GOLDEN64)
+    ``[0, bound)`` of each stream ``state``; ``bound`` < 2**32). Broadcasts like torch's arithmetic.
+
+    A ``draw`` or ``bound`` given as a Python int stays one (torch takes it as a scalar operand, on any
+    device): no tensor is made of it, so a loop over draws sends nothing to a GPU."""
+    if isinstance(draw, Tensor):
+        offset = (draw.to(state.device, torch.int64) + 1) * GOLDEN64
+    else:
+        offset = as_int64((draw + 1) * GOLDEN)  # the product wrapped as the tensor's would be
+    if isinstance(bound, Tensor):
+        bound = bound.to(state.device, torch.int64)
+    x = mix64(state + offset)
     high = (x >> 32) & LOW32
     # (high * bound) < 2**64 but may exceed 2**63: its top 32 bits are taken logically.
-    product = high * torch.as_tensor(bound, dtype=torch.int64, device=state.device)
+    product = high * bound
     return (product >> 32) & LOW32
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +21,62 @@ for _folder in sorted(Path(__file__).parent.iterdir()):
         sys.path.append(str(_folder))
 
 _TESTS = Path(__file__).parent
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """pytest-timeout's settings where the plugin is absent (a GPU machine's image may lack it, and its check
+    passes ``--timeout``; pyproject.toml sets ``timeout``): the same option and ini key, enforced by
+    :func:`pytest_runtest_protocol` below."""
+    if pluginmanager.hasplugin("timeout"):
+        return
+    parser.addoption("--timeout", type=float, default=None,
+                     help="seconds a test may run: past them every thread's stack is printed and the run exits "
+                          "(pytest-timeout's option, enforced by faulthandler where that plugin is absent)")
+    parser.addini("timeout", "seconds a test may run (see --timeout)", default=None)
+
+
+# Where a test past its limit prints the stacks: a copy of the terminal's stderr, made while pytest does not capture
+# it (during a test, file descriptor 2 is pytest's capture file, lost when the run exits).
+_TIMEOUT_STDERR = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # cuBLAS's deterministic workspace, before any test's first product on a GPU (cuBLAS reads it once per
+    # process): a run on a GPU asks for deterministic kernels, and a gpu test may make products before one.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if not config.pluginmanager.hasplugin("timeout"):
+        config.addinivalue_line("markers", "timeout(seconds): this test's own limit (pytest-timeout's marker)")
+        config.stash[_TIMEOUT_STDERR] = os.dup(sys.stderr.fileno())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _TIMEOUT_STDERR in config.stash:
+        os.close(config.stash[_TIMEOUT_STDERR])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """Without pytest-timeout: a test past its limit (its ``timeout`` marker, else ``--timeout``, else the ini's)
+    prints every thread's stack and ends the run with a failure, as pytest-timeout's thread method does; a hung
+    GPU check then fails instead of using up the machine's time."""
+    seconds = None if item.config.pluginmanager.hasplugin("timeout") else _timeout_seconds(item)
+    if seconds:
+        faulthandler.dump_traceback_later(seconds, exit=True, file=item.config.stash[_TIMEOUT_STDERR])
+    try:
+        return (yield)
+    finally:
+        if seconds:
+            faulthandler.cancel_dump_traceback_later()
+
+
+def _timeout_seconds(item: pytest.Item) -> float | None:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    value = item.config.getoption("timeout")
+    if value is None:
+        value = item.config.getini("timeout")
+    return float(value) if value else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

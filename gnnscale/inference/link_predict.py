@@ -15,8 +15,9 @@ last)::
 Memory is bounded by chunks: the embeddings by layer-wise inference's; pair scores ``PAIR_CHUNK`` pairs
 at a time; top-K ``SOURCE_CHUNK`` sources against ``CANDIDATE_CHUNK`` candidates at a time, keeping a
 running top-K per source (the dot decoder as one product, the MLP decoder over the chunk's pairs; a
-float ``topk`` per chunk, exact ranking keys for what it picks).
-A node is never its own candidate; the known edges of ``topk_exclude`` (in either direction) are none
+float ``topk`` per chunk, exact ranking keys for what it picks). On a GPU the top-K holds the
+embedding table there, moved once (``num_nodes * width`` floats of device memory); on the CPU it reads
+the memory-mapped file. A node is never its own candidate; the known edges of ``topk_exclude`` (in either direction) are none
 either, and other existing edges are candidates like any other pair.
 
 **Scoring held-out edges** (``metric``): the embeddings are computed over the message-passing graph of
@@ -31,6 +32,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +101,21 @@ def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
 def rows_on(emb: np.ndarray, device: torch.device) -> torch.Tensor:
     """Rows of the (memory-mapped) embeddings as a tensor on ``device``."""
     return torch.from_numpy(np.array(emb)).to(device)
+
+
+def table_on(emb: np.ndarray, device: torch.device) -> torch.Tensor:
+    """float32 [num_nodes, width]: the whole (memory-mapped) embedding table on ``device``, read from the host
+    once: the top-K ranks every source chunk against all of it. On the CPU the memory map itself (no copy, read
+    as the chunks need it); on a GPU one table in device memory, copied over ``CANDIDATE_CHUNK`` rows at a time
+    (the host holds one chunk)."""
+    if device.type == "cpu":
+        with warnings.catch_warnings():  # a read-only map: torch warns of writes, and nothing here writes to it
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(np.asarray(emb))
+    table = torch.empty(emb.shape, dtype=torch.float32, device=device)
+    for lo in range(0, emb.shape[0], CANDIDATE_CHUNK):
+        table[lo:lo + CANDIDATE_CHUNK].copy_(torch.from_numpy(np.array(emb[lo:lo + CANDIDATE_CHUNK])))
+    return table
 
 
 def pair_logits(model: LinkModel, emb: np.ndarray, pairs: np.ndarray,
@@ -189,23 +206,25 @@ def top_k(model: LinkModel, emb: np.ndarray, k: int, nodes_path: Path, scores_pa
 
     A running top-``k`` of :func:`ranking_keys` per source chunk, merged with each candidate chunk's own
     top-``k`` (:func:`chunk_top`), so that the ranking is exact whatever the chunking. Scores and ranking on
-    ``device``; each source chunk's result comes back to the host files."""
+    ``device``, against the embedding table moved there once (:func:`table_on`); each source chunk's result
+    comes back to the host files."""
     n = emb.shape[0]
     known = None if exclude is None else known_neighbors(exclude)
     best_nodes = np.lib.format.open_memmap(nodes_path, mode="w+", dtype=np.int64, shape=(n, k))
     best_scores = np.lib.format.open_memmap(scores_path, mode="w+", dtype=np.float32, shape=(n, k))
+    table = table_on(emb, device)
     with torch.no_grad():
         for lo in range(0, n, SOURCE_CHUNK):
-            src = rows_on(emb[lo:lo + SOURCE_CHUNK], device)
+            src = table[lo:lo + SOURCE_CHUNK]
             rows = torch.arange(lo, lo + src.shape[0], device=device)
             top = torch.full((src.shape[0], k), NO_CANDIDATE, dtype=torch.int64, device=device)
             linked = None if known is None else chunk_links(known, lo, lo + src.shape[0], device)
             for c_lo in range(0, n, CANDIDATE_CHUNK):
-                cand = rows_on(emb[c_lo:c_lo + CANDIDATE_CHUNK], device)
+                cand = table[c_lo:c_lo + CANDIDATE_CHUNK]
                 ids = torch.arange(c_lo, c_lo + cand.shape[0], device=device)
                 scores = chunk_scores(model, src, cand)
                 if c_lo < lo + src.shape[0] and lo < c_lo + cand.shape[0]:  # the chunks share nodes
-                    scores[rows[:, None] == ids[None, :]] = -torch.inf  # never a node's own candidate
+                    scores.masked_fill_(rows[:, None] == ids[None, :], -torch.inf)  # never a node's own candidate
                 if linked is not None:
                     row, col = linked
                     here = (col >= c_lo) & (col < c_lo + cand.shape[0])

@@ -24,13 +24,12 @@ from typing import Literal
 
 import numba
 import numpy as np
-import pymetis
 
 from gnnscale.graph.csc import CSCGraph
 from gnnscale.graph.pages import read_entries, unmapped_reads
 from gnnscale.partition.coarsen import (CHUNK_ENTRIES, HELD_NODE_BYTES, CoarseningReport, budget_bytes,
                                        coarsen, coarsening_bytes, refine_parts, whole_graph_bytes)
-from gnnscale.partition.kaminpar_parts import kaminpar_parts, require_kaminpar
+from gnnscale.partition.kaminpar_parts import MissingDependency, kaminpar_parts, require_kaminpar
 from gnnscale.partition.parhip import CHUNK_ENTRIES as PARHIP_CHUNK_ENTRIES
 from gnnscale.partition.parhip import id_bytes_for, temporary_parhip
 from gnnscale.partition.rows import compact_rows, dedupe_rows
@@ -212,8 +211,18 @@ def symmetric_adjacency(graph: CSCGraph) -> tuple[np.ndarray, np.ndarray]:
     return xadj, adjncy
 
 
+def require_pymetis():
+    """The pymetis module, or :class:`MissingDependency`: imported where METIS runs, so that the rest of gnnscale
+    imports without it (a GPU machine's bare image has torch and numba, not pymetis)."""
+    try:
+        import pymetis
+    except ImportError:
+        raise MissingDependency("method: metis needs the pymetis package: pip install 'pymetis>=2025.2'") from None
+    return pymetis
+
+
 def _metis_index_dtype(graph: CSCGraph) -> np.dtype:
-    dtype = np.dtype(pymetis.zero_copy_dtype())
+    dtype = np.dtype(require_pymetis().zero_copy_dtype())
     if 2 * graph.num_edges > np.iinfo(dtype).max:
         raise ValueError(f"graph: {graph.num_edges} edges exceed what this {dtype.itemsize * 8}-bit METIS "
                          "build can index; install a 64-bit (IDXTYPEWIDTH=64) build")
@@ -249,6 +258,7 @@ def _metis_parts(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, seed: int
     if num_parts == 1 or adjncy.shape[0] == 0:
         # Any assignment cuts nothing; the balancing pass spreads the nodes.
         return np.zeros(n, dtype=np.int64)
+    pymetis = require_pymetis()
     options = pymetis.Options(seed=int(seed))
     # Both arrays in METIS' own index dtype: pymetis then reads the buffers in place.
     adjacency = pymetis.CSRAdjacency(xadj.astype(adjncy.dtype, copy=False), adjncy)

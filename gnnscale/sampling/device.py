@@ -26,7 +26,9 @@ vectorised:
 
 Host syncs (each is a GPU round trip; all are sizes the blocks need as Python ints or tensor shapes):
 one per batch to validate the seeds (range and uniqueness), and two per hop that samples edges: the
-number of edges (sizes the edge arrays) and the number of sources (``num_src``).
+number of edges (sizes the edge arrays) and the number of sources (``num_src``). Nothing else crosses
+between host and device per draw: the keys, fanouts and draw numbers stay Python ints, which torch takes
+as scalar operands (tests/sampling/test_device_sampler.py counts them).
 """
 
 from __future__ import annotations

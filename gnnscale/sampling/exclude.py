@@ -14,6 +14,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from gnnscale.devices import host_copies
 from gnnscale.sampling.block import Block
 
 
@@ -23,8 +24,9 @@ def pair_keys(src: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
 
 
 def excluded_keys(src: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
-    """int64, sorted: the keys of the pairs ``(src, dst)`` and their reverses."""
-    return torch.cat([pair_keys(src, dst, num_nodes), pair_keys(dst, src, num_nodes)]).unique()
+    """int64, sorted: the keys of the pairs ``(src, dst)`` and their reverses (a repeat kept: membership needs no
+    dedupe, and ``unique`` would make a GPU report its size to the host)."""
+    return torch.cat([pair_keys(src, dst, num_nodes), pair_keys(dst, src, num_nodes)]).sort().values
 
 
 def is_member(keys: Tensor, sorted_keys: Tensor) -> Tensor:
@@ -32,34 +34,40 @@ def is_member(keys: Tensor, sorted_keys: Tensor) -> Tensor:
     if sorted_keys.numel() == 0:
         return torch.zeros_like(keys, dtype=torch.bool)
     pos = torch.searchsorted(sorted_keys, keys).clamp_(max=sorted_keys.numel() - 1)
-    return sorted_keys[pos] == keys
+    return sorted_keys.index_select(0, pos) == keys
 
 
 def block_edges(block: Block) -> tuple[Tensor, Tensor]:
     """(source, destination) global ids of every edge of ``block``, in its CSC order."""
-    rows = torch.repeat_interleave(torch.arange(block.num_dst, device=block.indptr.device), block.indptr.diff())
-    return block.src_ids[block.indices], block.src_ids[rows]
+    return block.src_ids.index_select(0, block.indices), block.src_ids.index_select(0, block.dst_index())
 
 
-def drop_edges(block: Block, drop: Tensor) -> Block:
-    """``block`` without the edges ``drop`` marks (bool [num_edges]); nodes and edge order kept."""
+def drop_edges(block: Block, drop: Tensor, num_kept: int) -> Block:
+    """``block`` without the edges ``drop`` marks (bool [num_edges]; ``num_kept`` of them are not marked); nodes
+    and edge order kept. No size is read on the device: the kept edges' positions come from their ranks (a
+    cumsum and a scatter), and a row's new offset is the number of kept edges before its old one."""
     keep = ~drop
-    rows = torch.repeat_interleave(torch.arange(block.num_dst, device=block.indptr.device), block.indptr.diff())
-    indptr = torch.zeros_like(block.indptr)
-    torch.cumsum(torch.bincount(rows[keep], minlength=block.num_dst), 0, out=indptr[1:])
-    weight = None if block.edge_weight is None else block.edge_weight[keep]
-    return replace(block, indptr=indptr, indices=block.indices[keep], edge_weight=weight)
+    kept_before = torch.zeros(block.num_edges + 1, dtype=torch.int64, device=keep.device)
+    torch.cumsum(keep, 0, out=kept_before[1:])  # kept_before[e]: kept edges among the first e
+    # Every kept edge to its rank's slot, every dropped one to the spare slot at the end.
+    slot = torch.where(keep, kept_before[1:] - 1, num_kept)
+    at = torch.empty(num_kept + 1, dtype=torch.int64, device=keep.device)
+    at.scatter_(0, slot, torch.arange(block.num_edges, device=keep.device))
+    at = at[:num_kept]
+    weight = None if block.edge_weight is None else block.edge_weight.index_select(0, at)
+    return replace(block, indptr=kept_before.index_select(0, block.indptr), indices=block.indices.index_select(0, at),
+                   edge_weight=weight)
 
 
 def exclude_target_edges(blocks: list[Block], src: Tensor, dst: Tensor, num_nodes: int) -> list[Block]:
     """``blocks`` without any edge between a pair ``(src[i], dst[i])``, in either direction (on the blocks'
-    device: the device sampler's blocks stay on the GPU)."""
+    device: the device sampler's blocks stay on the GPU). The host reads one thing back, once for all the
+    blocks: how many edges each keeps (the sizes of the new blocks)."""
     if not blocks:
         return []
     device = blocks[0].indptr.device
     keys = excluded_keys(src.to(device), dst.to(device), num_nodes)
-    out = []
-    for block in blocks:
-        e_src, e_dst = block_edges(block)
-        out.append(drop_edges(block, is_member(pair_keys(e_src, e_dst, num_nodes), keys)))
-    return out
+    drops = [is_member(pair_keys(*block_edges(block), num_nodes), keys) for block in blocks]
+    kept = torch.stack([drop.numel() - drop.sum() for drop in drops])
+    counts = host_copies([kept])[0].tolist()  # host sync (device blocks): the kept edges of every block, at once
+    return [drop_edges(block, drop, count) for block, drop, count in zip(blocks, drops, counts, strict=True)]

@@ -8,6 +8,10 @@ yields for the same seeds and key, with PyG's conventions (``x``, ``edge_index``
 the seeds' labels. It is made in the loading stage, beside the training step. The features fetched are
 those of the blocks' sources, a few more rows than the node-wise batch keeps (the seeds' and earlier
 hops' neighbors drawn again at later hops).
+
+The node-wise subgraph is drawn from the blocks by host kernels: blocks sampled on a GPU come to the host
+once (one wait for all their copies), and the rows are selected where the fetch put them (on the GPU
+behind a device cache). The copy stage then sends what is on the host.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from gnnscale.devices import host_copies
+from gnnscale.sampling import Block
 from gnnscale.sampling.nodewise import nodewise_from_blocks
 from gnnscale.sampling.pyg import to_data
 from gnnscale.train.inputs import seed_torch_for_step
@@ -24,8 +30,15 @@ from gnnscale.train.steps import Batch
 def pyg_batch(batch: Batch) -> Data:
     """The PyG batch of a prepared (data-parallel) batch: its blocks' node-wise subgraph, the features of
     its nodes, and the labels of its seeds."""
-    sample, rows = nodewise_from_blocks(batch.blocks)
-    return to_data(sample, batch.x[rows], batch.y)
+    sample, rows = nodewise_from_blocks(host_blocks(batch.blocks))
+    return to_data(sample, batch.x[rows.to(batch.x.device)], batch.y)
+
+
+def host_blocks(blocks: list[Block]) -> list[Block]:
+    """``blocks`` with the tensors the node-wise subgraph reads on the host (:func:`host_copies`: one wait)."""
+    tensors = host_copies([t for b in blocks for t in (b.indptr, b.indices, b.src_ids)])
+    return [Block(indptr=indptr, indices=indices, src_ids=src_ids, num_dst=b.num_dst)
+            for b, indptr, indices, src_ids in zip(blocks, tensors[0::3], tensors[1::3], tensors[2::3], strict=True)]
 
 
 class PygInputs:

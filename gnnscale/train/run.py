@@ -3,12 +3,14 @@ report, the checks of both, the metrics file."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import torch.utils.deterministic
 
 from gnnscale.nn import ModelConfig
 from gnnscale.train.checkpoints.best import best_entry, score_keys
@@ -111,14 +113,65 @@ def check_model_outputs(model: ModelConfig | str | None, outputs: RunOutputs) ->
 
 
 @contextmanager
-def keep_caller_rng(fork: bool):
-    """With ``fork``: torch's default generator, which the loop seeds before every step of a model of one's
-    own (:mod:`gnnscale.train.inputs`), is back in the caller's state afterwards."""
+def keep_caller_rng(fork: bool, device: torch.device):
+    """With ``fork``: torch's generators, which the loop seeds before every step of a model of one's own
+    (:mod:`gnnscale.train.inputs`), are back in the caller's state afterwards: the CPU's and those of
+    :func:`forked_gpus` (the run trains on ``device``)."""
     if not fork:
         yield
         return
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=forked_gpus(device)):
         yield
+
+
+def forked_gpus(device: torch.device) -> list[int]:
+    """The GPUs whose generators a run on ``device`` must give back: every visible one when it trains on a GPU or
+    CUDA is already initialised (``torch.manual_seed`` reseeds them all), none otherwise (forking them would
+    initialise CUDA on a CPU run). Their states live on the host: forking them makes no CUDA context."""
+    if device.type != "cuda" and not torch.cuda.is_initialized():
+        return []
+    return list(range(torch.cuda.device_count()))
+
+
+def needs_deterministic_kernels(device: torch.device) -> bool:
+    """Whether a run on ``device`` must switch torch to its deterministic kernels to train the same bit for bit
+    every time (and resume exactly): on CUDA, ``index_add_`` (the torch-native aggregation) and the backward of
+    ``index_select`` accumulate with float atomics otherwise, in whatever order the threads land. The CPU
+    kernels (numba's and torch's) are deterministic as they are."""
+    return device.type == "cuda"
+
+
+# cuBLAS's deterministic workspace: torch refuses (here: warns about) cuBLAS products under deterministic mode
+# without it. cuBLAS reads it once per process, at its first product: it helps where the run makes that one.
+CUBLAS_WORKSPACE = ("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+@contextmanager
+def deterministic_kernels(enabled: bool):
+    """With ``enabled``: torch's deterministic algorithms for the run, the caller's settings back afterwards.
+
+    ``warn_only``: an operation that has no deterministic CUDA kernel (in a model of one's own) warns, naming
+    itself, rather than stopping the run. Memory that torch allocates is not filled first (deterministic mode
+    would, at a cost per batch): the run's kernels write every element they allocate before reading it, so the
+    fill changes no result."""
+    if not enabled:
+        yield
+        return
+    mode = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    name, value = CUBLAS_WORKSPACE
+    workspace = os.environ.get(name)
+    os.environ.setdefault(name, value)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        if workspace is None:
+            os.environ.pop(name, None)
 
 
 def metrics_writer(path: str | Path | None, header: dict) -> Callable[[list[dict]], None] | None:

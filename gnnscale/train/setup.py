@@ -39,7 +39,8 @@ from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutS
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
-from gnnscale.train.run import InterruptedRun, RunOutputs, TrainReport, keep_caller_rng, metrics_writer, summarize
+from gnnscale.train.run import (InterruptedRun, RunOutputs, TrainReport, deterministic_kernels, keep_caller_rng,
+                                metrics_writer, needs_deterministic_kernels, summarize)
 from gnnscale.train.stages import Pipeline
 from gnnscale.train.tasks.base import TaskContext, TaskSpec
 from gnnscale.train.tasks.registry import task_header
@@ -105,10 +106,13 @@ class RunSource(Protocol):
 def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource, outputs: RunOutputs, *,
               progress: bool = True) -> TrainReport:
     """Train ``model`` in place on ``source``'s data and return the report (the same on every worker); rank
-    0 writes ``outputs``. A model of one's own gets torch's random state back as the caller had it."""
+    0 writes ``outputs``. A model of one's own gets torch's random state back as the caller had it; on a GPU the
+    run uses torch's deterministic kernels (:func:`~gnnscale.train.run.deterministic_kernels`), the caller's
+    setting back afterwards."""
     launch = source.check(model, inputs, cfg, outputs)
     keep_freed_memory()  # before the loading stage's thread starts: large tensors are reused, not faulted in anew
-    with keep_caller_rng(launch.model_cfg is None):
+    with (keep_caller_rng(launch.model_cfg is None, launch.device),
+          deterministic_kernels(needs_deterministic_kernels(launch.device))):
         ctx = source.join()
         layout = None
         try:

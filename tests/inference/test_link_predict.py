@@ -127,6 +127,34 @@ def test_top_k_ranks_ties_by_the_lower_id_whatever_the_chunking(tmp_path, monkey
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_top_k_takes_the_embedding_table_from_the_host_once(tmp_path, monkeypatch, device):
+    """50 nodes in source chunks of 8 and candidate chunks of 16: every embedding row leaves the host table once
+    (before: each source chunk took its rows and every candidate's again, 400 rows), and the ranking is the
+    brute-force one."""
+    emb = np.random.default_rng(2).standard_normal((50, 4)).astype(np.float32)
+    model = LinkModel(seeded_link_model(ModelConfig(name="sage", in_dim=4, hidden_dim=4, num_classes=4,
+                                                    num_layers=1), "dot", 0).encoder, "dot").to(device)
+    monkeypatch.setattr(link_predict, "SOURCE_CHUNK", 8)
+    monkeypatch.setattr(link_predict, "CANDIDATE_CHUNK", 16)
+    taken = []
+    from_numpy = torch.from_numpy
+
+    def counting(array):
+        if array.dtype == np.float32 and array.ndim == 2:  # embedding rows (not the chunks' known edges)
+            taken.append(array.shape[0])
+        return from_numpy(array)
+
+    monkeypatch.setattr(torch, "from_numpy", counting)
+    link_predict.top_k(model, emb, 3, tmp_path / "n.npy", tmp_path / "s.npy", torch.device(device))
+    monkeypatch.undo()
+    assert sum(taken) == 50
+    full = emb @ emb.T
+    np.fill_diagonal(full, -np.inf)
+    expected = np.stack([np.lexsort((np.arange(50), -row))[:3] for row in full])
+    np.testing.assert_array_equal(np.load(tmp_path / "n.npy"), expected)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_link_predictions_on_a_device_equal_the_cpu_ones(dataset, saved, tmp_path, device):
     """--device: the encoder's layers, pair scores and ranking there; on the CPU the same bits as without
     the setting, on a GPU the same within rounding (and the same top-K wherever no near-tie decides)."""

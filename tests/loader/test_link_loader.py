@@ -18,6 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip("torch_geometric")  # the loaders are PyG's: without PyG, nothing here runs
+
 from torch_geometric.data import Data
 from torch_geometric.loader import LinkLoader
 from torch_geometric.sampler import BaseSampler, NegativeSampling, SamplerOutput

@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip("torch_geometric")  # the loaders are PyG's: without PyG, nothing here runs
+
 from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import BaseSampler, SamplerOutput

@@ -14,6 +14,7 @@ from gnnscale.graph.synthetic import make_synthetic, products_like_config
 from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.sampling.device import DeviceNeighborSampler, DeviceTopology
 from dist_workers import assert_blocks_equal
+from host_syncs import HostSyncs
 
 # Unsorted, with isolated nodes (random_graph's 0..9 have no in-edges) among them.
 SEEDS = torch.tensor([5, 17, 300, 42, 0, 399, 123, 9, 250])
@@ -133,6 +134,39 @@ def test_a_named_device_holds_the_topology_and_the_blocks(random_graph):
     sampler = DeviceNeighborSampler(random_graph, [4], replace=True, device="cpu")
     assert sampler.device == torch.device("cpu") and sampler.replace and sampler.fanouts == (4,)
     assert all(t.device.type == "cpu" for b in sampler.sample(SEEDS, 3) for t in (b.indptr, b.indices, b.src_ids))
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["no-replace", "replace"])
+def test_a_batch_reads_back_one_verdict_and_two_sizes_per_hop_and_uploads_nothing(products_graph, replace):
+    """What a batch of 15,10,5 costs a GPU in host round trips, counted on the CPU (tests/host_syncs.py): the
+    seeds' verdict, then each hop's edge count and source count; no tensor made from host data per draw (the
+    keys, fanouts and Floyd's draw numbers stay Python ints). Before, a draw uploaded its number: 33 more."""
+    seeds = torch.from_numpy(np.random.default_rng(1).choice(products_graph.num_nodes, 256, replace=False))
+    sampler = DeviceNeighborSampler(products_graph, [15, 10, 5], replace=replace)
+    with HostSyncs() as syncs:
+        blocks = sampler.sample(seeds, 7)
+    assert dict(syncs.counts) == {"read": 1 + 2 * 3}
+    assert_blocks_equal(blocks, fused(products_graph, seeds, [15, 10, 5], 7, replace))
+
+
+@pytest.mark.gpu
+def test_a_cuda_batch_syncs_only_where_it_reads_sizes(random_graph):
+    """On CUDA, torch's sync debug mode warns at every synchronising call: the seeds' verdict and two sizes per
+    hop (int() of a device scalar), nothing else."""
+    import warnings
+
+    sampler = DeviceNeighborSampler(random_graph, [15, 10, 5], device="cuda")
+    seeds = SEEDS.cuda()
+    sampler.sample(seeds, 1)  # warm: the first call allocates
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sampler.sample(seeds, 2)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= 1 + 2 * 3, [str(w.message) for w in syncs]
 
 
 @pytest.mark.gpu

@@ -187,6 +187,70 @@ def test_a_checkpoint_resumes_under_another_device_setting_exactly(dataset, tmp_
     assert numbers(resumed) == numbers(whole)
 
 
+# --- what a run on a GPU sets, and gives back ----------------------------------------------------------------
+
+
+def test_a_gpu_run_forks_every_visible_gpus_generator_and_a_cpu_run_none(monkeypatch):
+    """torch.manual_seed, which the loop calls before each step of a model of one's own, reseeds every GPU's
+    generator: a run on a GPU (or where CUDA is initialised) gives them all back; a CPU run forks none (that
+    would initialise CUDA). Two GPUs stand in here."""
+    from gnnscale.train.run import forked_gpus
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert forked_gpus(torch.device("cuda", 1)) == [0, 1]
+    assert forked_gpus(torch.device("cpu")) == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert forked_gpus(torch.device("cpu")) == [0, 1]
+
+
+def test_deterministic_kernels_are_on_inside_a_gpu_run_and_the_callers_setting_is_back_after(dataset, monkeypatch):
+    """A run on CUDA switches torch to its deterministic kernels (index_add_ and index_select's backward use
+    float atomics otherwise), warning rather than stopping on an operation without one; here the CPU run is
+    made to take that branch, and the model of one's own sees the setting. The caller's setting (on, not
+    warn-only) is back afterwards; a CPU run leaves it alone."""
+    import torch.utils.deterministic
+
+    from gnnscale.train import setup
+    from gnnscale.train.run import needs_deterministic_kernels
+
+    assert needs_deterministic_kernels(torch.device("cuda")) and needs_deterministic_kernels(torch.device("cuda", 3))
+    assert not needs_deterministic_kernels(torch.device("cpu"))
+    seen = []
+
+    class Recording(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(dataset.feature_dim, dataset.num_classes)
+
+        def forward(self, blocks, x):
+            seen.append((torch.are_deterministic_algorithms_enabled(),
+                         torch.is_deterministic_algorithms_warn_only_enabled(),
+                         torch.utils.deterministic.fill_uninitialized_memory))
+            return self.lin(x[:blocks[-1].num_dst])
+
+    def run():
+        fit(Recording(), dataset, inputs="blocks", config=config(epochs=1, evaluate=False), progress=False)
+
+    monkeypatch.setattr(setup, "needs_deterministic_kernels", lambda device: True)
+    torch.use_deterministic_algorithms(True)
+    try:
+        run()
+        assert set(seen) == {(True, True, False)}
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.utils.deterministic.fill_uninitialized_memory
+    seen.clear()
+    run()
+    assert set(seen) == {(True, True, False)} and not torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setattr(setup, "needs_deterministic_kernels", needs_deterministic_kernels)
+    seen.clear()
+    run()
+    assert set(seen) == {(False, False, True)}
+
+
 # --- sampling on the device, feature rows held there -------------------------------------------------------
 
 
@@ -212,6 +276,18 @@ def test_matrix_samplers_on_the_device_train_like_on_the_host(dataset, sampler, 
     for a, b in zip(device.history, host.history, strict=True):
         np.testing.assert_allclose(a["iteration_losses"], b["iteration_losses"], rtol=1e-6)
         assert a["sampled_edges"] == b["sampled_edges"]
+
+
+def pyg_run(ds, cfg: TrainConfig):
+    from fit_models import make_model  # PyG's GraphSAGE: imported where used, the gpu tests collect without PyG
+
+    return fit(make_model("pyg", ds.feature_dim, ds.num_classes, 2), ds, inputs="pyg", config=cfg, progress=False)
+
+
+def test_a_pyg_model_on_blocks_sampled_on_the_device_trains_bit_for_bit_like_the_host_run(dataset):
+    """fit(..., inputs="pyg") with the device sampler (its blocks where the sampler runs, here the CPU, the node-wise
+    batch drawn from them on the host) and the device cache in front of the rows: the host sampler's run."""
+    assert numbers(pyg_run(dataset, config(sample_on="device"))) == numbers(pyg_run(dataset, config(sample_on="host")))
 
 
 @pytest.mark.parametrize(("kw", "layout", "message"), [
@@ -300,6 +376,42 @@ def test_the_copy_stage_on_cuda_sends_split_parallelisms_blocks(dataset):
         torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-5, atol=1e-6)
     finally:
         shutdown()
+
+
+@pytest.mark.gpu
+def test_a_pyg_model_on_cuda_samples_there_and_trains_the_same_twice(dataset):
+    """fit(..., inputs="pyg", device="cuda") with sample_on auto: the device sampler's blocks (on the GPU) become
+    the node-wise batch; the blocks are the CPU run's (the same edges sampled), and a second run is the first
+    bit for bit (deterministic kernels; the model's dropout draws from CUDA's generator, so not the CPU's
+    masks)."""
+    cpu = pyg_run(dataset, config())
+    first, second = (pyg_run(dataset, config(device="cuda")) for _ in range(2))
+    assert [h["sampled_edges"] for h in first.history] == [h["sampled_edges"] for h in cpu.history]
+    assert numbers(first) == numbers(second)
+
+
+@pytest.mark.gpu
+def test_a_cuda_run_is_bit_for_bit_the_same_twice_and_no_kernel_it_runs_is_nondeterministic(dataset):
+    """Deterministic kernels on the GPU (the torch-native aggregation's index_add_, index_select's backward):
+    two runs give the same losses bit for bit, and torch warns of no operation without a deterministic kernel."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*does not have a deterministic implementation")
+        first, second = (numbers(trained(dataset, config(device="cuda"), "torch")) for _ in range(2))
+    assert first == second
+    assert not torch.are_deterministic_algorithms_enabled()  # the caller's setting, back
+
+
+@pytest.mark.gpu
+def test_fit_on_cuda_gives_the_callers_cuda_generator_back(dataset):
+    """The loop seeds torch (CPU and CUDA generators) before every step of a model of one's own; the caller's
+    CUDA generator state is back after the run."""
+    torch.cuda.manual_seed(123)
+    torch.rand(5, device="cuda")  # an offset into the stream, not just a seed
+    before = torch.cuda.get_rng_state()
+    pyg_run(dataset, config(device="cuda", epochs=1, evaluate=False))  # its dropout draws from CUDA's generator
+    assert torch.equal(torch.cuda.get_rng_state(), before)
 
 
 @pytest.mark.gpu
