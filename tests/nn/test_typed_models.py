@@ -495,3 +495,12 @@ def test_input_errors(graph, blocks, features):
         model(blocks, torch.zeros(blocks[0].num_src, 7))
     with pytest.raises(ValueError, match=r"x_src: expected shape \[num_src="):
         model.layers[0](blocks[0], torch.zeros(blocks[0].num_src, 2))
+    with pytest.raises(ValueError, match="block: expected 5 relations"):
+        model.layers[0](TypedBlock(src_ids=blocks[0].src_ids, num_dst=blocks[0].num_dst,
+                                   relations=blocks[0].relations[:3]), torch.zeros(blocks[0].num_src, 6))
+    gat = RGATConv(6, 2, 2, graph.relations)
+    with pytest.raises(ValueError, match="src_positions: expected the sources of every type a relation leaves, "
+                                         "missing author, field"):
+        gat(blocks[0], torch.zeros(blocks[0].num_src, 6), {"paper": x.positions["paper"]})
+    with pytest.raises(ValueError, match="relations: expected one or more distinct relations"):
+        RSAGEConv(6, 2, [graph.relations[0], graph.relations[0]])
