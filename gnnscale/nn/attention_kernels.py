@@ -54,7 +54,6 @@ def _kept(key, element, threshold):
     return u >= threshold
 
 
-
 @numba.njit(cache=True, nogil=True)
 def _edge_softmax_terms(indptr, indices, score_src, sd, slope, i, h, alpha, totals):
     """Without a self edge: ``alpha[e, h]`` = exp(logit - max) over destination ``i``'s in-edges, and
