@@ -3,7 +3,10 @@
 For destination ``i`` and head ``h``, over its in-edges and its self edge:
 ``logit = LeakyReLU(score_src[j, h] + score_dst[i, h])``, ``alpha = softmax(logit)`` (shifted by the
 maximum), optionally dropped out (keyed, as :mod:`gnnscale.nn.kernels`), and
-``out[i, h] = sum alpha * z[j, h]``. Nothing of size edges x features is materialised: the forward
+``out[i, h] = sum alpha * z[j, h]``. Without the self edge (``self_edge=False``: a relation of a typed graph,
+whose destinations are not rows of ``z``, as PyG's ``GATConv(add_self_loops=False)``), the softmax runs over
+the in-edges only and a destination without any is 0; no row ``i`` of ``z`` or ``score_src`` is read for a
+destination ``i`` then. Nothing of size edges x features is materialised: the forward
 pass keeps ``alpha`` (edges x heads) and the dropout mask; the backward pass recomputes the logits'
 signs and reads ``z`` again. Its first pass (over destinations) gives the gradient of the logits and
 of ``score_dst``; its second (over sources, on the transposed block) the gradients of ``z`` and
@@ -51,16 +54,36 @@ def _kept(key, element, threshold):
     return u >= threshold
 
 
+@numba.njit(cache=True, nogil=True)
+def _edge_softmax_terms(indptr, indices, score_src, sd, slope, i, h, alpha, totals):
+    """Without a self edge: ``alpha[e, h]`` = exp(logit - max) over destination ``i``'s in-edges, and
+    ``totals[h]`` their sum (0 for a destination without in-edges, whose weights are never divided)."""
+    start, end = indptr[i], indptr[i + 1]
+    if start == end:
+        totals[h] = 0
+        return
+    peak = _leaky(score_src[indices[start], h] + sd, slope)
+    for e in range(start + 1, end):
+        peak = max(peak, _leaky(score_src[indices[e], h] + sd, slope))
+    total = alpha.dtype.type(0)
+    for e in range(start, end):
+        w = math.exp(_leaky(score_src[indices[e], h] + sd, slope) - peak)
+        alpha[e, h] = w
+        total += w
+    totals[h] = total
+
+
 # Loops run edge-major inside a destination (for each edge, all heads): the source's row z[j] (H * C
 # contiguous values) is read once per edge instead of once per edge and head.
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def attention_forward(indptr, indices, z, score_src, score_dst, slope, key, threshold, scale,
-                      out, alpha, alpha_self, mask, mask_self):
+                      out, alpha, alpha_self, mask, mask_self, self_edge):
     """Fill ``out`` [D, H, C], ``alpha`` [E, H], ``alpha_self`` [D, H] (softmax weights before
     dropout) and the dropout masks ``mask`` [E, H], ``mask_self`` [D, H] (uint8; all 1 without dropout,
-    i.e. ``threshold == 0``). ``scale`` = 1 / (1 - p), in z's dtype."""
+    i.e. ``threshold == 0``). ``scale`` = 1 / (1 - p), in z's dtype. ``self_edge`` False: no self edge
+    (``alpha_self`` and ``mask_self`` are 0)."""
     num_dst, heads = out.shape[0], out.shape[1]
     num_edges = indices.shape[0]
     for i in numba.prange(num_dst):
@@ -68,6 +91,12 @@ def attention_forward(indptr, indices, z, score_src, score_dst, slope, key, thre
         totals = np.empty(heads, dtype=alpha.dtype)
         for h in range(heads):  # softmax denominators: scores only, [S, H], small
             sd = score_dst[i, h]
+            if not self_edge:
+                _edge_softmax_terms(indptr, indices, score_src, sd, slope, i, h, alpha, totals)
+                alpha_self[i, h] = 0
+                mask_self[i, h] = 0
+                out[i, h] = 0
+                continue
             self_logit = _leaky(score_src[i, h] + sd, slope)
             peak = self_logit
             for e in range(start, end):
@@ -99,10 +128,10 @@ def attention_forward(indptr, indices, z, score_src, score_dst, slope, key, thre
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def attention_backward_dst(indptr, indices, z, score_src, score_dst, slope, scale, alpha, alpha_self, mask,
-                           mask_self, grad, grad_logit, grad_logit_self, grad_score_dst):
+                           mask_self, grad, grad_logit, grad_logit_self, grad_score_dst, self_edge):
     """First backward pass, over destinations: the gradient of every logit (``grad_logit`` [E, H],
-    ``grad_logit_self`` [D, H], through LeakyReLU: the gradient of the pre-activation) and
-    ``grad_score_dst`` [D, H]."""
+    ``grad_logit_self`` [D, H], through LeakyReLU: the gradient of the pre-activation; 0 without the
+    self edge) and ``grad_score_dst`` [D, H]."""
     num_dst, heads = grad.shape[0], grad.shape[1]
     for i in numba.prange(num_dst):
         start, end = indptr[i], indptr[i + 1]
@@ -110,6 +139,10 @@ def attention_backward_dst(indptr, indices, z, score_src, score_dst, slope, scal
         # d loss / d alpha (before dropout) per edge and head, and their alpha-weighted sums (softmax backward)
         weighted = np.empty(heads, dtype=alpha.dtype)
         for h in range(heads):
+            if not self_edge:
+                grad_logit_self[i, h] = 0
+                weighted[h] = 0
+                continue
             ga = _dot(gi[h], z[i, h]) * scale if mask_self[i, h] else 0.0
             grad_logit_self[i, h] = ga
             weighted[h] = alpha_self[i, h] * ga
@@ -121,10 +154,12 @@ def attention_backward_dst(indptr, indices, z, score_src, score_dst, slope, scal
                 weighted[h] += alpha[e, h] * ga
         for h in range(heads):
             sd = score_dst[i, h]
-            factor = 1.0 if score_src[i, h] + sd > 0 else slope
-            gl = alpha_self[i, h] * (grad_logit_self[i, h] - weighted[h]) * factor
-            grad_logit_self[i, h] = gl
-            total = gl
+            total = 0.0
+            if self_edge:
+                factor = 1.0 if score_src[i, h] + sd > 0 else slope
+                gl = alpha_self[i, h] * (grad_logit_self[i, h] - weighted[h]) * factor
+                grad_logit_self[i, h] = gl
+                total = gl
             for e in range(start, end):
                 factor = 1.0 if score_src[indices[e], h] + sd > 0 else slope
                 gl = alpha[e, h] * (grad_logit[e, h] - weighted[h]) * factor
@@ -135,9 +170,9 @@ def attention_backward_dst(indptr, indices, z, score_src, score_dst, slope, scal
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def attention_backward_src(t_indptr, t_dst, t_edge, scale, alpha, alpha_self, mask, mask_self, grad, grad_logit,
-                           grad_logit_self, grad_z, grad_score_src):
+                           grad_logit_self, grad_z, grad_score_src, self_edge):
     """Second backward pass, over sources on the transposed block: ``grad_z`` [S, H, C] and
-    ``grad_score_src`` [S, H]."""
+    ``grad_score_src`` [S, H]; source ``j < D`` is destination ``j``'s self edge only with ``self_edge``."""
     num_src, heads = grad_z.shape[0], grad_z.shape[1]
     num_dst = grad.shape[0]
     for j in numba.prange(num_src):
@@ -145,7 +180,7 @@ def attention_backward_src(t_indptr, t_dst, t_edge, scale, alpha, alpha_self, ma
         rows[:] = 0
         for h in range(heads):
             grad_score_src[j, h] = 0
-        if j < num_dst:
+        if self_edge and j < num_dst:
             for h in range(heads):
                 if mask_self[j, h]:
                     _axpy(rows[h], alpha_self[j, h] * scale, grad[j, h])

@@ -173,23 +173,27 @@ def aggregate(block: Block, x_src: Tensor, *, norm: str = "sum", self_mode: str 
     return _Aggregate.apply(x_src, block.indptr, block.indices, block.num_dst, NORMS[norm], SELF_MODES[self_mode])
 
 
-def csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor) -> Tensor:
-    """``out[r] = sum of x[indices[e]]`` over row r's edges (numba, float32/float64, CPU), for row sets
-    that are not a Block's destinations: a split's owned and reference rows (split parallelism), whose
-    count may exceed ``x``'s rows. The backward is the same one-pass kernel as :func:`aggregate`'s.
+def csr_sum(indptr: Tensor, indices: Tensor, num_rows: int, x: Tensor, *, norm: str = "sum") -> Tensor:
+    """``out[r] = w_r * sum of x[indices[e]]`` over row r's edges (numba, float32/float64, CPU), for row
+    sets that are not a Block's destinations: a split's owned and reference rows (split parallelism), whose
+    count may exceed ``x``'s rows, or one relation's destinations in a typed block. ``norm``: ``"sum"``
+    (w_r = 1) or ``"mean"`` (w_r = 1 / max(deg_r, 1): a row without edges is 0). The backward is the same
+    one-pass kernel as :func:`aggregate`'s.
 
     Shapes:
         indptr int64 [num_rows + 1], indices int64 [num_edges] into [0, x.shape[0]); x [n, d] -> [num_rows, d].
     """
+    if norm not in ("sum", "mean"):
+        raise ValueError(f"norm: expected 'sum' or 'mean', got {norm!r}")
     if x.dtype not in KERNEL_DTYPES or x.device.type != "cpu":
         raise TypeError(f"x: the numba aggregation takes float32/float64 CPU tensors, got {x.dtype} on {x.device}")
-    return _Aggregate.apply(x, indptr, indices, num_rows, kernels.NORM_SUM, kernels.SELF_NONE)
+    return _Aggregate.apply(x, indptr, indices, num_rows, NORMS[norm], kernels.SELF_NONE)
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: Tensor, score_src: Tensor, score_dst: Tensor, indptr: Tensor, indices: Tensor,
-                slope: float, p: float, key: int) -> Tensor:
+                slope: float, p: float, key: int, self_edge: bool) -> Tensor:
         z, score_src, score_dst = z.contiguous(), score_src.contiguous(), score_dst.contiguous()
         (_, heads, width), num_dst, num_edges = z.shape, score_dst.shape[0], indices.shape[0]
         out = z.new_empty(num_dst, heads, width)
@@ -201,28 +205,29 @@ class _Attention(torch.autograd.Function):
         attention_kernels.attention_forward(
             indptr.numpy(), indices.numpy(), z.detach().numpy(), score_src.detach().numpy(),
             score_dst.detach().numpy(), _as_dtype(slope, z.dtype), np.uint64(key), threshold, scale, out.numpy(),
-            alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy())
+            alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy(), self_edge)
         ctx.save_for_backward(z, score_src, score_dst, indptr, indices, alpha, alpha_self, mask, mask_self)
-        ctx.constants = (slope, scale)
+        ctx.constants = (slope, scale, self_edge)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         z, score_src, score_dst, indptr, indices, alpha, alpha_self, mask, mask_self = ctx.saved_tensors
-        slope, scale = ctx.constants
+        slope, scale, self_edge = ctx.constants
         grad = grad.contiguous()
         grad_logit, grad_logit_self = torch.empty_like(alpha), torch.empty_like(alpha_self)
         grad_score_dst = torch.empty_like(score_dst)
         attention_kernels.attention_backward_dst(
             indptr.numpy(), indices.numpy(), z.numpy(), score_src.numpy(), score_dst.numpy(),
             _as_dtype(slope, z.dtype), scale, alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy(),
-            grad.numpy(), grad_logit.numpy(), grad_logit_self.numpy(), grad_score_dst.numpy())
+            grad.numpy(), grad_logit.numpy(), grad_logit_self.numpy(), grad_score_dst.numpy(), self_edge)
         t_indptr, t_dst, t_edge = kernels.transpose_block(indptr.numpy(), indices.numpy(), z.shape[0])
         grad_z, grad_score_src = torch.empty_like(z), torch.empty_like(score_src)
         attention_kernels.attention_backward_src(
             t_indptr, t_dst, t_edge, scale, alpha.numpy(), alpha_self.numpy(), mask.numpy(), mask_self.numpy(),
-            grad.numpy(), grad_logit.numpy(), grad_logit_self.numpy(), grad_z.numpy(), grad_score_src.numpy())
-        return grad_z, grad_score_src, grad_score_dst, None, None, None, None, None
+            grad.numpy(), grad_logit.numpy(), grad_logit_self.numpy(), grad_z.numpy(), grad_score_src.numpy(),
+            self_edge)
+        return grad_z, grad_score_src, grad_score_dst, None, None, None, None, None, None
 
 
 def attention(block: Block, z: Tensor, score_src: Tensor, score_dst: Tensor, *, negative_slope: float = 0.2,
@@ -236,16 +241,34 @@ def attention(block: Block, z: Tensor, score_src: Tensor, score_dst: Tensor, *, 
     Shapes:
         z float [num_src, H, C]; score_src [num_src, H]; score_dst [num_dst, H] -> [num_dst, H, C].
     """
+    return csr_attention(block.indptr, block.indices, z, score_src, score_dst, negative_slope=negative_slope,
+                         dropout=dropout, key=key)
+
+
+def csr_attention(indptr: Tensor, indices: Tensor, z: Tensor, score_src: Tensor, score_dst: Tensor, *,
+                  negative_slope: float = 0.2, dropout: float = 0.0, key: int = 0, self_edge: bool = True) -> Tensor:
+    """:func:`attention` over CSC offsets of any row set: ``indptr`` [num_dst + 1] over the destinations,
+    ``indices`` into the rows of ``z``. With ``self_edge`` (a Block: destination ``i`` is source ``i``) the
+    softmax runs over ``N(i) ∪ {i}``; without it (one relation of a typed block, whose destinations are
+    not rows of ``z``) over ``N(i)`` only, and a destination without in-edges gets 0. The twin of
+    :func:`gnnscale.nn.torch_ops.attention`; dropout element ids as there.
+
+    Shapes:
+        z float [num_src, H, C]; score_src [num_src, H]; score_dst [num_dst, H] -> [num_dst, H, C].
+    """
     if z.dtype not in KERNEL_DTYPES or z.device.type != "cpu":
         raise TypeError(f"z: the numba attention takes float32/float64 CPU tensors, got {z.dtype} on {z.device}")
-    num_src, heads = z.shape[0], z.shape[1]
-    if score_src.shape != (num_src, heads) or score_dst.shape != (block.num_dst, heads):
-        raise ValueError(f"score_src, score_dst: expected [{num_src}, {heads}] and [{block.num_dst}, {heads}], "
+    num_src, heads, num_dst = z.shape[0], z.shape[1], indptr.shape[0] - 1
+    if score_src.shape != (num_src, heads) or score_dst.shape != (num_dst, heads):
+        raise ValueError(f"score_src, score_dst: expected [{num_src}, {heads}] and [{num_dst}, {heads}], "
                          f"got {list(score_src.shape)} and {list(score_dst.shape)}")
-    if block.num_edges and (int(block.indices.min()) < 0 or int(block.indices.max()) >= num_src):
+    if self_edge and num_dst > num_src:
+        raise ValueError(f"z: a self edge reads destination i's row of z, but z has {num_src} rows for "
+                         f"{num_dst} destinations")
+    if indices.shape[0] and (int(indices.min()) < 0 or int(indices.max()) >= num_src):
         raise ValueError(f"block: edges have a source id outside [0, num_src={num_src})")
-    return _Attention.apply(z, score_src, score_dst, block.indptr, block.indices, float(negative_slope),
-                            float(dropout), int(key))
+    return _Attention.apply(z, score_src, score_dst, indptr, indices, float(negative_slope), float(dropout), int(key),
+                            bool(self_edge))
 
 
 def transform_first_is_cheaper(block: Block, in_dim: int, out_dim: int, *, self_width: int = 1) -> bool:

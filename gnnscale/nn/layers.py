@@ -322,7 +322,7 @@ class GATConv(nn.Module):
         # gathered rows (its own sources first, then the remote ones), a block's CSC layout.
         z = self._source_rows(block, x_src)                                      # [num_src (+ remote), H * C]
         # Both scores in one product with block-diagonal [H * C, H] attention vectors: no [S, H, C] temporary.
-        scores = z @ torch.cat([_block_diagonal(self.att_src), _block_diagonal(self.att_dst)], dim=1)
+        scores = z @ torch.cat([block_diagonal(self.att_src), block_diagonal(self.att_dst)], dim=1)
         z, score_src, score_dst = z.view(-1, H, C), scores[:, :H], scores[:nd, H:]
         options = dict(negative_slope=self.negative_slope, dropout=p, key=site_key(key, 0))
         if resolve_backend(self.backend, x_src) == "numba":
@@ -344,7 +344,7 @@ class GATConv(nn.Module):
         return f"{self.in_dim}, {self.out_dim}, heads={self.heads}, concat={self.concat}"
 
 
-def _block_diagonal(att: Tensor) -> Tensor:
+def block_diagonal(att: Tensor) -> Tensor:
     """[H, C] attention vectors as the block-diagonal [H * C, H] matrix whose column h holds ``att[h]``
     in rows h * C .. h * C + C - 1, so that ``z.view(S, H * C) @ it`` is the per-head score ``(z * att).sum(-1)``."""
     return torch.block_diag(*att.unsqueeze(-1).unbind(0))

@@ -44,9 +44,9 @@ class _BlockModel(nn.Module):
     def __init__(self, layers: list[nn.Module], activation: str, *, dropout: float, input_dropout: float,
                  kernels: str) -> None:
         super().__init__()
-        _check_kernels(kernels)
-        _check_prob("dropout", dropout)
-        _check_prob("input_dropout", input_dropout)
+        check_kernels(kernels)
+        check_prob("dropout", dropout)
+        check_prob("input_dropout", input_dropout)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
         self.layers = nn.ModuleList(layers)
@@ -86,7 +86,7 @@ class _BlockModel(nn.Module):
 
 def _widths(in_dim: int, hidden_dim: int, num_classes: int, num_layers: int) -> list[tuple[int, int]]:
     """(in, out) of every layer: in_dim -> hidden_dim -> ... -> num_classes."""
-    _check_dims(in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes, num_layers=num_layers)
+    check_dims(in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes, num_layers=num_layers)
     dims = [in_dim] + [hidden_dim] * (num_layers - 1) + [num_classes]
     return list(zip(dims[:-1], dims[1:]))
 
@@ -104,7 +104,7 @@ class GraphSAGE(_BlockModel):
 
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, input_dropout: float = 0.0, kernels: str = "auto") -> None:
-        _check_kernels(kernels)
+        check_kernels(kernels)
         layers = [SAGEConv(i, o, backend=kernels) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
         super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout, kernels=kernels)
         self.config = ModelConfig(name="sage", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
@@ -119,7 +119,7 @@ class GCN(_BlockModel):
 
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *,
                  dropout: float = 0.5, input_dropout: float = 0.0, kernels: str = "auto") -> None:
-        _check_kernels(kernels)
+        check_kernels(kernels)
         layers = [GCNConv(i, o, backend=kernels) for i, o in _widths(in_dim, hidden_dim, num_classes, num_layers)]
         super().__init__(layers, "relu", dropout=dropout, input_dropout=input_dropout, kernels=kernels)
         self.config = ModelConfig(name="gcn", in_dim=in_dim, hidden_dim=hidden_dim, num_classes=num_classes,
@@ -143,8 +143,8 @@ class GAT(_BlockModel):
     def __init__(self, in_dim: int, hidden_dim: int, num_classes: int, num_layers: int, *, heads: int = 8,
                  out_heads: int = 1, dropout: float = 0.5, input_dropout: float = 0.0,
                  attn_dropout: float = 0.0, kernels: str = "auto") -> None:
-        _check_dims(heads=heads, out_heads=out_heads)
-        _check_kernels(kernels)
+        check_dims(heads=heads, out_heads=out_heads)
+        check_kernels(kernels)
         # Hidden layers concatenate their heads, so every layer after the first reads heads * hidden_dim.
         widths = _widths(in_dim, heads * hidden_dim, num_classes, num_layers)
         layers: list[nn.Module] = [GATConv(i, hidden_dim, heads, concat=True, attn_dropout=attn_dropout,
@@ -194,11 +194,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.name not in MODELS:
             raise ValueError(f"model: expected one of {MODELS}, got {self.name!r}")
-        _check_dims(in_dim=self.in_dim, hidden_dim=self.hidden_dim, num_classes=self.num_classes,
+        check_dims(in_dim=self.in_dim, hidden_dim=self.hidden_dim, num_classes=self.num_classes,
                     num_layers=self.num_layers, heads=self.heads, out_heads=self.out_heads)
         for field in ("dropout", "input_dropout", "attn_dropout"):
-            _check_prob(field, getattr(self, field))
-        _check_kernels(self.kernels)
+            check_prob(field, getattr(self, field))
+        check_kernels(self.kernels)
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
@@ -225,7 +225,7 @@ def builtin_config(model: nn.Module) -> ModelConfig | None:
     return model.config if isinstance(model, _BlockModel) else None
 
 
-def _check_dims(**dims: int) -> None:
+def check_dims(**dims: int) -> None:
     for field, value in dims.items():
         if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise TypeError(f"{field}: expected an int, got {type(value).__name__}")
@@ -233,11 +233,11 @@ def _check_dims(**dims: int) -> None:
             raise ValueError(f"{field}: expected a positive int, got {value}")
 
 
-def _check_kernels(kernels: str) -> None:
+def check_kernels(kernels: str) -> None:
     if kernels not in KERNELS:
         raise ValueError(f"kernels: expected one of {KERNELS}, got {kernels!r}")
 
 
-def _check_prob(field: str, p: float) -> None:
+def check_prob(field: str, p: float) -> None:
     if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
         raise ValueError(f"{field}: expected a probability in [0, 1), got {p!r}")

@@ -90,13 +90,26 @@ def softmax_with_self(logit_edge: Tensor, logit_self: Tensor, dst: Tensor) -> tu
     return exp_edge / denom[dst], exp_self / denom
 
 
+def softmax_by_destination(logit_edge: Tensor, dst: Tensor, num_dst: int) -> Tensor:
+    """Softmax over each destination's in-edges, per head (no self edge): [num_edges, H] -> [num_edges, H].
+    A destination without in-edges has no weights to normalise, so no empty segment is ever divided."""
+    index = dst.unsqueeze(1).expand_as(logit_edge)
+    # The per-destination max, detached as in softmax_with_self; -inf only where no edge reads it.
+    shift = logit_edge.new_full((num_dst, logit_edge.shape[1]), float("-inf")).scatter_reduce(
+        0, index, logit_edge.detach(), reduce="amax", include_self=True)
+    exp_edge = (logit_edge - shift[dst]).exp()
+    denom = logit_edge.new_zeros(num_dst, logit_edge.shape[1]).index_add(0, dst, exp_edge)
+    return exp_edge / denom[dst]
+
+
 def attention(indptr: Tensor, indices: Tensor, z: Tensor, score_src: Tensor, score_dst: Tensor, *,
-              negative_slope: float, dropout: float, key: int) -> Tensor:
-    """GAT's attention-weighted sum, the twin of :func:`gnnscale.nn.functional.attention`: per head,
-    ``alpha = softmax(LeakyReLU(score_src[j] + score_dst[i]))`` over ``N(i) ∪ {i}``, keyed dropout on
-    ``alpha`` (element ids as the kernel's: edge ``e``, head ``h`` is ``e * H + h``, then the self edges),
-    ``out_i = sum alpha_ij z_j``. Messages are gathered per edge ([num_edges, H, C]) and summed with
-    ``index_add``.
+              negative_slope: float, dropout: float, key: int, self_edge: bool = True) -> Tensor:
+    """GAT's attention-weighted sum, the twin of :func:`gnnscale.nn.functional.csr_attention`: per head,
+    ``alpha = softmax(LeakyReLU(score_src[j] + score_dst[i]))`` over ``N(i) ∪ {i}`` (``self_edge``) or
+    ``N(i)``, keyed dropout on ``alpha`` (element ids as the kernel's: edge ``e``, head ``h`` is
+    ``e * H + h``, then the self edges), ``out_i = sum alpha_ij z_j``. Messages are gathered per edge
+    ([num_edges, H, C]) and summed with ``index_add``; without the self edge a destination without
+    in-edges is 0.
 
     Shapes:
         indptr int64 [num_dst + 1]; indices int64 [num_edges] into [0, num_src); z float [num_src, H, C];
@@ -106,11 +119,18 @@ def attention(indptr: Tensor, indices: Tensor, z: Tensor, score_src: Tensor, sco
     dst = segment_ids(indptr, num_edges)
     leaky = torch.nn.functional.leaky_relu
     logit_edge = leaky(score_src.index_select(0, indices) + score_dst.index_select(0, dst), negative_slope)
-    logit_self = leaky(score_src[:num_dst] + score_dst, negative_slope)
-    alpha_edge, alpha_self = softmax_with_self(logit_edge, logit_self, dst)
-    if dropout > 0:
-        # Edges, then self edges, as one [E + num_dst, H] tensor: the element ids the kernel drops.
-        dropped = keyed_dropout(torch.cat([alpha_edge, alpha_self]), dropout, key)
-        alpha_edge, alpha_self = dropped[:num_edges], dropped[num_edges:]
+    if self_edge:
+        logit_self = leaky(score_src[:num_dst] + score_dst, negative_slope)
+        alpha_edge, alpha_self = softmax_with_self(logit_edge, logit_self, dst)
+        if dropout > 0:
+            # Edges, then self edges, as one [E + num_dst, H] tensor: the element ids the kernel drops.
+            dropped = keyed_dropout(torch.cat([alpha_edge, alpha_self]), dropout, key)
+            alpha_edge, alpha_self = dropped[:num_edges], dropped[num_edges:]
+        start = alpha_self.unsqueeze(-1) * z[:num_dst]
+    else:
+        alpha_edge = softmax_by_destination(logit_edge, dst, num_dst)
+        if dropout > 0:
+            alpha_edge = keyed_dropout(alpha_edge, dropout, key)
+        start = z.new_zeros(num_dst, z.shape[1], z.shape[2])
     messages = alpha_edge.unsqueeze(-1) * z.index_select(0, indices)  # [E, H, C]
-    return (alpha_self.unsqueeze(-1) * z[:num_dst]).index_add(0, dst, messages)
+    return start.index_add(0, dst, messages)
