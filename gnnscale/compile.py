@@ -5,7 +5,8 @@ training run pays for compilation (several seconds per kernel) and a kernel that
 fails the install. It compiles by running the real code paths on tiny data, with every argument type
 they meet in use: int32 and int64 graph indices; graphs in memory (writable arrays) and memory-mapped
 from a dataset or partition directory (read-only arrays, a different numba type); sampling with and
-without replacement, fused, two-step, matrix and LADIES; the three models in training (dropout, attention dropout)
+without replacement, fused, two-step, matrix and LADIES, of plain and typed graphs; the three models and the three
+relational ones in training (dropout, attention dropout)
 and inference, aggregating first and transforming first; partitioning (METIS and random); and
 distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader and
 the trainer's PyG batches; ``gnnscale generate``. A path added to gnnscale that calls a new kernel
@@ -207,6 +208,26 @@ def warm_generate(work: Path) -> None:
                 np.empty(2, dtype=np.int64))
 
 
+def warm_typed_training(work: Path) -> None:
+    """A typed graph: R-GCN, R-SAGE and R-GAT, fused and two-step typed sampling with and without replacement,
+    in memory and memory-mapped (read-only arrays, another numba type)."""
+    from gnnscale.graph.datasets import load_dataset
+    from gnnscale.graph.typed_storage import load_typed_dataset_dir, save_typed_dataset
+    from gnnscale.nn.models import TYPED_MODELS
+    from gnnscale.nn.typed_models import TypedModelConfig
+
+    in_memory = load_dataset("synthetic", None, preset="mag", scale=0.001)
+    mapped = load_typed_dataset_dir(save_typed_dataset(in_memory, work / "typed"), mmap=True)
+    dims = {t: d for t, d in in_memory.feature_dims.items() if d is not None}
+    for dataset in (in_memory, mapped):
+        for name, sampler, replace in zip(TYPED_MODELS, ("fused", "two_step", "fused"), (False, False, True)):
+            model_cfg = TypedModelConfig.for_graph(dataset.graph, feature_dims=dims, name=name, hidden_dim=8, heads=2,
+                                                   num_classes=dataset.num_classes, num_layers=2, dropout=0.5,
+                                                   input_dropout=0.1, attn_dropout=0.1)
+            cfg = TrainConfig(fanouts=(4, 3), batch_size=64, epochs=1, threads=2, sampler=sampler, replace=replace)
+            fit(seeded_model(model_cfg, cfg.seed), dataset, inputs="blocks", config=cfg, progress=False)
+
+
 WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("training, graph in memory", warm_training_in_memory),
     ("training, memory-mapped dataset", warm_training_memory_mapped),
@@ -217,6 +238,7 @@ WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("DGS explanation", warm_dgs_explanation),
     ("NeighborLoader (PyG batches)", warm_loader),
     ("gnnscale generate", warm_generate),
+    ("typed graphs (R-GCN, R-SAGE, R-GAT)", warm_typed_training),
 ]
 
 

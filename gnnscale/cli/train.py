@@ -7,12 +7,16 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 
 from gnnscale.cli.common import DEFAULT_TIMEOUT_S, add_dataset_args, dataset_flags, load_cli_dataset
-from gnnscale.cli.flags import add_settings, given_flags, read_settings, whole_number
+from gnnscale.cli.flags import add_settings, given, given_flags, read_settings, whole_number
 from gnnscale.devices import resolve_device
 from gnnscale.inference.metrics import METRICS
+from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.nn import ModelConfig
+from gnnscale.nn.models import MODELS, TYPED_MODELS
+from gnnscale.nn.typed_models import TypedModelConfig
 from gnnscale.partition.directory import read_manifest
-from gnnscale.settings import flag_fields
+from gnnscale.settings import field_default, flag_fields
 from gnnscale.train.api import fit
 from gnnscale.train.checks import LaunchError, check_run_outputs
 from gnnscale.train.config import TrainConfig
@@ -103,9 +107,7 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
     """The configs from the flags, every combination checked (a bad one: ValueError naming the field)."""
     train = fanouts_for(read_settings(TrainConfig, args), args.layers)
     resolve_device(train.device)  # a GPU that is not there fails now, before any data is read
-    # Checked now, with stand-ins for what the dataset gives; its own fields (all but those) are kept.
-    checked = read_settings(ModelConfig, args, in_dim=1, num_classes=2, num_layers=train.num_layers)
-    model = {name: value for name, value in asdict(checked).items() if name not in MODEL_FROM_DATA}
+    model = read_model_settings(args, train.num_layers)
     task, task_settings = read_task(args)
     # --metric is a task's own setting where its settings have one (link); else --eval full's node metric.
     metric = (args.metric or "accuracy") if task.full_eval else "accuracy"
@@ -134,6 +136,35 @@ def read_train_settings(args: argparse.Namespace) -> TrainSettings:
                           model=model["name"]))
     return TrainSettings(train=train, model=model, outputs=outputs, layout=layout, task=task,
                          task_settings=task_settings)
+
+
+def read_model_settings(args: argparse.Namespace, num_layers: int) -> dict:
+    """The model's flags (ModelConfig's fields but what the dataset gives), checked now with stand-ins for what the
+    dataset gives. A typed graph's model (rgcn, rsage, rgat) takes the same settings; its schema comes with the
+    data, so its settings are checked as a plain model's."""
+    typed = given(ModelConfig, args)
+    name = typed.get("name", field_default(ModelConfig, "name"))
+    checked = ModelConfig(in_dim=1, num_classes=2, num_layers=num_layers,
+                          **{**typed, "name": MODELS[0] if name in TYPED_MODELS else name})
+    return {field: value for field, value in asdict(checked).items() if field not in MODEL_FROM_DATA} | {"name": name}
+
+
+def model_config_for(dataset: NodeDataset | TypedDataset, model: dict, task: TaskSpec,
+                     num_layers: int) -> ModelConfig | TypedModelConfig:
+    """The built-in model's config of ``dataset``: the flags' settings, sized by the data (a typed graph's: its
+    node types, relations and feature widths)."""
+    width = task.output_width(model, dataset.num_classes)
+    if model["name"] in TYPED_MODELS:
+        if not isinstance(dataset, TypedDataset):
+            raise ValueError(f"model: --model {model['name']} trains a typed graph (several node types); use --model "
+                             f"{' or '.join(MODELS)} on this dataset")
+        dims = {t: d for t, d in dataset.feature_dims.items() if d is not None}
+        return TypedModelConfig.for_graph(dataset.graph, feature_dims=dims, num_classes=width, num_layers=num_layers,
+                                          **model)
+    if isinstance(dataset, TypedDataset):
+        raise ValueError(f"model: a typed graph trains --model {' or '.join(TYPED_MODELS)} (one operator per relation), "
+                         f"got --model {model['name']}")
+    return ModelConfig(in_dim=dataset.feature_dim, num_classes=width, num_layers=num_layers, **model)
 
 
 def read_task(args: argparse.Namespace) -> tuple[TaskSpec, object | None]:
@@ -198,10 +229,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         # Before loading the dataset (minutes for a large one): a bad output path fails at once.
         check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
                           overwrite=outputs.overwrite, model_out=outputs.model_out)
-        dataset = load_cli_dataset(args)
-        model_cfg = ModelConfig(in_dim=dataset.feature_dim,
-                                num_classes=task.output_width(settings.model, dataset.num_classes),
-                                num_layers=settings.train.num_layers, **settings.model)
+        dataset = load_cli_dataset(args, typed=True)
+        model_cfg = model_config_for(dataset, settings.model, task, settings.train.num_layers)
         model = task.build_model(model_cfg, task_settings, settings.train.seed)
         report = fit(model, dataset, inputs="blocks", config=settings.train, outputs=outputs, progress=progress,
                      task=as_fit)

@@ -30,6 +30,8 @@ from gnnscale.settings import setting
 
 ModelName = Literal["sage", "gcn", "gat"]
 MODELS = ("sage", "gcn", "gat")
+# The relational models of typed graphs (gnnscale.nn.typed_models: TypedModelConfig), named here for --model.
+TYPED_MODELS = ("rgcn", "rsage", "rgat")
 ACTIVATIONS = ("relu", "elu")
 # Dropout sites under a step's key: 0 the input, 1 + l after layer l, ATTENTION_SITE + l inside layer l.
 ATTENTION_SITE = 1 << 16
@@ -180,7 +182,9 @@ class ModelConfig:
     in_dim: int
     num_classes: int
     num_layers: int
-    name: ModelName = setting("sage", "the GNN", name="--model", choices=MODELS, aliases=("model",))
+    name: ModelName = setting("sage", "the GNN: sage, gcn or gat; on a typed graph rgcn, rsage or rgat (one operator per "
+                                      "relation, summed)", name="--model", choices=MODELS + TYPED_MODELS,
+                              aliases=("model",))
     hidden_dim: int = setting(128, "hidden size (per head for GAT)", name="--hidden")
     dropout: float = setting(0.5, "dropout between layers")
     input_dropout: float = setting(0.0, "dropout on the input features")
@@ -193,7 +197,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.name not in MODELS:
-            raise ValueError(f"model: expected one of {MODELS}, got {self.name!r}")
+            typed = f" ({self.name} is a typed graph's model: TypedModelConfig)" if self.name in TYPED_MODELS else ""
+            raise ValueError(f"model: expected one of {MODELS}, got {self.name!r}{typed}")
         check_dims(in_dim=self.in_dim, hidden_dim=self.hidden_dim, num_classes=self.num_classes,
                     num_layers=self.num_layers, heads=self.heads, out_heads=self.out_heads)
         for field in ("dropout", "input_dropout", "attn_dropout"):

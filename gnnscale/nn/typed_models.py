@@ -42,12 +42,12 @@ from torch import Tensor, nn
 
 from gnnscale.graph.typed import Relation, TypedGraph, parse_relation
 from gnnscale.nn.functional import check_dropout_key, keyed_dropout, site_key
-from gnnscale.nn.models import ATTENTION_SITE, check_dims, check_kernels, check_prob
+from gnnscale.nn.models import (ATTENTION_SITE, TYPED_MODELS, ModelConfig, builtin_config, check_dims, check_kernels,
+                                check_prob)
 from gnnscale.nn.relational import RGATConv, RGCNConv, RSAGEConv, destination_positions
 from gnnscale.sampling.typed import TypedBlock
 
 TypedModelName = Literal["rgcn", "rsage", "rgat"]
-TYPED_MODELS = ("rgcn", "rsage", "rgat")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,12 +198,16 @@ class TypedInput:
         if total != self.num_src:
             raise ValueError(f"x: the positions of all types cover {total} sources, expected num_src={self.num_src}")
 
-    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> TypedInput:
-        def move(d: dict[str, Tensor]) -> dict[str, Tensor]:
-            return {t: v.to(device, non_blocking=non_blocking) for t, v in d.items()}
+    def moved(self, move) -> TypedInput:
+        """This input with ``move`` applied to each of its tensors (the copy stage's, or :meth:`to`)."""
+        def each(d: dict[str, Tensor]) -> dict[str, Tensor]:
+            return {t: move(v) for t, v in d.items()}
 
-        return TypedInput(num_src=self.num_src, positions=move(self.positions), features=move(self.features),
-                          ids=move(self.ids))
+        return TypedInput(num_src=self.num_src, positions=each(self.positions), features=each(self.features),
+                          ids=each(self.ids))
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> TypedInput:
+        return self.moved(lambda v: v.to(device, non_blocking=non_blocking))
 
 
 def sources_by_type(src_ids: Tensor, graph: TypedGraph) -> dict[str, tuple[Tensor, Tensor]]:
@@ -344,3 +348,8 @@ class TypedModel(nn.Module):
                 h = keyed_dropout(h, cfg.dropout, site_key(key, 1 + i), relu=relu, training=self.training,
                                   kernels=cfg.kernels)
         return h
+
+
+def model_config(model: nn.Module) -> ModelConfig | TypedModelConfig | None:
+    """The config a built-in model (plain or typed) records; None for any other module."""
+    return model.config if isinstance(model, TypedModel) else builtin_config(model)

@@ -364,6 +364,11 @@ class LocalPartition:
         return int(self.book.offsets[self.part])
 
     @property
+    def label_offset(self) -> int:
+        """The global id of ``labels[0]``: this part's labels are its nodes' (a typed part's: its target type's)."""
+        return self.node_offset
+
+    @property
     def num_local_nodes(self) -> int:
         lo, hi = self.book.node_range(self.part)
         return hi - lo

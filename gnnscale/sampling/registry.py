@@ -16,11 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.typed import TypedGraph
 from gnnscale.sampling import BatchSampler, NeighborSampler
 from gnnscale.sampling.device import DeviceNeighborSampler
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.sampling.matrix.device_ladies import DeviceLadiesSampler, operator_bytes
 from gnnscale.sampling.matrix.device_sage import DeviceMatrixSampler
+from gnnscale.sampling.typed import TypedNeighborSampler
 
 DEFAULT_LAYER_SIZE = 512  # LADIES nodes per layer (Tripathy et al., Table 4)
 
@@ -30,15 +32,16 @@ class SamplerInputs:
     """What a sampler is built from.
 
     Args:
-        graph: the topology it samples.
-        fanouts: neighbors per hop from the seeds outwards (neighbor samplers).
+        graph: the topology it samples: a plain CSC, or a typed graph (samplers whose spec is ``typed``).
+        fanouts: neighbors per hop from the seeds outwards (neighbor samplers; every relation alike on a typed
+            graph).
         bulk: consecutive batches drawn by one set of sparse products (bulk samplers; 1 otherwise).
         replace: draw neighbors with replacement.
         layer_sizes: nodes drawn per layer, seeds outwards (layer-wise samplers).
         self_loops: the layer's operator has self loops (GCN's D~^-1 (A + I)), else GraphSAGE's mean D^-1 A.
     """
 
-    graph: CSCGraph
+    graph: CSCGraph | TypedGraph
     fanouts: tuple[int, ...]
     bulk: int
     replace: bool
@@ -59,6 +62,7 @@ class SamplerSpec:
         replace: takes ``--replace``.
         weighted: its blocks carry edge weights, which a PyG ``(x, edge_index)`` model cannot take.
         masked: DGS's masked node-sampling kernel stands in for it (``--dgs``).
+        typed: samples typed graphs too (:mod:`gnnscale.sampling.typed`: a fanout per relation, the same law).
         eval_method: the neighbor-sampling method inference uses for a model trained with it.
         build_host: the training sampler on the host.
         build_device: the same sampler drawn by torch ops on a device (the host's blocks for the same key),
@@ -80,6 +84,7 @@ class SamplerSpec:
     build_host: Callable[[SamplerInputs], BatchSampler]
     build_device: Callable[[SamplerInputs, torch.device], BatchSampler] | None = None
     device_bytes: Callable[[CSCGraph], int] | None = None
+    typed: bool = False
 
     def __post_init__(self) -> None:
         if (self.build_device is None) != (self.device_bytes is None):
@@ -102,6 +107,8 @@ class SamplerSpec:
 
 def _neighbor(method: str) -> Callable[[SamplerInputs], BatchSampler]:
     def build(inputs: SamplerInputs) -> BatchSampler:
+        if isinstance(inputs.graph, TypedGraph):  # one fanout list for every relation
+            return TypedNeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, method=method)
         return NeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, method=method)
     return build
 
@@ -139,10 +146,10 @@ ALL_MODELS = ("sage", "gcn", "gat")
 SAMPLERS: dict[str, SamplerSpec] = {spec.name: spec for spec in (
     SamplerSpec(name="fused", summary="the fused kernel: each hop straight into a CSC block", models=ALL_MODELS,
                 bulk=False, layerwise=False, replace=True, weighted=False, masked=True, eval_method="fused",
-                build_host=_neighbor("fused"), build_device=_on_device, device_bytes=_fused_bytes),
+                build_host=_neighbor("fused"), build_device=_on_device, device_bytes=_fused_bytes, typed=True),
     SamplerSpec(name="two_step", summary="the two-step reference (COO, relabel, CSC), for comparisons",
                 models=ALL_MODELS, bulk=False, layerwise=False, replace=True, weighted=False, masked=False,
-                eval_method="two_step", build_host=_neighbor("two_step")),
+                eval_method="two_step", build_host=_neighbor("two_step"), typed=True),
     SamplerSpec(name="matrix", summary="GraphSAGE sampling by sparse products, --bulk batches at a time (the fused "
                 "blocks)", models=ALL_MODELS, bulk=True, layerwise=False, replace=True, weighted=False, masked=False,
                 eval_method="fused", build_host=_matrix, build_device=_matrix_on_device,

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from gnnscale.graph.typed import TypedGraph, parse_relation
-from gnnscale.sampling import check_fanouts, check_key, check_seeds
+from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS, choose_neighbors, num_chosen
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
 from gnnscale.sampling.reference import to_block_coo
@@ -52,6 +52,10 @@ class RelationBlock:
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
 
+    def moved(self, move) -> RelationBlock:
+        """This block with ``move`` applied to each of its tensors (the copy stage's, or ``.to``)."""
+        return RelationBlock(dst=move(self.dst), indptr=move(self.indptr), indices=move(self.indices))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TypedBlock:
@@ -78,6 +82,46 @@ class TypedBlock:
     @property
     def dst_ids(self) -> Tensor:
         return self.src_ids[: self.num_dst]
+
+    def moved(self, move) -> TypedBlock:
+        """This block with ``move`` applied to each of its tensors (the copy stage's, or ``.to``)."""
+        return TypedBlock(src_ids=move(self.src_ids), num_dst=self.num_dst,
+                          relations=tuple(r.moved(move) for r in self.relations))
+
+    def to(self, device: torch.device | str) -> TypedBlock:
+        return self.moved(lambda t: t.to(device))
+
+
+class TypedNeighborSampler(BatchSampler):
+    """Samples typed blocks for a fixed typed graph and per-relation fanouts, reusing one mapping array.
+
+    Args:
+        graph: the typed graph.
+        fanouts: per relation and hop (:func:`typed_fanouts`: one list for all relations, a dict, or DGL's list).
+        replace: draw with replacement.
+        method: ``"fused"`` or ``"two_step"`` (the same blocks).
+    """
+
+    def __init__(self, graph: TypedGraph, fanouts, *, replace: bool = False, method: str = "fused") -> None:
+        if method not in ("fused", "two_step"):
+            raise ValueError(f"method: expected 'fused' or 'two_step', got {method!r}")
+        self.graph, self.table, self.replace, self.method = graph, typed_fanouts(graph, fanouts), replace, method
+        self.kernel = TypedKernel(graph)
+        self.workspace = SamplerWorkspace(graph.num_nodes) if method == "fused" else None
+
+    @property
+    def fanouts(self) -> np.ndarray:
+        """int64 [layers, relations]."""
+        return self.table
+
+    def sample(self, seeds, key: int) -> list[TypedBlock]:
+        seeds = check_seeds(seeds, self.graph.num_nodes)
+        key = check_key(key)
+        if self.method == "fused":
+            nodes, hops = typed_fused_hops(self.kernel, seeds, self.table, key, bool(self.replace), self.workspace)
+        else:
+            nodes, hops = typed_two_step_hops(self.kernel, seeds, self.table, key, bool(self.replace))
+        return typed_blocks_from_hops(nodes, hops, self.graph)
 
 
 def typed_fanouts(graph: TypedGraph, fanouts) -> np.ndarray:
@@ -255,7 +299,7 @@ def typed_blocks_from_hops(nodes: np.ndarray, hops: list, graph: TypedGraph) -> 
 
 
 def sample_typed_blocks(graph: TypedGraph, seeds, fanouts, *, key: int, replace: bool = False,
-                        method: str = "fused", workspace: SamplerWorkspace | None = None) -> list[TypedBlock]:
+                        method: str = "fused") -> list[TypedBlock]:
     """The typed blocks of ``seeds`` (global ids, unique), one per hop, in model order (input layer first).
 
     Args:
@@ -265,22 +309,11 @@ def sample_typed_blocks(graph: TypedGraph, seeds, fanouts, *, key: int, replace:
         key: the batch's key (:func:`gnnscale.keys.derive_key`).
         replace: draw with replacement.
         method: ``"fused"`` (the kernel) or ``"two_step"`` (the per-relation baseline): the same blocks.
-        workspace: the fused kernel's reusable mapping array (one per thread; default a new one).
     """
     if not isinstance(graph, TypedGraph):
         raise TypeError(f"graph: expected a TypedGraph, got {type(graph).__name__}")
-    table = typed_fanouts(graph, fanouts)
-    seeds = check_seeds(seeds, graph.num_nodes)
-    kernel = TypedKernel(graph)
-    key = check_key(key)
-    if method == "fused":
-        workspace = workspace if workspace is not None else SamplerWorkspace(graph.num_nodes)
-        nodes, hops = typed_fused_hops(kernel, seeds, table, key, bool(replace), workspace)
-    elif method == "two_step":
-        nodes, hops = typed_two_step_hops(kernel, seeds, table, key, bool(replace))
-    else:
-        raise ValueError(f"method: expected 'fused' or 'two_step', got {method!r}")
-    return typed_blocks_from_hops(nodes, hops, graph)
+    return TypedNeighborSampler(graph, fanouts, replace=replace, method=method).sample(seeds, key)
 
 
-__all__ = ["ALL_NEIGHBORS", "RELATION_SLOT", "RelationBlock", "TypedBlock", "sample_typed_blocks", "typed_fanouts"]
+__all__ = ["ALL_NEIGHBORS", "RELATION_SLOT", "RelationBlock", "TypedBlock", "TypedNeighborSampler", "sample_typed_blocks",
+           "typed_fanouts"]

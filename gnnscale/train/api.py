@@ -14,6 +14,7 @@ from pathlib import Path
 from torch import nn
 
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.sources.partitioned import Partitioned
 from gnnscale.train.sources.in_process import InProcess
@@ -26,7 +27,7 @@ from gnnscale.train.setup import RunSource, train_run
 DEFAULT_TIMEOUT_S = 120.0
 
 
-def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str, config: TrainConfig = TrainConfig(),
+def fit(model: nn.Module, data: NodeDataset | TypedDataset | str | os.PathLike, *, inputs: str, config: TrainConfig = TrainConfig(),
         layout: str | LayoutOptions | None = None, outputs: RunOutputs = RunOutputs(), progress: bool = True,
         timeout_s: float | None = None, task: str | object | None = None) -> TrainReport:
     """Train ``model`` in place by mini-batch neighbor sampling and return the per-epoch report.
@@ -80,10 +81,10 @@ def fit(model: nn.Module, data: NodeDataset | str | os.PathLike, *, inputs: str,
                      progress=progress)
 
 
-def run_source(data: NodeDataset | str | os.PathLike, layout: str | LayoutOptions | None, timeout_s: float | None,
+def run_source(data: NodeDataset | TypedDataset | str | os.PathLike, layout: str | LayoutOptions | None, timeout_s: float | None,
                task: TaskSpec, task_settings: object | None) -> RunSource:
     """A dataset trains in this process, a partition directory under torchrun."""
-    if isinstance(data, NodeDataset):
+    if isinstance(data, (NodeDataset, TypedDataset)):
         for name, value in (("layout", layout), ("timeout_s", timeout_s)):
             if value is not None:
                 raise ValueError(f"{name}: applies to a distributed run over a partition directory; a NodeDataset "

@@ -26,6 +26,7 @@ from gnnscale.devices import resolve_device
 from gnnscale.keys import STREAM_INIT, derive_key
 from gnnscale.nn.link import LinkModel, build_link_model
 from gnnscale.nn.models import ModelConfig, build_model, builtin_config
+from gnnscale.nn.typed_models import TypedModel, TypedModelConfig
 from gnnscale.train.steps import Batch
 
 class ModelInputs(Protocol):
@@ -109,11 +110,11 @@ def model_signature(model: nn.Module, inputs: ModelInputs) -> dict:
             "parameters": {name: list(p.shape) for name, p in model.named_parameters()}}
 
 
-def seeded_model(config: ModelConfig, seed: int) -> nn.Module:
-    """The built-in model ``config`` describes, initialised from the run's ``seed`` (the same weights in
-    every worker and every run of the seed)."""
+def seeded_model(config: ModelConfig | TypedModelConfig, seed: int) -> nn.Module:
+    """The built-in model ``config`` describes (plain or typed), initialised from the run's ``seed`` (the same
+    weights in every worker and every run of the seed)."""
     torch.manual_seed(derive_key(seed, stream=STREAM_INIT))
-    return build_model(config)
+    return TypedModel(config) if isinstance(config, TypedModelConfig) else build_model(config)
 
 
 def seeded_link_model(encoder: ModelConfig, decoder: str, seed: int) -> LinkModel:

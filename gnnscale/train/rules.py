@@ -21,6 +21,7 @@ from gnnscale.train.layouts.registry import check_layout_options, layout_spec, l
 from gnnscale.train.layouts.single import SINGLE
 from gnnscale.train.run import RunOutputs, check_model_outputs
 from gnnscale.nn.models import ModelConfig
+from gnnscale.nn.typed_models import TYPED_MODELS
 from gnnscale.train.tasks.base import TaskSpec
 
 INPUTS = ("blocks", "pyg")
@@ -58,6 +59,9 @@ def check_run(run: RunSettings) -> LayoutSpec:
                          f"`model(blocks, x)` or PyG's `model(x, edge_index)`), got {run.inputs!r}")
     # The task first: a layout that cannot serve it is named before that layout's own rules.
     check_task(run, SINGLE if run.layout is None else layout_spec(run.layout.layout))
+    if run.model in TYPED_MODELS:
+        check_typed(run)
+        return SINGLE
     if run.layout is None:
         spec = SINGLE
         check_sampler_fits_model(run.train.sampler, run.model)
@@ -70,6 +74,30 @@ def check_run(run: RunSettings) -> LayoutSpec:
                          f"edge_index) batch has no edge weights; train it with sampler {', '.join(unweighted)}")
     note_host_cache(run.train)
     return spec
+
+
+def check_typed(run: RunSettings) -> None:
+    """A typed model (R-GCN, R-SAGE, R-GAT) trains on a typed graph in one process, sampled on the host by a
+    sampler that draws typed graphs, and scored every epoch on sampled neighborhoods."""
+    cfg, name = run.train, run.model
+    if run.layout is not None:
+        raise ValueError(f"model: --model {name} trains a typed graph in one process (gnnscale partition writes "
+                         "graphs of one node type); drop --partitions")
+    if not sampler_spec(cfg.sampler).typed:
+        typed = " or ".join(n for n, s in SAMPLERS.items() if s.typed)
+        raise ValueError(f"sampler: --model {name} samples a typed graph with --sampler {typed}, got --sampler "
+                         f"{cfg.sampler}")
+    if cfg.sample_on == "device" or cfg.gpu_cache_fraction > 0:
+        flag = "sample_on: --sample-on device" if cfg.sample_on == "device" else \
+            f"gpu_cache_fraction: --gpu-cache-fraction {cfg.gpu_cache_fraction:g}"
+        raise ValueError(f"{flag} holds a plain graph's data on the device; a typed graph samples and reads its rows "
+                         "on the host (the model and the step still run on --device)")
+    if run.outputs.model_out is not None:
+        raise ValueError(f"model_out: the model file records plain models; --model {name} trains without --save-model "
+                         "(fit leaves the trained model in place: torch.save(model.state_dict(), path))")
+    if run.outputs.full_eval is not None:
+        raise ValueError(f"full_eval: layer-wise inference runs plain models; --model {name} is scored on sampled "
+                         "neighborhoods every epoch (drop --eval full)")
 
 
 def check_task(run: RunSettings, spec: LayoutSpec) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.graph.csc import CSCGraph
+from gnnscale.graph.typed import TypedGraph
 from gnnscale.nn import ModelConfig
-from gnnscale.sampling import BatchSampler, NeighborSampler
+from gnnscale.sampling import BatchSampler
 from gnnscale.sampling.registry import SamplerInputs, sampler_spec
 from gnnscale.train.config import TrainConfig
 
 
-def sampler_inputs(graph: CSCGraph, fanouts: tuple[int, ...], cfg: TrainConfig,
+def sampler_inputs(graph: CSCGraph | TypedGraph, fanouts: tuple[int, ...], cfg: TrainConfig,
                    model_cfg: ModelConfig | None = None) -> SamplerInputs:
     """What ``cfg.sampler``'s spec builds a sampler of ``graph`` from. The operator LADIES estimates is the
     layer's own: D~^-1 (A + I) for GCN, D^-1 A for SAGE's mean (``model_cfg`` None: a model of one's own,
@@ -19,7 +22,7 @@ def sampler_inputs(graph: CSCGraph, fanouts: tuple[int, ...], cfg: TrainConfig,
                          layer_sizes=(cfg.ladies_layer_size,) * cfg.num_layers, self_loops=is_gcn(model_cfg))
 
 
-def build_samplers(graph: CSCGraph, model_cfg: ModelConfig | None, cfg: TrainConfig,
+def build_samplers(graph: CSCGraph | TypedGraph, model_cfg: ModelConfig | None, cfg: TrainConfig,
                    policy: DevicePolicy | None = None) -> tuple[BatchSampler, BatchSampler]:
     """The training sampler ``cfg.sampler`` names, and the inference sampler. With a ``policy`` that samples on
     its device, the training sampler is that sampler's device build there (the host's blocks, bit for bit).
@@ -33,7 +36,10 @@ def build_samplers(graph: CSCGraph, model_cfg: ModelConfig | None, cfg: TrainCon
     spec = sampler_spec(cfg.sampler)
     device = policy.device if policy is not None and policy.sample_on_device else None
     train = spec.build(sampler_inputs(graph, cfg.fanouts, cfg, model_cfg), device)
-    return train, NeighborSampler(graph, cfg.inference_fanouts, method=spec.eval_method)
+    # The eval method is a neighbor sampler's (fused or two_step), which samples plain and typed graphs alike;
+    # inference draws without replacement whatever training does.
+    evaluate = dataclasses.replace(sampler_inputs(graph, cfg.inference_fanouts, cfg, model_cfg), replace=False)
+    return train, sampler_spec(spec.eval_method).build(evaluate)
 
 
 def is_gcn(model_cfg: ModelConfig | None) -> bool:

@@ -31,7 +31,9 @@ from gnnscale.batch_stream import batch_stream
 from gnnscale.devices import StreamCopy
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.distributed.split.shuffle import CooperativeBlock
+from gnnscale.nn.typed_models import TypedInput
 from gnnscale.sampling import Block
+from gnnscale.sampling.typed import TypedBlock
 from gnnscale.train.inputs import ModelInputs, model_device
 from gnnscale.train.layouts.base import Layout, add_counts
 from gnnscale.train.metrics import PhaseTimer
@@ -106,7 +108,7 @@ class CopyStage:
         batch, model_input = value
         move = once_per_tensor(move)
         if model_input is batch:
-            batch = replace(batch, blocks=[block_to(b, move) for b in batch.blocks], x=move(batch.x),
+            batch = replace(batch, blocks=[block_to(b, move) for b in batch.blocks], x=input_to(batch.x, move),
                             targets=batch.targets.moved(move))
             return batch, batch
         return replace(batch, targets=batch.targets.moved(move)), converted_to(model_input, move)
@@ -127,17 +129,22 @@ def once_per_tensor(move):
     return moved
 
 
-def block_to(block, move) -> Block | CooperativeBlock:
-    """``block`` with ``move`` applied to each of its tensors: a :class:`Block`, or split parallelism's
-    :class:`CooperativeBlock`."""
-    if isinstance(block, CooperativeBlock):
+def block_to(block, move) -> Block | CooperativeBlock | TypedBlock:
+    """``block`` with ``move`` applied to each of its tensors: a :class:`Block`, split parallelism's
+    :class:`CooperativeBlock` or a typed graph's :class:`TypedBlock`."""
+    if isinstance(block, (CooperativeBlock, TypedBlock)):
         return block.moved(move)
     if not isinstance(block, Block):
         raise TypeError(f"device: the copy stage moves gnnscale Blocks, got {type(block).__name__}; expected a "
-                        "Block or split parallelism's CooperativeBlock")
+                        "Block, split parallelism's CooperativeBlock or a TypedBlock")
     weight = None if block.edge_weight is None else move(block.edge_weight)
     return Block(indptr=move(block.indptr), indices=move(block.indices), src_ids=move(block.src_ids),
                  num_dst=block.num_dst, edge_weight=weight)
+
+
+def input_to(x, move):
+    """A batch's input rows with ``move`` applied: a tensor, or a typed model's rows by node type."""
+    return x.moved(move) if isinstance(x, TypedInput) else move(x)
 
 
 def converted_to(model_input, move):

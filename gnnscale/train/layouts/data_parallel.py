@@ -40,7 +40,7 @@ from gnnscale.features.hot_set import check_fraction
 from gnnscale.features.partitioned import PartitionedFeatureStore
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.distributed.device_policy import DevicePolicy
-from gnnscale.sampling import BatchSampler
+from gnnscale.sampling import BatchSampler, Block
 from gnnscale.sampling.registry import sampler_spec
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import EdgeLedger, LayoutContext, LayoutSpec
@@ -106,7 +106,7 @@ class DataParallel:
             x = self.store.gather(blocks[0].src_ids)
         # The union mini-batch assumes node-wise sampling (a node's sampled in-neighbors are the
         # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
-        if training and len(self._signatures) < UNION_ITERATIONS and blocks[0].edge_weight is None:
+        if training and len(self._signatures) < UNION_ITERATIONS and is_plain_nodewise(blocks[0]):
             with timer.phase("metrics"):
                 on_host = [b.to("cpu") for b in blocks]  # blocks sampled on a GPU: the first few only
                 self._ledger.record(sum(b.num_edges for b in blocks), local_edges(on_host, self.part.book))
@@ -159,6 +159,11 @@ class DataParallel:
     def gradient_divisor(self) -> int:
         """Gradients are summed over workers, then divided by this."""
         return self.world_size
+
+
+def is_plain_nodewise(block) -> bool:
+    """Whether the edge metrics' union mini-batch applies: a plain (untyped) block of node-wise sampling."""
+    return isinstance(block, Block) and block.edge_weight is None
 
 
 def worker_memory(held_bytes: int | None, comm: Comm) -> dict:

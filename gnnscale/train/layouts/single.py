@@ -16,18 +16,23 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.features.device_cache import device_store
 from gnnscale.features.local import LocalFeatureStore
+from gnnscale.features.typed import TypedLocalStore
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.directory import LocalPartition
+from gnnscale.partition.typed import TypedPartition, whole_typed_partition
 from gnnscale.train.config import SAMPLERS, TrainConfig
 from gnnscale.train.layouts.base import LayoutContext, LayoutSpec
 from gnnscale.train.layouts.data_parallel import DataParallel
 from gnnscale.train.samplers import build_samplers
 
 
-def whole_partition(dataset: NodeDataset) -> LocalPartition:
+def whole_partition(dataset: NodeDataset | TypedDataset) -> LocalPartition | TypedPartition:
     """The dataset as part 0 of a one-part partition (ids unchanged, the whole topology)."""
+    if isinstance(dataset, TypedDataset):
+        return whole_typed_partition(dataset)
     n = dataset.graph.num_nodes
     return LocalPartition(dataset_name=dataset.name, book=PartitionBook(offsets=np.array([0, n], dtype=np.int64)),
                           part=0, view="whole", topology=dataset.graph, features=dataset.features,
@@ -36,12 +41,14 @@ def whole_partition(dataset: NodeDataset) -> LocalPartition:
                           num_classes=dataset.num_classes)
 
 
-def one_worker(part: LocalPartition, model: ModelConfig | None, cfg: TrainConfig, loader: Comm,
+def one_worker(part: LocalPartition | TypedPartition, model: ModelConfig | None, cfg: TrainConfig, loader: Comm,
                policy: DevicePolicy) -> DataParallel:
     """``cfg.sampler``'s sampler over ``part``'s whole graph, every feature local; on the policy's device where
-    it puts sampling and feature rows there."""
+    it puts sampling and feature rows there. A typed part samples and reads its rows per node type on the host."""
     graph = part.topology
     train, evaluate = build_samplers(graph, model, cfg, policy)
+    if isinstance(part, TypedPartition):
+        return DataParallel(train, evaluate, TypedLocalStore(graph, part.features), part, loader)
     store = device_store(LocalFeatureStore(part.features, pinned=policy.pin_rows), np.diff(graph.indptr),
                          policy.gpu_cache_fraction, policy.device, policy.sample_on_device)
     return DataParallel(train, evaluate, store, part, loader)

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 from gnnscale.distributed.comm import Comm
 from gnnscale.keys import derive_key
 from gnnscale.nn.link import LinkModel
-from gnnscale.nn.models import ModelConfig, builtin_config
+from gnnscale.nn.models import ModelConfig
+from gnnscale.nn.typed_models import TypedModelConfig, model_config
 from gnnscale.train.batches import EVAL_EPOCH, epoch_batches, num_batches_for
 from gnnscale.train.inputs import seeded_model
 from gnnscale.train.steps import Batch, Evaluation, Sampled, Step
@@ -92,7 +93,7 @@ class NodeTask:
         return sampled  # every sampled edge carries its message
 
     def targets(self, sampled: Sampled, plan: NodeSeeds, training: bool) -> NodeTargets:
-        return NodeTargets(self.labels[sampled.out_ids - self.part.node_offset])
+        return NodeTargets(self.labels[sampled.out_ids - self.part.label_offset])
 
     def logits(self, model: nn.Module, outputs: Tensor, batch: Batch) -> Tensor:
         return outputs
@@ -107,7 +108,7 @@ class NodeTask:
         """``num_steps`` inference steps over this worker's ``node_ids`` (the same count on every worker);
         a worker out of nodes samples a stand-in."""
         chunks = list(torch.from_numpy(np.asarray(node_ids).copy()).split(self.cfg.eval_batch_size))
-        stand_in = torch.tensor([self.part.node_offset])
+        stand_in = torch.tensor([self.part.label_offset])
         return [Step(items=chunks[i] if i < len(chunks) else stand_in,
                      key=derive_key(self.cfg.seed, EVAL_EPOCH, i, self.rank), real=i < len(chunks))
                 for i in range(num_steps)]
@@ -156,11 +157,11 @@ def node_output_width(model_options: dict, num_classes: int) -> int:
     return num_classes
 
 
-def node_model(config: ModelConfig, settings, seed: int) -> nn.Module:
+def node_model(config: ModelConfig | TypedModelConfig, settings, seed: int) -> nn.Module:
     return seeded_model(config, seed)
 
 
 NODE = TaskSpec(name="node", summary="node classification: each node's class from its sampled neighborhood",
-                config=None, needs=(), dgs=True, full_eval=True, model_config=builtin_config,
+                config=None, needs=(), dgs=True, full_eval=True, model_config=model_config,
                 check_model=check_node_model, check_settings=no_settings, output_width=node_output_width,
                 build_model=node_model, build=build_node_task)
