@@ -1,10 +1,11 @@
 """The training loop, the same for one process and for every worker of a distributed run.
 
 Per iteration: take the next prepared batch, forward+backward (the forward pass and the loss in the run's
-precision, :mod:`gnnscale.train.precision`), all-reduce the gradients (nothing moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead by the stages
-(:mod:`gnnscale.train.stages`) in a background thread whose collectives (remote sampling, the feature
-fetch) run on a process group of their own, so they overlap the training step and never interleave with
-its gradient all-reduce (or split parallelism's shuffles). What is learned is the task's
+precision, :mod:`gnnscale.train.precision`), all-reduce the gradients (nothing moves with one worker),
+step. Batches are prepared ``cfg.prefetch`` groups ahead by the stages (:mod:`gnnscale.train.stages`) in a
+background thread whose collectives (remote sampling, the feature fetch) run on a process group of their
+own, so they overlap the training step and never interleave with its gradient all-reduce (or split
+parallelism's shuffles). What is learned is the task's
 (:mod:`gnnscale.train.tasks`: its steps, targets, loss and per-epoch score); what a worker samples, fetches
 and computes is its layout's (:mod:`gnnscale.train.layouts`); a run in one process is the one-worker layout
 (:mod:`gnnscale.train.layouts.single`) on a process group of its own.
@@ -120,9 +121,9 @@ def train_epoch(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainConf
     ``sums`` (a resumed epoch's sums so far; default: none). ``after_step(steps_done, sums)`` runs after
     every iteration (the mid-epoch checkpoints). Gradients are reduced on ``grad_comm`` (default ``comm``;
     its rounds are counted in ``comm``'s accounting). The step runs on the model's device, in ``precision``
-    (autocast for the forward pass and the loss; the scaler, if any, around backward and step). Returns this worker's
-    sums (per iteration too), the communication counted per iteration (loader and training groups together) and
-    the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
+    (autocast for the forward pass and the loss; the scaler, if any, around backward and step). Returns this
+    worker's sums (per iteration too), the communication counted per iteration (loader and training groups
+    together) and the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
     task, layout, inputs = pipeline.task, pipeline.layout, pipeline.inputs
     model.train()
     device = model_device(model)
