@@ -1,7 +1,8 @@
 """Training on a GPU: where an epoch's time goes, one table from one run on one machine.
 
     python benchmarks/gpu.py [--scale 1.0] [--fanouts 15,10,5] [--batch-size 1000] [--hidden 256]
-                             [--epochs 2] [--threads N] [--accuracy-seeds 0] [--json FILE]
+                             [--epochs 2] [--threads N] [--accuracy-seeds 0] [--layouts split,dgs,vanilla]
+                             [--layout-scale 0.05] [--json FILE]
 
 The graph is the products-shaped synthetic one (``products_like_config(scale)``: 2,449,029 nodes and
 123M edges at scale 1.0, 100 features, 47 classes), cached under benchmarks/.cache. The model is the
@@ -20,10 +21,23 @@ built-in 3-layer GraphSAGE (hidden 256, dropout 0.5), Adam, no evaluation. Rows:
   step, a few microseconds): what no sampler can beat.
 * ``PyG user's path``: gnnscale's ``NeighborLoader`` (device "cuda", its batches copied one ahead on a
   side stream, as PyG's ``PrefetchLoader``) feeding PyG's ``GraphSAGE`` on the GPU.
+* ``GPU matrix sampling`` and ``GPU LADIES sampling`` (bulk ``--matrix-bulk``, LADIES 512 nodes per layer):
+  ``fit(sampler=..., sample_on="device", gpu_cache_fraction=1)``, the sparse products' twins on the GPU
+  feeding the step there.
+* ``GPU sampling, GPU step, bf16-mixed``: the GPU sampling row under ``--precision bf16-mixed``.
 
-With CUDA a second table times the matrix samplers (GraphSAGE and LADIES, 512 nodes per layer) on the host
-against their torch-ops twins on the GPU over the epoch's first ``--matrix-batches`` batches, one at a time and
-all at once (benchmarks/bulk.py's ``matrix_rows``; 0 leaves it out).
+Without CUDA the device rows run on the CPU, through the same code (a smoke test: ``--scale 0.002``): the
+matrix and LADIES rows with the device twins on CPU tensors, and ``CPU trainer, bf16-mixed``.
+
+A second table times the matrix samplers (GraphSAGE and LADIES, 512 nodes per layer) on the host against their
+torch-ops twins on the device over the epoch's first ``--matrix-batches`` batches, one at a time and all at once
+(benchmarks/bulk.py's ``matrix_rows``; 0 leaves it out).
+
+A third table trains the distributed layouts that run on the device (``--layouts``): ``split`` (GSplit's split
+parallelism), ``dgs`` (``--layout hybrid --dgs``: the step on the device, the explanation on the CPU) and
+``vanilla`` (host sampling, the step on the device), each ``torchrun -m gnnscale train`` of ``--layout-workers``
+workers sharing the machine's GPU (gloo for the gradients) with ``--device cuda`` (``cpu`` without CUDA), on the
+products-shaped graph at the smaller of ``--scale`` and ``--layout-scale`` (partitioned by METIS once, cached).
 
 Each trainer row reports the median epoch after the first (warm-up: kernel loading, allocation), and
 the ratios the issue's targets are stated in: against the compute bound, and against the CPU sampler's
@@ -45,6 +59,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +71,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))  # this tree's gnnscale, installed or not
 from bulk import matrix_rows, print_matrix_rows  # noqa: E402
-from distributed import cached_dataset  # noqa: E402  (the shared products-shaped dataset cache)
+# The shared products-shaped dataset and partition caches, and how the distributed benchmarks launch torchrun.
+from distributed import cached_dataset, cached_partition, run_checked, torchrun_command  # noqa: E402
 
 from gnnscale.graph.features import gather_rows  # noqa: E402
 from gnnscale.graph.storage import load_dataset_dir  # noqa: E402
@@ -73,11 +89,12 @@ def model_config(ds, a) -> ModelConfig:
                        hidden_dim=a.hidden)
 
 
-def train_config(a, *, device: str, sample_on: str = "host", gpu_cache_fraction: float = 0.0, seed: int = 0,
-                 epochs: int | None = None, evaluate: bool = False) -> TrainConfig:
+def train_config(a, *, device: str, seed: int = 0, epochs: int | None = None, evaluate: bool = False,
+                 **kw) -> TrainConfig:
+    """The table's training settings; ``kw``: more :class:`TrainConfig` fields (sampling place, cache, sampler,
+    precision)."""
     return TrainConfig(fanouts=a.fanouts, batch_size=a.batch_size, epochs=epochs or a.epochs, threads=a.threads,
-                       seed=seed, evaluate=evaluate, device=device, sample_on=sample_on,
-                       gpu_cache_fraction=gpu_cache_fraction)
+                       seed=seed, evaluate=evaluate, device=device, **kw)
 
 
 def epoch_seconds(history: list[dict]) -> dict:
@@ -183,12 +200,77 @@ def pyg_row(ds, a) -> dict:
     return {"row": "PyG user's path (gnnscale loader)", "epoch_s": median_gpu_seconds(epoch, a.repeat)}
 
 
+def device_rows(ds, a, cuda: bool) -> list[tuple[str, Callable[[], dict]]]:
+    """The matrix and LADIES samplers' device twins feeding the step, and bf16-mixed: on the GPU, or without one
+    on the CPU through the same code (the twins on CPU tensors). (name, how to measure it), as planned_rows."""
+    where, device = ("GPU", "cuda") if cuda else ("CPU", "cpu")
+    on_device = dict(device=device, sample_on="device", gpu_cache_fraction=1.0 if cuda else 0.0)
+    matrix = f"{where} matrix sampling (bulk {a.matrix_bulk}), {where} step"
+    ladies = f"{where} LADIES sampling (bulk {a.matrix_bulk}), {where} step"
+    rows = [(matrix, lambda: trainer_row(matrix, ds, a, sampler="matrix", bulk=a.matrix_bulk, **on_device)),
+            (ladies, lambda: trainer_row(ladies, ds, a, sampler="ladies", bulk=a.matrix_bulk, layer_size=512,
+                                         **on_device))]
+    if cuda:
+        bf16 = "GPU sampling, GPU step, bf16-mixed"
+        rows.append((bf16, lambda: trainer_row(bf16, ds, a, precision="bf16-mixed", **on_device)))
+    else:
+        bf16 = "CPU trainer, bf16-mixed"
+        rows.append((bf16, lambda: trainer_row(bf16, ds, a, device="cpu", precision="bf16-mixed")))
+    return rows
+
+
+# --layouts: the flags of each distributed layout row (the device and the shapes are added).
+LAYOUT_FLAGS = {"split": ["--layout", "split"], "dgs": ["--layout", "hybrid", "--dgs"],
+                "vanilla": ["--layout", "vanilla"]}
+
+
+def layout_rows(a, cuda: bool) -> list[dict]:
+    """One row per ``--layouts`` entry: rank 0's median epoch after the first of a torchrun launch of
+    ``--layout-workers`` workers on the training device (the workers share the machine's GPU)."""
+    scale, workers = min(a.scale, a.layout_scale), a.layout_workers
+    parts = cached_partition(cached_dataset(scale, 0, a.cache_dir), workers, 0, timeout_s=a.layout_timeout)
+    device = "cuda" if cuda else "cpu"
+    threads = max(1, a.threads // workers)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in a.layouts:
+            metrics = Path(scratch) / f"{name}.json"
+            cmd = [*torchrun_command(workers), "-m", "gnnscale", "train", "--partitions", str(parts),
+                   *LAYOUT_FLAGS[name], "--device", device, "--fanouts", ",".join(map(str, a.fanouts)),
+                   "--batch-size", str(a.batch_size), "--hidden", str(a.hidden), "--epochs", str(a.epochs),
+                   "--threads", str(threads), "--no-eval", "--quiet", "--metrics-out", str(metrics)]
+            run_checked(cmd, env=env, timeout_s=a.layout_timeout, what=f"--layout row {name}")
+            history = json.loads(metrics.read_text())["history"]
+            row = {"row": f"{name}, {workers} workers, {device}", "scale": scale, **epoch_seconds(history)}
+            if name == "dgs":  # the explanation's CPU, off the critical path (docs/dgs.md)
+                row["explanation_cpu_s"] = statistics.median(h["dgs"]["explanation_cpu_s_all_workers"]
+                                                             for h in history[1:] or history)
+            rows.append(row)
+    return rows
+
+
+def print_layout_rows(rows: list[dict]) -> None:
+    print(f"\ndistributed layouts on the device, products-shaped scale {rows[0]['scale']:g}")
+    print("| row | epoch s | sample s | fetch s | fwd+bwd s | wait s | DGS explanation cpu s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        cells = [f"{r[k]:.2f}" if k in r else "" for k in ("epoch_s", "sample_s", "fetch_s", "forward_backward_s",
+                                                           "wait_s", "explanation_cpu_s")]
+        print(f"| {r['row']} | {' | '.join(cells)} |", flush=True)
+
+
 def accuracy_rows(ds, a, cuda: bool) -> list[dict]:
-    """Test accuracy of the CPU trainer and (on a GPU) of GPU sampling, ``--accuracy-seeds`` seeds each."""
+    """Test accuracy of the CPU trainer and (on a GPU) of GPU sampling, in float32 and bf16-mixed (without a GPU:
+    the CPU trainer in bf16-mixed), ``--accuracy-seeds`` seeds each."""
     out = []
     setups = [("CPU trainer", {"device": "cpu"})]
     if cuda:
-        setups.append(("GPU sampling, GPU step", {"device": "cuda", "sample_on": "device", "gpu_cache_fraction": 1.0}))
+        gpu = {"device": "cuda", "sample_on": "device", "gpu_cache_fraction": 1.0}
+        setups += [("GPU sampling, GPU step", gpu), ("GPU sampling, GPU step, bf16-mixed",
+                                                     {**gpu, "precision": "bf16-mixed"})]
+    else:
+        setups.append(("CPU trainer, bf16-mixed", {"device": "cpu", "precision": "bf16-mixed"}))
     for name, kw in setups:
         accs = []
         for seed in range(a.accuracy_seeds):
@@ -229,6 +311,7 @@ def planned_rows(ds, a, cuda: bool) -> list[tuple[str, Callable[[], dict]]]:
                                                                 sample_on="device", gpu_cache_fraction=1.0)),
                  ("CPU sampling, GPU step", lambda: trainer_row("CPU sampling, GPU step", ds, a, device="cuda")),
                  ("PyG user's path (gnnscale loader)", lambda: pyg_row(ds, a))]
+    rows += device_rows(ds, a, cuda)
     rows.append(("CPU trainer", lambda: trainer_row("CPU trainer", ds, a, device="cpu")))
     return rows
 
@@ -248,6 +331,12 @@ def main() -> None:
     p.add_argument("--matrix-batches", type=int, default=48, help="batches of the matrix samplers' table (0: none)")
     p.add_argument("--budget-s", type=float, help="skip the rows (and accuracy runs) that would start after this "
                                                   "many seconds from the start (default: no limit)")
+    p.add_argument("--matrix-bulk", type=int, default=8, help="--bulk of the matrix and LADIES trainer rows")
+    p.add_argument("--layouts", default="split,dgs,vanilla",
+                   help=f"distributed layout rows, of {', '.join(LAYOUT_FLAGS)} (empty: none)")
+    p.add_argument("--layout-scale", type=float, default=0.05, help="the layout rows' graph: at most this scale")
+    p.add_argument("--layout-workers", type=int, default=2)
+    p.add_argument("--layout-timeout", type=float, default=600.0, help="seconds per partitioning or launch")
     p.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     p.add_argument("--json", type=Path, help="also write the rows here (after each row)")
     a = p.parse_args()
@@ -255,6 +344,10 @@ def main() -> None:
     # cuBLAS reads its workspace setting at the process's first product; the trainer rows run with
     # deterministic kernels, which want the deterministic workspace, after rows that make products of their own.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    a.layouts = [name for name in a.layouts.split(",") if name]
+    unknown = sorted(set(a.layouts) - set(LAYOUT_FLAGS))
+    if unknown:
+        p.error(f"--layouts: expected names of {', '.join(LAYOUT_FLAGS)}, got {', '.join(unknown)}")
     set_sampler_threads(a.threads)
     torch.set_num_threads(a.threads)
     ds = load_dataset_dir(cached_dataset(a.scale, 0, a.cache_dir), mmap=False)
@@ -262,8 +355,8 @@ def main() -> None:
     print(f"{graph} ({time.perf_counter() - started:.0f} s in)", flush=True)
     cuda = torch.cuda.is_available()
     if not cuda:
-        print("no CUDA here: the CPU rows only", flush=True)
-    result = {"graph": graph, "rows": [], "matrix": [], "accuracy": []}
+        print("no CUDA here: the CPU rows, and the device rows on the CPU", flush=True)
+    result = {"graph": graph, "rows": [], "matrix": [], "layouts": [], "accuracy": []}
 
     def time_left() -> bool:
         return a.budget_s is None or time.perf_counter() - started < a.budget_s
@@ -278,11 +371,15 @@ def main() -> None:
         print(f"{name}: {row} ({time.perf_counter() - started:.0f} s in)", flush=True)
         record()
     print_table(result["rows"], a, graph)
-    if cuda and a.matrix_batches and time_left():
+    if a.matrix_batches and time_left():
         result["matrix"] = matrix_rows(ds.graph, epoch_batches(ds, a)[:a.matrix_batches], fanouts=a.fanouts,
-                                       layer_size=512, bulks=[1, a.matrix_batches], device=torch.device("cuda"),
-                                       repeat=a.repeat)
+                                       layer_size=512, bulks=[1, a.matrix_batches],
+                                       device=torch.device("cuda" if cuda else "cpu"), repeat=a.repeat)
         print_matrix_rows(result["matrix"])
+        record()
+    if a.layouts and time_left():
+        result["layouts"] = layout_rows(a, cuda)
+        print_layout_rows(result["layouts"])
         record()
     if a.accuracy_seeds and time_left():
         result["accuracy"] = accuracy_rows(ds, a, cuda)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -94,10 +95,12 @@ def test_scale_benchmark_compares_metis_and_kaminpar_on_products(tmp_path: Path)
     assert list((tmp_path / "work").iterdir()) == []
 
 
-@pytest.mark.slow  # builds a tiny products-shaped graph and trains it: ~10 s
+@pytest.mark.slow  # builds a tiny products-shaped graph, trains it and launches 3 torchrun runs: ~2 min
 def test_gpu_benchmark_runs_its_cpu_rows_without_cuda(tmp_path: Path) -> None:
     """benchmarks/gpu.py at a tiny scale: the CPU rows (all of them without CUDA, and the GPU rows beside
-    them where CUDA exists) with positive epoch times, and the accuracy comparison's CPU row."""
+    them where CUDA exists) with positive epoch times, the device rows (matrix and LADIES sampling on the
+    device, bf16-mixed; on the CPU without CUDA), the split, DGS and vanilla layouts on the device, and the
+    accuracy comparison's CPU row and its bf16-mixed row."""
     out = tmp_path / "gpu.json"
     cmd = [sys.executable, str(BENCHMARKS / "gpu.py"), "--scale", "0.002", "--threads", "2", "--cache-dir",
            str(tmp_path / "cache"), "--accuracy-seeds", "1", "--accuracy-epochs", "1", "--json", str(out)]
@@ -109,6 +112,14 @@ def test_gpu_benchmark_runs_its_cpu_rows_without_cuda(tmp_path: Path) -> None:
     assert all(r["epoch_s"] > 0 for r in rows.values())
     assert result["accuracy"][0]["row"] == "CPU trainer" and 0 <= result["accuracy"][0]["mean"] <= 1
     assert "| CPU trainer |" in done.stdout
+    where = "GPU" if torch.cuda.is_available() else "CPU"
+    assert {f"{where} matrix sampling (bulk 8), {where} step", f"{where} LADIES sampling (bulk 8), {where} step"} <= \
+        set(rows)
+    assert any(name.endswith("bf16-mixed") for name in rows)
+    assert [r["row"].split(",")[0] for r in result["layouts"]] == ["split", "dgs", "vanilla"]
+    assert all(r["epoch_s"] > 0 for r in result["layouts"]) and "explanation_cpu_s" in result["layouts"][1]
+    assert any(r["row"].endswith("bf16-mixed") and 0 <= r["mean"] <= 1 for r in result["accuracy"])
+    assert all(r["same_blocks"] for r in result["matrix"])
 
 
 @pytest.mark.slow  # a child process that builds a tiny graph and samples a few batches four ways: ~20 s

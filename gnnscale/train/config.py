@@ -11,6 +11,7 @@ from gnnscale.sampling import check_fanouts
 from gnnscale.sampling.registry import (DEFAULT_LAYER_SIZE, SAMPLERS, check_sampler_fits_model, sampler_spec,
                                         samplers_with)
 from gnnscale.settings import setting
+from gnnscale.train.precision import PRECISIONS, check_precision
 
 __all__ = ["TrainConfig", "check_sampler_fits_model"]
 
@@ -52,6 +53,10 @@ class TrainConfig:
             ones (:class:`~gnnscale.features.device_cache.DeviceFeatureCache`); the rest are gathered on
             the host and copied. Split parallelism: each worker's own highest in-degree rows, as many
             (:mod:`gnnscale.features.own_rows`). On the CPU the "cache" is a host copy that saves nothing.
+        precision: the training step's precision, Lightning's names (:mod:`gnnscale.train.precision`): ``"32"``
+            (float32), ``"bf16-mixed"`` (autocast to bfloat16, CPU or GPU) or ``"16-mixed"`` (autocast to float16
+            with a gradient scaler; meant for GPUs). A resumed run keeps it: it changes every number the run
+            computes (a checkpoint of one precision resumes only with the same).
     """
 
     fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "
@@ -83,6 +88,9 @@ class TrainConfig:
     gpu_cache_fraction: float = setting(0.0, "feature rows held in --device memory: the highest in-degree nodes', "
                                              "this fraction of all nodes (1: every row; 0: only what --sample-on "
                                              "device gathers)", resumable=True)
+    precision: str = setting("32", "the training step's precision: 32 (float32), bf16-mixed (autocast to bfloat16 "
+                                   "on the CPU or a GPU) or 16-mixed (autocast to float16 with a gradient scaler, "
+                                   "for GPUs); parameters and optimizer state stay float32", choices=PRECISIONS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", check_fanouts(self.fanouts))
@@ -105,6 +113,7 @@ class TrainConfig:
             raise ValueError(f"weight_decay: expected >= 0, got {self.weight_decay}")
         sampler_spec(self.sampler)
         self._check_bulk_options()
+        check_precision(self.precision)
 
     def _check_device_data(self) -> None:
         """--sample-on and --gpu-cache-fraction: known values, and device sampling only with a sampler that runs

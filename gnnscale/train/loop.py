@@ -1,10 +1,11 @@
 """The training loop, the same for one process and for every worker of a distributed run.
 
-Per iteration: take the next prepared batch, forward+backward, all-reduce the gradients (nothing
-moves with one worker), step. Batches are prepared ``cfg.prefetch`` groups ahead by the stages
-(:mod:`gnnscale.train.stages`) in a background thread whose collectives (remote sampling, the feature
-fetch) run on a process group of their own, so they overlap the training step and never interleave with
-its gradient all-reduce (or split parallelism's shuffles). What is learned is the task's
+Per iteration: take the next prepared batch, forward+backward (the forward pass and the loss in the run's
+precision, :mod:`gnnscale.train.precision`), all-reduce the gradients (nothing moves with one worker),
+step. Batches are prepared ``cfg.prefetch`` groups ahead by the stages (:mod:`gnnscale.train.stages`) in a
+background thread whose collectives (remote sampling, the feature fetch) run on a process group of their
+own, so they overlap the training step and never interleave with its gradient all-reduce (or split
+parallelism's shuffles). What is learned is the task's
 (:mod:`gnnscale.train.tasks`: its steps, targets, loss and per-epoch score); what a worker samples, fetches
 and computes is its layout's (:mod:`gnnscale.train.layouts`); a run in one process is the one-worker layout
 (:mod:`gnnscale.train.layouts.single`) on a process group of its own.
@@ -38,6 +39,7 @@ from gnnscale.train.inputs import model_device
 from gnnscale.train.layouts.base import add_counts
 from gnnscale.train.layouts.data_parallel import worker_memory
 from gnnscale.train.metrics import PhaseTimer
+from gnnscale.train.precision import StepPrecision
 from gnnscale.train.stages import Pipeline
 from gnnscale.train.tasks.base import Task
 
@@ -48,7 +50,7 @@ class Saver(Protocol):
     def due(self, epoch: int, steps_done: int) -> bool: ...
 
     def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
-             layout_state: dict, best: dict | None) -> None: ...
+             layout_state: dict, best: dict | None, scaler_state: dict | None) -> None: ...
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -112,14 +114,16 @@ class EpochSums:
 
 
 def train_epoch(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainConfig, epoch: int, num_batches: int,
-                timer: PhaseTimer, progress: bool, *, first_step: int = 0, sums: EpochSums | None = None,
-                after_step: Callable[[int, EpochSums], None] | None = None, grad_comm: Comm | None = None) -> dict:
+                timer: PhaseTimer, progress: bool, precision: StepPrecision, *, first_step: int = 0,
+                sums: EpochSums | None = None, after_step: Callable[[int, EpochSums], None] | None = None,
+                grad_comm: Comm | None = None) -> dict:
     """Iterations ``first_step .. num_batches - 1`` of an epoch (the same on every worker), adding to
     ``sums`` (a resumed epoch's sums so far; default: none). ``after_step(steps_done, sums)`` runs after
     every iteration (the mid-epoch checkpoints). Gradients are reduced on ``grad_comm`` (default ``comm``;
-    its rounds are counted in ``comm``'s accounting). The step runs on the model's device. Returns this worker's
-    sums (per iteration too), the communication counted per iteration (loader and training groups together) and
-    the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
+    its rounds are counted in ``comm``'s accounting). The step runs on the model's device, in ``precision``
+    (autocast for the forward pass and the loss; the scaler, if any, around backward and step). Returns this
+    worker's sums (per iteration too), the communication counted per iteration (loader and training groups
+    together) and the layout's metrics of the epoch (collective: :meth:`finish_epoch`)."""
     task, layout, inputs = pipeline.task, pipeline.layout, pipeline.inputs
     model.train()
     device = model_device(model)
@@ -135,14 +139,16 @@ def train_epoch(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainConf
         with timer.phase("forward_backward"):  # split parallelism: its shuffles included
             # Dropout masks keyed by (seed, epoch, step, rank), as the single-machine trainer's (rank 0 there).
             dropout_key = derive_key(cfg.seed, epoch, step, comm.rank, STREAM_DROPOUT)
-            outputs = inputs.logits(model, model_input, dropout_key=dropout_key)
-            logits = task.logits(model, outputs, batch)
-            loss = task.loss(logits, batch, total)
+            with precision.autocast():
+                outputs = inputs.logits(model, model_input, dropout_key=dropout_key)
+                logits = task.logits(model, outputs, batch)
+                loss = task.loss(logits, batch, total)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            precision.backward(loss)
         with timer.phase("grad_sync"):
+            # With a scaler the gradients are still scaled: every worker unscales the same sums in its step.
             all_reduce_gradients(model, comm if grad_comm is None else grad_comm, divisor=layout.gradient_divisor)
-        optimizer.step()
+        precision.step(optimizer)
         layout.after_step(model, epoch * num_batches + step + 1)  # DGS: the model to its explainer, every T
         sums.comm.append(add_counts(batch.comm, comm.stats.snapshot_and_reset()))
         sums.edges += batch.sampled_edges
@@ -254,9 +260,10 @@ def check_finite_parameters(model: torch.nn.Module, epoch: int, steps_done: int)
 
 
 def train_epochs(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainConfig, num_batches: int,
-                 start: Start, saver: Saver | None, lead: bool,
+                 start: Start, saver: Saver | None, lead: bool, precision: StepPrecision,
                  on_epoch_end: Callable[[list[dict]], None] | None = None, grad_comm: Comm | None = None) -> list[dict]:
-    """Epochs ``start.epoch .. cfg.epochs - 1``, each scored by the task on its validation and test splits;
+    """Epochs ``start.epoch .. cfg.epochs - 1`` in ``precision``, each scored by the task on its validation and
+    test splits (the forward passes under the same autocast);
     ``start.best`` keeps the weights of the best one; ``saver`` saves after every epoch and, when due, after an
     iteration; ``on_epoch_end(history)`` runs after every epoch (the metrics file). Returns the history, the
     checkpoint's epochs first. A loss that becomes NaN or infinite stops the run (:class:`TrainingDiverged`)
@@ -274,18 +281,19 @@ def train_epochs(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainCon
                     saver.save(model, optimizer, epoch=epoch, step=steps_done, history=history,
                                worker_state=sums.to_state(),
                                layout_state=layout.checkpoint_state(epoch * num_batches + steps_done),
-                               best=best.checkpoint_state(epoch, steps_done))
+                               best=best.checkpoint_state(epoch, steps_done), scaler_state=precision.state_dict())
 
         cpu_start = time.process_time()
         with timer.phase("epoch"):
-            sums = train_epoch(model, optimizer, pipeline, comm, cfg, epoch, num_batches, timer, lead,
+            sums = train_epoch(model, optimizer, pipeline, comm, cfg, epoch, num_batches, timer, lead, precision,
                                first_step=start.step if resumed else 0, sums=start.sums if resumed else None,
                                after_step=after_step, grad_comm=grad_comm)
         cpu_s = time.process_time() - cpu_start
         val = test = float("nan")
         if cfg.evaluate:
-            val = task.score(model, pipeline, comm, "val")
-            test = task.score(model, pipeline, comm, "test")
+            with precision.autocast():
+                val = task.score(model, pipeline, comm, "val")
+                test = task.score(model, pipeline, comm, "test")
         history.append(epoch_metrics(epoch, sums, timer, cpu_s, score_columns(task.metric, val, test), comm))
         if lead:
             print_epoch(history[-1])
@@ -295,7 +303,7 @@ def train_epochs(model, optimizer, pipeline: Pipeline, comm: Comm, cfg: TrainCon
         if saver is not None:
             saver.save(model, optimizer, epoch=epoch + 1, step=0, history=history, worker_state={},
                        layout_state=layout.checkpoint_state((epoch + 1) * num_batches),
-                       best=best.checkpoint_state(epoch + 1, 0))
+                       best=best.checkpoint_state(epoch + 1, 0), scaler_state=precision.state_dict())
         if on_epoch_end is not None:
             on_epoch_end(history)
     return history

@@ -73,6 +73,7 @@ def check_run(run: RunSettings) -> LayoutSpec:
         raise ValueError(f"sampler: --sampler {run.train.sampler} gives weighted blocks, and a PyG model's (x, "
                          f"edge_index) batch has no edge weights; train it with sampler {', '.join(unweighted)}")
     note_host_cache(run.train)
+    note_cpu_float16(run.train)
     return spec
 
 
@@ -135,6 +136,16 @@ def note_host_cache(cfg: TrainConfig) -> None:
     if cfg.gpu_cache_fraction > 0 and cfg.device == "cpu":
         warnings.warn(f"gpu_cache_fraction: {cfg.gpu_cache_fraction:g} with --device cpu keeps a second host copy of "
                       "the hottest rows, which saves nothing; it is meant for a GPU (--device cuda)", stacklevel=2)
+
+
+def note_cpu_float16(cfg: TrainConfig) -> None:
+    """``--precision 16-mixed`` with ``--device cpu`` runs (it is how the gradient scaler is tested without a
+    GPU), but a CPU without float16 arithmetic converts every product, and float16 needs the scaler that bfloat16
+    does without. Say so once."""
+    if cfg.precision == "16-mixed" and cfg.device == "cpu":
+        warnings.warn("precision: 16-mixed with --device cpu autocasts to float16, which most CPUs compute by "
+                      "conversion (slower than 32); bf16-mixed is the CPU's half precision, 16-mixed is meant for a "
+                      "GPU (--device cuda)", stacklevel=2)
 
 
 def model_inputs(model: nn.Module, inputs: str, model_name: str | None) -> ModelInputs:

@@ -40,6 +40,7 @@ from gnnscale.train.layouts import Layout, LayoutContext, LayoutOptions, LayoutS
 from gnnscale.train.loop import EpochSums, Start, agreed_num_batches, build_optimizer, train_epochs
 from gnnscale.train.memory import keep_freed_memory
 from gnnscale.train.metrics import PhaseTimer, write_json_atomic
+from gnnscale.train.precision import StepPrecision
 from gnnscale.train.run import (InterruptedRun, RunOutputs, TrainReport, deterministic_kernels, keep_caller_rng,
                                 metrics_writer, needs_deterministic_kernels, summarize)
 from gnnscale.train.stages import Pipeline
@@ -208,18 +209,19 @@ def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm
     # One optimizer for every run: fused and unfused Adam round differently, so one worker equals the
     # single-process run only if both step with the same one.
     optimizer = build_optimizer(model, cfg)
+    precision = StepPrecision(cfg.precision, launch.device)
     layout = pipeline.layout
     num_batches = agreed_num_batches(pipeline.task, comm)
     start = Start()
     if outputs.resume:
-        start = resume_from(launch.resume_path, comm, model, optimizer, launch.identity, num_batches, cfg.epochs,
-                            lead)
+        start = resume_from(launch.resume_path, comm, model, optimizer, precision, launch.identity, num_batches,
+                            cfg.epochs, lead)
         # Collective for DGS (a refresh): every worker resumes with the same checkpoint.
         layout.load_checkpoint_state(start.layout_state, start.epoch * num_batches + start.step, PhaseTimer())
     saver = None if outputs.checkpoint is None else Checkpointer(outputs.checkpoint, outputs.checkpoint_every,
                                                                  launch.identity, comm, num_batches)
     try:
-        history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead,
+        history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead, precision,
                                on_epoch_end=on_epoch_end, grad_comm=grad_comm)
     except KeyboardInterrupt:  # Ctrl-C, or a scheduler's SIGINT: keep the best model so far
         raise InterruptedRun(save_best_so_far(model, part, comm, launch, outputs, start.best, cfg.seed)) from None
@@ -272,10 +274,11 @@ def write_model_file(model: nn.Module, state: dict, part: LocalPartition, launch
                link_split=launch.task.model_file_record(launch.task_settings, seed))
 
 
-def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity: RunIdentity, num_batches: int,
-                epochs: int, lead: bool) -> Start:
-    """Load the checkpoint rank 0 chose at launch into every worker; a fresh start when it has none
-    (``--resume auto`` before the first save). Collective (one all-to-all)."""
+def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, precision: StepPrecision,
+                identity: RunIdentity, num_batches: int, epochs: int, lead: bool) -> Start:
+    """Load the checkpoint rank 0 chose at launch into every worker (model, optimizer, the gradient scaler of
+    ``precision``); a fresh start when it has none (``--resume auto`` before the first save). Collective (one
+    all-to-all)."""
     ckpt = receive_checkpoint(comm, checkpoint)
     if ckpt is None:
         if lead:
@@ -283,6 +286,7 @@ def resume_from(checkpoint: Path | None, comm: Comm, model, optimizer, identity:
         return Start()
     model.load_state_dict(ckpt.model_state)
     optimizer.load_state_dict(ckpt.optimizer_state)
+    precision.load_state_dict(ckpt.scaler_state)
     sums = None
     if ckpt.step:
         # The same partition, worker count and batch size (checked at launch): the same iterations.

@@ -1,13 +1,15 @@
 """DGS in the trainer: option checks (clear errors naming the flag), the layout's schedule and its
-failures on real processes (spawned gloo workers, tests/dgs_train_workers.py), and, in the slow tier,
-`torchrun -m gnnscale train --dgs` end to end: hybrid == vanilla with DGS (same blocks, same losses),
-plain sampling for the first W + D iterations, fewer feature bytes after."""
+failures on real processes (spawned gloo workers, tests/dgs_train_workers.py), `torchrun -m gnnscale train
+--dgs --device cpu` (the device path) against the run without it, and, in the slow tier, end to end: hybrid ==
+vanilla with DGS (same blocks, same losses), plain sampling for the first W + D iterations, fewer feature bytes
+after. The `gpu` test trains DGS on CUDA against the CPU run."""
 
 from __future__ import annotations
 
 import json
 import re
 
+import numpy as np
 import pytest
 
 import dgs_train_workers
@@ -143,21 +145,67 @@ def parts(tmp_path_factory):
     return out
 
 
-def launch(parts, tmp_path, layout: str, *extra: str) -> dict:
-    out = tmp_path / f"{layout}{'_'.join(extra)}.json"
-    run = run_launch(torchrun(2, "--partitions", str(parts), "--layout", layout, "--metrics-out", str(out),
-                              "--fanouts", "4,3", "--model", "sage", "--hidden", "16", "--batch-size", "32",
-                              "--epochs", "2", "--lr", "0.01", "--seed", "3", "--threads", "1", "--quiet", *extra))
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return json.loads(out.read_text())
+@pytest.fixture(scope="module")
+def launched(parts, tmp_path_factory):
+    """``launched(layout, *flags)``: rank 0's metrics of one launch of two workers, run once per module."""
+    runs: dict[tuple, dict] = {}
+    scratch = tmp_path_factory.mktemp("dgs_metrics")
+
+    def get(layout: str, *extra: str) -> dict:
+        if (layout, *extra) not in runs:
+            out = scratch / f"{len(runs)}.json"
+            run = run_launch(torchrun(2, "--partitions", str(parts), "--layout", layout, "--metrics-out", str(out),
+                                      "--fanouts", "4,3", "--model", "sage", "--hidden", "16", "--batch-size", "32",
+                                      "--epochs", "2", "--lr", "0.01", "--seed", "3", "--threads", "1", "--quiet",
+                                      *extra))
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            runs[(layout, *extra)] = json.loads(out.read_text())
+        return runs[(layout, *extra)]
+
+    return get
+
+
+# Explanations after 2, 5, 8, ... iterations, each used 2 iterations later; remote rows on half the dimensions.
+DGS = ("--dgs", "--dgs-period", "3", "--dgs-warmup", "2", "--dgs-lag", "2", "--dgs-feature-rate", "0.5")
+# What DGS decided in an epoch (its masks' effect on sampling and the fetch), not its timings.
+DGS_DECISIONS = ("feature_bytes", "remote_nodes", "dims_sent_mean", "refreshes", "mask_iteration", "staleness_mean")
+
+
+@pytest.mark.timeout(900)  # two launches of two workers
+def test_dgs_on_the_device_path_trains_bit_for_bit_like_the_host_run(launched):
+    """--dgs --device cpu: the model and its step on the training device, batches through the copy stage (the
+    identity on the CPU), the explainer on a CPU copy of the model taken after the step, DGS's sampling and
+    fetch on the host: the DGS run without --device, bit for bit, with the same masks (the same remote
+    nodes, dimensions and bytes)."""
+    host, device = launched("hybrid", *DGS), launched("hybrid", *DGS, "--device", "cpu")
+    assert device["train"]["device"] == "cpu"
+    for a, b in zip(device["history"], host["history"], strict=True):
+        assert (a["iteration_losses"], a["val_acc"], a["test_acc"]) == (b["iteration_losses"], b["val_acc"],
+                                                                       b["test_acc"])
+        assert {k: a["dgs"][k] for k in DGS_DECISIONS} == {k: b["dgs"][k] for k in DGS_DECISIONS}
+    assert host["history"][-1]["dgs"]["refreshes"] > 0
+
+
+@pytest.mark.gpu
+def test_dgs_on_cuda_trains_like_on_the_cpu(launched):
+    """Two DGS workers on the GPU (sharing one, or each its own): the step there, the explanation on the CPU
+    from a host copy of the GPU model's weights. Its masks come from weights within float32 rounding of the CPU
+    run's, which moves no mask decision here: the losses are the CPU run's within 1e-4, the dimensions sent and
+    the refreshes alike."""
+    gpu, cpu = launched("hybrid", *DGS, "--device", "cuda"), launched("hybrid", *DGS)
+    assert gpu["train"]["device"].startswith("cuda")
+    np.testing.assert_allclose([h["iteration_losses"] for h in gpu["history"]],
+                               [h["iteration_losses"] for h in cpu["history"]], rtol=1e-4)
+    for a, b in zip(gpu["history"], cpu["history"], strict=True):
+        for key in ("dims_sent_mean", "refreshes"):
+            assert a["dgs"][key] == b["dgs"][key], key
+        assert abs(a["test_acc"] - b["test_acc"]) <= 0.02
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # three launches of two workers: minutes on a busy machine
-def test_torchrun_dgs_hybrid_equals_vanilla_and_starts_plain(parts, tmp_path):
-    dgs = ["--dgs", "--dgs-period", "3", "--dgs-warmup", "2", "--dgs-lag", "2", "--dgs-feature-rate", "0.5"]
-    hybrid, vanilla = launch(parts, tmp_path, "hybrid", *dgs), launch(parts, tmp_path, "vanilla", *dgs)
-    plain = launch(parts, tmp_path, "hybrid")
+def test_torchrun_dgs_hybrid_equals_vanilla_and_starts_plain(launched):
+    hybrid, vanilla, plain = launched("hybrid", *DGS), launched("vanilla", *DGS), launched("hybrid")
     h_losses = [x for h in hybrid["history"] for x in h["iteration_losses"]]
     v_losses = [x for h in vanilla["history"] for x in h["iteration_losses"]]
     p_losses = [x for h in plain["history"] for x in h["iteration_losses"]]

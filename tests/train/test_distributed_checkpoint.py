@@ -320,6 +320,8 @@ RESUME_TABLE = [
     # device.py: bit for bit): neither changes a number.
     row("train", "sample_on", "resumable", {}, dict(sample_on="device"), "--sample-on"),
     row("train", "gpu_cache_fraction", "resumable", {}, dict(gpu_cache_fraction=0.5), "--gpu-cache-fraction"),
+    # Autocast rounds every product in the half dtype: other numbers than float32's.
+    row("train", "precision", "refused", {}, dict(precision="bf16-mixed"), "--precision"),
     row("layout", "layout", "refused", {}, dict(layout="vanilla"), "--layout"),
     # A layout's own options are recorded whole: each is refused, even the two that change no number (the
     # cache holds the owners' rows as stored: test_split_train.py's test_a_cache_changes_the_bytes_not_the_

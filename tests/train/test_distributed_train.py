@@ -117,9 +117,9 @@ def test_background_loading_does_not_change_distributed_training(launched, parti
         assert phases <= a["epoch_s"] and a["wait_s"] >= a["sample_s"] + a["fetch_s"] - 1e-6
 
 
-def launch_on(device: str, partitions, out: Path, *extra: str) -> dict:
-    """Rank 0's metrics of 2 hybrid workers trained with ``--device device`` (and ``extra`` flags)."""
-    run = run_launch(torchrun(2, "--partitions", str(partitions[2]), "--layout", "hybrid", "--metrics-out", str(out),
+def launch_on(device: str, partitions, out: Path, *extra: str, layout: str = "hybrid") -> dict:
+    """Rank 0's metrics of 2 workers of ``layout`` trained with ``--device device`` (and ``extra`` flags)."""
+    run = run_launch(torchrun(2, "--partitions", str(partitions[2]), "--layout", layout, "--metrics-out", str(out),
                               "--fanouts", "4,3", *TRAIN_ARGS, "--device", device, *extra))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(out.read_text())
@@ -136,6 +136,31 @@ def test_device_cpu_trains_distributed_bit_for_bit_like_no_device(launched, part
         assert (a["loss"], a["iteration_losses"], a["val_acc"], a["test_acc"]) == \
             (b["loss"], b["iteration_losses"], b["val_acc"], b["test_acc"])
         assert a["rounds_per_iteration"] == b["rounds_per_iteration"]
+
+
+def test_vanilla_on_the_device_path_trains_bit_for_bit_like_no_device(launched, partitions, tmp_path):
+    """--layout vanilla with --device cpu and feature rows held on the device (the GPU cache in front of the
+    partitioned store, its hot set ranked by in-degrees gathered from both parts): its sampling stays on the host
+    (owners' rounds), and the run is the one without the flags, bit for bit, with the same rounds."""
+    on_cpu = launch_on("cpu", partitions, tmp_path / "vanilla.json", "--gpu-cache-fraction", "0.3", layout="vanilla")
+    for a, b in zip(on_cpu["history"], launched(2, "vanilla", "4,3")["history"], strict=True):
+        assert (a["loss"], a["iteration_losses"], a["val_acc"], a["test_acc"]) == \
+            (b["loss"], b["iteration_losses"], b["val_acc"], b["test_acc"])
+        assert a["rounds_per_iteration"] == b["rounds_per_iteration"]
+        assert a["bytes_per_iteration"]["feature"] < b["bytes_per_iteration"]["feature"]  # hits ask no owner
+
+
+@pytest.mark.gpu
+def test_vanilla_on_the_gpus_trains_like_on_the_cpu(launched, partitions, tmp_path):
+    """Two vanilla workers with --device cuda (and a GPU cache): host sampling, the step on the GPU; the losses
+    are the CPU run's within 1e-4."""
+    on_gpu = launch_on("cuda", partitions, tmp_path / "vanilla_cuda.json", "--gpu-cache-fraction", "0.3",
+                       layout="vanilla")
+    on_cpu = launched(2, "vanilla", "4,3")
+    np.testing.assert_allclose([h["iteration_losses"] for h in on_gpu["history"]],
+                               [h["iteration_losses"] for h in on_cpu["history"]], rtol=1e-4)
+    for a, b in zip(on_gpu["history"], on_cpu["history"], strict=True):
+        assert abs(a["test_acc"] - b["test_acc"]) <= 0.02
 
 
 @pytest.mark.gpu

@@ -38,7 +38,7 @@ from gnnscale.sampling import derive_key, sample_blocks
 from gnnscale.train.api import fit
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import seeded_model
-from gnnscale.train.layouts import LayoutOptions, check_layout_options, layout_options
+from gnnscale.train.layouts import check_layout_options, layout_options
 from gnnscale.train.layouts.data_parallel import UNION_ITERATIONS
 from gnnscale.train.batches import epoch_batches
 from gnnscale.train.layouts.split import exchanges_input_ahead

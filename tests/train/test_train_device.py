@@ -301,9 +301,6 @@ def test_a_pyg_model_on_blocks_sampled_on_the_device_trains_bit_for_bit_like_the
                                           r"host"),
     (dict(sample_on="device"), "split", r"sample_on: --sample-on device needs .* \(--layout hybrid or 1d or 1.5d\); "
                                         r"--layout split samples on the host"),
-    (dict(gpu_cache_fraction=0.5), "vanilla", r"gpu_cache_fraction: --gpu-cache-fraction 0.5 needs every node's "
-                                              r"in-degree and a feature store on each worker \(--layout hybrid or "
-                                              r"split or 1d or 1.5d\); --layout vanilla gathers on the host"),
 ])
 def test_device_data_where_it_cannot_run_is_refused_naming_the_flag(kw, layout, message):
     from gnnscale.train.layouts import layout_options
@@ -437,6 +434,25 @@ def test_split_parallelism_trains_on_a_gpu_with_its_rows_cached_there():
 
     for device in ("cuda", "cuda:0", "cpu", "auto"):
         check_layout_options(layout_options("split"), config(device=device, gpu_cache_fraction=0.25), "sage", 2)
+
+
+def test_vanilla_and_dgs_train_on_a_gpu_sampling_on_the_host():
+    """--layout vanilla takes --device cuda and --gpu-cache-fraction (its in-degrees gathered from every part);
+    --dgs takes --device cuda and keeps its own sampling and fetch on the host: --sample-on device and
+    --gpu-cache-fraction are refused with it, naming both flags."""
+    from gnnscale.train.layouts import layout_options
+    from gnnscale.train.layouts.dgs_config import DGSConfig
+    from gnnscale.train.layouts.registry import check_layout_options
+
+    for device in ("cuda", "cuda:0", "cpu", "auto"):
+        check_layout_options(layout_options("vanilla"), config(device=device, gpu_cache_fraction=0.25), "sage", 2)
+        for layout in ("hybrid", "vanilla"):
+            check_layout_options(layout_options(layout, dgs=DGSConfig()), config(device=device), "sage", 2)
+    for kw, flags in ((dict(sample_on="device"), "--sample-on device"),
+                      (dict(gpu_cache_fraction=0.5), "--gpu-cache-fraction 0.5")):
+        with pytest.raises(ValueError, match=rf"{flags} and --dgs: DGS samples and fetches with its own kernels on "
+                                             r"the host; drop one of them"):
+            check_layout_options(layout_options("hybrid", dgs=DGSConfig()), config(device="cuda", **kw), "sage", 2)
 
 
 @pytest.mark.gpu

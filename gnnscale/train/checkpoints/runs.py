@@ -94,6 +94,8 @@ class DistCheckpoint:
         best: the best-validation epoch so far and its weights (:meth:`BestWeights.checkpoint_state
             <gnnscale.train.checkpoints.best.BestWeights.checkpoint_state>`); None before the first epoch's end and in
             checkpoints of older versions.
+        scaler_state: the gradient scaler's state (``--precision 16-mixed``: its scale and the steps since its
+            last overflow, :meth:`~gnnscale.train.precision.StepPrecision.state_dict`); None for other precisions.
     """
 
     identity: RunIdentity
@@ -106,6 +108,7 @@ class DistCheckpoint:
     workers: list[dict]
     layout_state: dict
     best: dict | None = None
+    scaler_state: dict | None = None
 
 
 def run_identity(partition_dir: str | Path, manifest: dict, model: ModelConfig | dict, cfg: TrainConfig,
@@ -147,25 +150,28 @@ def save_dist_checkpoint(path: str | Path, ckpt: DistCheckpoint) -> None:
                         "epoch": ckpt.epoch, "step": ckpt.step, "num_batches": ckpt.num_batches,
                         "model_state": ckpt.model_state, "optimizer_state": ckpt.optimizer_state,
                         "history": ckpt.history, "workers": ckpt.workers, "layout_state": ckpt.layout_state,
-                        "best": ckpt.best})
+                        "best": ckpt.best, "scaler_state": ckpt.scaler_state})
 
 
-# DGS settings that checkpoints written before they existed ran with: resuming one compares these with
-# this run's, so the error names the flag and value to resume with (--dgs-explain-lr 0.3).
+# Settings that checkpoints written before they existed ran with: resuming one compares these with this
+# run's, so the error names the flag and value to resume with (--dgs-explain-lr 0.3, --precision 32).
 DGS_SETTINGS_BEFORE_RECORDED = {"explain_steps": 10, "explain_lr": 0.3}
+TRAIN_SETTINGS_BEFORE_RECORDED = {"precision": "32"}
 
 
 def decode(payload: dict) -> DistCheckpoint:
     identity = RunIdentity(**{key: payload[key] for key in ("signature", "layout", "world_size", "data", "partition")})
-    dgs = identity.signature.get("dgs")
+    signature = {**identity.signature, "train": {**TRAIN_SETTINGS_BEFORE_RECORDED, **identity.signature["train"]}}
+    dgs = signature.get("dgs")
     if dgs is not None:
-        identity = replace(identity, signature={**identity.signature,
-                                                "dgs": {**DGS_SETTINGS_BEFORE_RECORDED, **dgs}})
+        signature["dgs"] = {**DGS_SETTINGS_BEFORE_RECORDED, **dgs}
+    identity = replace(identity, signature=signature)
     return DistCheckpoint(identity=identity, epoch=int(payload["epoch"]), step=int(payload["step"]),
                           num_batches=int(payload["num_batches"]), model_state=payload["model_state"],
                           optimizer_state=payload["optimizer_state"], history=list(payload["history"]),
                           workers=list(payload["workers"]), layout_state=dict(payload["layout_state"]),
-                          best=payload.get("best"))  # None in checkpoints written before it was recorded
+                          # None in checkpoints written before they were recorded
+                          best=payload.get("best"), scaler_state=payload.get("scaler_state"))
 
 
 def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int) -> None:
@@ -327,9 +333,10 @@ class Checkpointer:
                 and (epoch * self.num_batches + steps_done) % self.every == 0)
 
     def save(self, model, optimizer, *, epoch: int, step: int, history: list[dict], worker_state: dict,
-             layout_state: dict, best: dict | None = None) -> None:
+             layout_state: dict, best: dict | None = None, scaler_state: dict | None = None) -> None:
         """Check that every worker holds rank 0's model and optimizer, then rank 0 writes the checkpoint
-        (with every worker's ``worker_state`` when ``step`` > 0, and the best epoch's weights ``best``).
+        (with every worker's ``worker_state`` when ``step`` > 0, the best epoch's weights ``best`` and the
+        gradient scaler's state ``scaler_state``, the same on every worker).
         Every worker stops with rank 0's message if either fails. Collective: one all-to-all and one agree
         (category ``"checkpoint"``: a peer that dies meanwhile is reported as dying during a save), left out
         of the iterations' accounting."""
@@ -339,7 +346,7 @@ class Checkpointer:
                                   model_state=on_host(model.state_dict()),
                                   optimizer_state=on_host(optimizer.state_dict()),
                                   history=history, workers=workers if step else [], layout_state=layout_state,
-                                  best=best)
+                                  best=best, scaler_state=scaler_state)
 
         if self.comm.world_size == 1:
             # One worker: no copy to compare and nobody to tell; a failed write is this process's own error

@@ -103,8 +103,8 @@ class LayoutContext:
         options: the validated distributed options (``options.settings`` never None: the layout's own).
         partition_dir: the partition directory (1.5D reads other parts' rows from it); None in one process.
         policy: where this worker trains, samples and holds feature rows
-            (:mod:`gnnscale.distributed.device_policy`); a layout with ``device_sampling`` or ``device_cache``
-            follows it.
+            (:mod:`gnnscale.distributed.device_policy`): every layout holds its hottest feature rows on the device
+            where the policy says (``--gpu-cache-fraction``); one with ``device_sampling`` samples there too.
         seeds_anywhere: the task's seeds may be any nodes, not only this worker's (a link task's pairs).
     """
 
@@ -194,8 +194,6 @@ class LayoutSpec:
         device_sampling: samples on the training device (``--sample-on device``): a layout whose workers draw
             their batches with a sampler that has a device build, over what they hold (the whole topology, or 1.5D's
             block rows, fetched per hop).
-        device_cache: holds the hottest feature rows on the training device (``--gpu-cache-fraction``): a layout
-            whose workers gather their rows through a feature store and know every node's in-degree.
         seeds_anywhere: its samplers take seeds owned by any worker (what a task that samples for node pairs
             needs: :attr:`~gnnscale.train.tasks.base.TaskSpec.needs`).
         check: the layout's own option rules beyond its options' own validation (which needs the model
@@ -214,6 +212,5 @@ class LayoutSpec:
     layerwise_inference: bool = False
     repartitionable: bool = False
     device_sampling: bool = False
-    device_cache: bool = False
     seeds_anywhere: bool = False
     check: OptionCheck = no_check

@@ -182,9 +182,10 @@ def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, po
     of this worker, its collectives on ``loader``; with ``cache_fraction`` > 0 its feature store caches that
     fraction of all nodes' rows (the hottest remote ones,
     :class:`~gnnscale.features.host_cache.CachedFeatureStore`; collective set-up). The hybrid
-    layout samples on the policy's device and holds feature rows there where ``policy`` says (collective:
-    the device cache's set-up gathers through the store). ``seeds_anywhere``: its samplers take seeds owned
-    anywhere (link prediction's pairs)."""
+    layout samples on the policy's device; both hold feature rows there where ``policy`` says (collective:
+    the device cache's set-up gathers through the store, and vanilla's in-degrees come from every part).
+    Vanilla samples on the host: its hops after the first are owners' rounds. ``seeds_anywhere``: its
+    samplers take seeds owned anywhere (link prediction's pairs)."""
     spec = sampler_spec(cfg.sampler)
 
     def sampler(fanouts, device=None):
@@ -197,8 +198,8 @@ def build_data_parallel(part: LocalPartition, cfg: TrainConfig, loader: Comm, po
                               replace=cfg.replace, any_seeds=seeds_anywhere)
 
     store = build_store(part, loader, cache_fraction)
-    if part.view == "whole":
-        store = device_store(store, np.diff(part.topology.indptr), policy.gpu_cache_fraction, policy.device,
+    if policy.rows_on_device:  # the same on every worker (the policy is agreed): the set-up is collective
+        store = device_store(store, in_degrees(part, loader), policy.gpu_cache_fraction, policy.device,
                              policy.sample_on_device)
     train_device = policy.device if policy.sample_on_device else None
     return DataParallel(sampler(cfg.fanouts, train_device), sampler(cfg.inference_fanouts), store, part, loader)
@@ -209,11 +210,16 @@ def build_store(part: LocalPartition, loader: Comm, cache_fraction: float) -> Pa
     replicated topology, or gathered from the parts' in-edges when a worker holds only its own)."""
     if cache_fraction == 0:
         return PartitionedFeatureStore(part.book, loader.rank, part.features, loader)
+    return CachedFeatureStore(part.book, loader.rank, part.features, loader, degrees=in_degrees(part, loader),
+                              fraction=cache_fraction)
+
+
+def in_degrees(part: LocalPartition, loader: Comm) -> np.ndarray:
+    """int64 [num_nodes]: every node's in-degree, which ranks the rows a cache holds: read off the replicated
+    topology (hybrid), or gathered from every worker's part (vanilla: collective, one "setup" round)."""
     if part.view == "whole":
-        degrees = np.diff(part.topology.indptr)
-    else:
-        degrees = global_in_degrees(np.diff(part.topology.local_indptr), part.book, loader)
-    return CachedFeatureStore(part.book, loader.rank, part.features, loader, degrees=degrees, fraction=cache_fraction)
+        return np.diff(part.topology.indptr)
+    return global_in_degrees(np.diff(part.topology.local_indptr), part.book, loader)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,7 +246,7 @@ def _build(ctx: LayoutContext) -> DataParallel:
 HYBRID = LayoutSpec(
     name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
     samplers=("fused", "two_step"), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    repartitionable=True, device_sampling=True, device_cache=True, seeds_anywhere=True, build=_build)
+    repartitionable=True, device_sampling=True, seeds_anywhere=True, build=_build)
 VANILLA = LayoutSpec(
     name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",
     samplers=("fused",), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,

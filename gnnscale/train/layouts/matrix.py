@@ -91,8 +91,8 @@ class ReplicationOptions:
 
 ONE_D = LayoutSpec(
     name="1d", summary="matrix samplers, topology replicated: no sampling rounds", view="whole",
-    samplers=samplers_with("bulk"), per_worker_batches=True, device_sampling=True, device_cache=True, build=build_1d)
+    samplers=samplers_with("bulk"), per_worker_batches=True, device_sampling=True, build=build_1d)
 ONE_POINT_FIVE_D = LayoutSpec(
     name="1.5d", summary="matrix samplers, block rows of the adjacency on --replication workers each", view="own",
     samplers=samplers_with("bulk"), per_worker_batches=True, options=ReplicationOptions, device_sampling=True,
-    device_cache=True, check=check_15d, build=build_15d_layout)
+    check=check_15d, build=build_15d_layout)

@@ -93,15 +93,11 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
 
 def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:
     """--sample-on device needs a layout whose workers sample with a device build of the sampler
-    (``spec.device_sampling``), --gpu-cache-fraction one that gathers its rows through a feature store
-    (``spec.device_cache``); neither runs with DGS (whose kernels and fetch are its own)."""
+    (``spec.device_sampling``); neither it nor --gpu-cache-fraction runs with DGS, which samples and fetches
+    with kernels of its own on the host while its model trains on the device."""
     if cfg.sample_on == "device" and not spec.device_sampling:
         raise ValueError(f"sample_on: --sample-on device needs a layout whose workers sample on the device "
                          f"(--layout {layouts_with('device_sampling')}); --layout {spec.name} samples on the host")
-    if cfg.gpu_cache_fraction > 0 and not spec.device_cache:
-        raise ValueError(f"gpu_cache_fraction: --gpu-cache-fraction {cfg.gpu_cache_fraction:g} needs every node's "
-                         f"in-degree and a feature store on each worker (--layout {layouts_with('device_cache')}); "
-                         f"--layout {spec.name} gathers on the host")
     asked = [flag for flag, on in (("--sample-on device", cfg.sample_on == "device"),
                                    (f"--gpu-cache-fraction {cfg.gpu_cache_fraction:g}", cfg.gpu_cache_fraction > 0)) if on]
     if asked and options.dgs is not None:

@@ -291,5 +291,5 @@ def _build(ctx: LayoutContext) -> SplitParallel:
 # own hottest rows on the device.
 SPLIT = LayoutSpec(
     name="split", summary="one mini-batch of P x --batch-size seeds split across workers, no feature fetch",
-    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, options=SplitOptions, device_cache=True,
+    view="whole", samplers=("fused", "two_step"), per_worker_batches=False, options=SplitOptions,
     check=check_split, build=_build)
