@@ -138,7 +138,8 @@ class RGCNConv(nn.Module):
         for r, rel in enumerate(block.relations):
             if rel.dst.shape[0]:
                 # In place: index_add_'s backward needs neither out nor its old value, so no copy per relation.
-                out.index_add_(0, rel.dst, relation_mean(rel, x_src, kernels=self.kernels) @ weights[r])
+                # Under autocast the product is half and out (root plus float32 bias) float: sum in out's dtype.
+                out.index_add_(0, rel.dst, (relation_mean(rel, x_src, kernels=self.kernels) @ weights[r]).to(out.dtype))
         return out
 
     def extra_repr(self) -> str:
@@ -177,7 +178,7 @@ class RSAGEConv(nn.Module):
         for conv, rel in zip(self.convs.values(), block.relations):
             if rel.dst.shape[0]:
                 term = conv.lin_l(relation_mean(rel, x_src, kernels=self.kernels)) + conv.lin_r(x_src[rel.dst])
-                out.index_add_(0, rel.dst, term)
+                out.index_add_(0, rel.dst, term.to(out.dtype))
         return out
 
     def extra_repr(self) -> str:
@@ -251,7 +252,7 @@ class RGATConv(nn.Module):
                 rows[relation.src] = x_src[src_positions[relation.src]]
             term = self._relation(conv, rel, rows[relation.src], x_src[rel.dst], rank[rel.indices],
                                   dropout=p, key=site_key(key, r))
-            out.index_add_(0, rel.dst, term)
+            out.index_add_(0, rel.dst, term.to(out.dtype))  # a half term under autocast
         return out
 
     def _relation(self, conv: GATConv, rel: RelationBlock, x_sources: Tensor, x_dst: Tensor, indices: Tensor, *,
