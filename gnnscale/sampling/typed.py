@@ -28,7 +28,7 @@ from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seed
 from gnnscale.sampling.choose import ALL_NEIGHBORS
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, pipeline_chunks
 from gnnscale.sampling.reference import to_block_coo
-from gnnscale.sampling.typed_kernels import (RELATION_SLOT, split_by_relation, typed_choose_all,
+from gnnscale.sampling.typed_kernels import (RELATION_SLOT, relation_layout, typed_choose_all,
                                              typed_choose_and_relabel, typed_counts)
 
 
@@ -168,14 +168,14 @@ class TypedKernel:
         return typed_choose_all(self.rel_indptr, self.indices, self.type_offsets, self.row_start, self.rel_start,
                                 self.rel_ids, nodes, *shape, fanouts, replace, key, hop)
 
-    def choose_and_relabel(self, nodes: np.ndarray, num_dst: int, shape: tuple[np.ndarray, ...], fanouts: np.ndarray,
-                           replace: bool, key: int, hop: int, node_map: np.ndarray, num_known: int) -> tuple[np.ndarray,
-                                                                                                              int]:
-        """(local ids in CSC order, new number of known nodes) of destinations ``nodes[:num_dst]``, new sources
-        appended to ``nodes`` (:func:`typed_choose_and_relabel`)."""
+    def choose_and_relabel(self, nodes: np.ndarray, num_dst: int, shape: tuple[np.ndarray, ...],
+                           row_slot: np.ndarray, fanouts: np.ndarray, replace: bool, key: int, hop: int,
+                           node_map: np.ndarray, num_known: int) -> tuple[np.ndarray, int]:
+        """(local ids in relation-major order, new number of known nodes) of destinations ``nodes[:num_dst]``,
+        new sources appended to ``nodes`` (:func:`typed_choose_and_relabel`)."""
         threads = numba.get_num_threads()
         local, known = typed_choose_and_relabel(self.rel_indptr, self.indices, self.type_offsets, self.row_start,
-                                                self.rel_start, self.rel_ids, nodes, num_dst, *shape,
+                                                self.rel_start, self.rel_ids, nodes, num_dst, *shape, row_slot,
                                                 pipeline_chunks(shape[3], threads), fanouts, replace, key, hop,
                                                 node_map, num_known, threads)
         return local, int(known)
@@ -188,12 +188,13 @@ def typed_fused_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarr
 
     def sample_hop(nodes, num_dst, num_known, _fanout, hop):
         shape = kernel.counts(nodes[:num_dst], fanouts[hop], replace)
+        by_type, type_bounds, indptrs, indptr_bounds, edge_bounds, row_slot = relation_layout(
+            *shape[:3], kernel.rel_start, kernel.rel_ids)
         nodes = grow_nodes(nodes, num_known, num_known + shape[3][-1])
-        local, num_known = kernel.choose_and_relabel(nodes, num_dst, shape, fanouts[hop], replace, key, hop,
+        local, num_known = kernel.choose_and_relabel(nodes, num_dst, shape, row_slot, fanouts[hop], replace, key, hop,
                                                      workspace.node_map, num_known)
-        types, row_base, counts, offsets = shape
-        splits.append(split_by_relation(types, row_base, counts, offsets, local, kernel.rel_start, kernel.rel_ids))
-        return offsets, local, nodes, num_known
+        splits.append((by_type, type_bounds, indptrs, indptr_bounds, local, edge_bounds))
+        return shape[3], local, nodes, num_known
 
     nodes, hops = expand_hops(seeds, tuple(range(fanouts.shape[0])), workspace, sample_hop)
     src_ids = torch.from_numpy(nodes)
@@ -204,7 +205,8 @@ def typed_fused_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarr
 
 
 def split_relation_blocks(split: tuple[np.ndarray, ...], graph: TypedGraph) -> tuple[RelationBlock, ...]:
-    """The :class:`RelationBlock` of every relation from :func:`split_by_relation`'s arrays (views, no copies)."""
+    """The :class:`RelationBlock` of every relation (views, no copies) from a hop's :func:`relation_layout` and its
+    relation-major local ids: ``(by_type, type_bounds, indptrs, indptr_bounds, local ids, edge_bounds)``."""
     by_type, type_bounds, indptrs, indptr_bounds, indices, edge_bounds = (torch.from_numpy(a) for a in split)
     out = []
     for r, rel in enumerate(graph.relations):

@@ -6,15 +6,16 @@ A hop over destinations ``nodes[:n]`` runs in three passes, as the homogeneous f
 
 1. :func:`typed_counts`: each destination's type and, per typed row (one per relation into its type), how many
    neighbors it draws; the prefix sums are the hop's CSC over all relations (``offsets``).
-2. :func:`typed_choose_and_relabel`: every destination's draws, relation by relation, straight into their CSC
-   slots, and the relabel to local ids in edge order; on more than one thread a pipeline over chunks, as
-   ``_choose_and_relabel``. :func:`typed_choose_all` draws without relabelling (the two-step baseline).
-3. :func:`split_by_relation`: the hop's CSC as one CSC per relation over the destinations of the relation's
-   destination type, read from the per-row counts of pass 1 (a destination's edges are grouped by relation, so
-   each relation's are one run per destination): one pass over the edges, no per-edge relation ids.
+2. :func:`relation_layout`: from those counts alone, where every row's draws go in one CSC per relation (over
+   the destinations of the relation's destination type): per relation its indptr and its run of the hop's
+   relation-major edge array, per row its slot there.
+3. :func:`typed_choose_and_relabel`: every destination's draws, relation by relation, into their CSC slots, and
+   the relabel to local ids in edge order, which writes each row's ids at its slot: the split by relation costs
+   no pass over the edges. On more than one thread a pipeline over chunks, as ``_choose_and_relabel``.
+   :func:`typed_choose_all` draws without relabelling (the two-step baseline).
 
-numba caches a kernel under its own file's timestamp: a change to a function inlined from another file (choose.py,
-fused.py's ``relabel_range``) must also touch this file.
+numba caches a kernel under its own file's timestamp: a change to a function inlined from choose.py must also
+touch this file.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import numba
 import numpy as np
 
 from gnnscale.intrinsics import atomic_fetch_add, prefetch
-from gnnscale.sampling.choose import PIECE_NODES, PREFETCH_DISTANCE, choose_neighbors, num_chosen
-from gnnscale.sampling.fused import relabel_range
+from gnnscale.sampling.choose import (CACHE_LINE_BYTES, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES,
+                                      choose_neighbors, num_chosen)
+from gnnscale.sampling.fused import RELABEL_PREFETCH
 
 # Streams of relation r at hop h: h + r * RELATION_SLOT (hops stay far below it).
 RELATION_SLOT = 1 << 16
@@ -92,16 +94,20 @@ def _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_i
                   offsets, lo, hi, fanouts, replace, key, hop, out):
     """Draw destinations ``lo .. hi - 1`` into their CSC slots of ``out``: per row, relation ``r``'s fanout from
     the stream ``(key, hop + r * RELATION_SLOT, v)``. As the homogeneous kernel's ``prefetch_ahead``, the row
-    pointers of a destination further ahead and the first cache line of each row of one a few ahead are
+    pointers of a destination further ahead and the first cache lines of each row of one a few ahead are
     prefetched, so that their misses overlap."""
+    ids_per_line = CACHE_LINE_BYTES // indices.itemsize
     for i in range(lo, hi):
         if i + 2 * PREFETCH_DISTANCE < hi:
             prefetch(rel_indptr, _first_row(i + 2 * PREFETCH_DISTANCE, nodes, types, row_base, row_start, type_offsets))
         if i + PREFETCH_DISTANCE < hi:
             ahead = i + PREFETCH_DISTANCE
             first_ahead = _first_row(ahead, nodes, types, row_base, row_start, type_offsets)
-            for j in range(row_base[ahead + 1] - row_base[ahead]):
-                prefetch(indices, rel_indptr[first_ahead + j])
+            for row in range(first_ahead, first_ahead + row_base[ahead + 1] - row_base[ahead]):
+                start, end = rel_indptr[row], rel_indptr[row + 1]
+                for line in range(PREFETCH_LINES):
+                    if start + line * ids_per_line < end:
+                        prefetch(indices, start + line * ids_per_line)
         v = nodes[i]
         t = types[i]
         k = row_base[i + 1] - row_base[i]
@@ -127,48 +133,19 @@ def typed_choose_all(rel_indptr, indices, type_offsets, row_start, rel_start, re
     return out
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def typed_choose_and_relabel(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, num_dst, types,
-                             row_base, counts, offsets, chunk_starts, fanouts, replace, key, hop, node_map, num_known,
-                             num_tasks):
-    """Draw every destination's neighbors and relabel them: (local ids [offsets[-1]], new number of known nodes).
-    ``nodes`` must have room for ``num_known + offsets[-1]`` entries. Stage s relabels chunk s - 1 (thread 0, in
-    edge order) while all threads draw chunk s, as the homogeneous ``_choose_and_relabel``."""
-    chosen = np.empty(offsets[-1], dtype=np.int64)
-    dst_nodes = nodes[:num_dst]  # read-only here; relabel appends beyond num_known >= num_dst
-    num_chunks = chunk_starts.shape[0] - 1
-    claim = np.zeros(1, dtype=np.int64)
-    known = np.full(1, num_known, dtype=np.int64)
-    for stage in range(num_chunks + 1):
-        claim[0] = 0
-        for task in numba.prange(num_tasks):
-            if task == 0 and stage > 0:
-                known[0] = relabel_range(chosen, offsets[chunk_starts[stage - 1]], offsets[chunk_starts[stage]],
-                                         node_map, nodes, known[0])
-            if stage < num_chunks:
-                lo, hi = chunk_starts[stage], chunk_starts[stage + 1]
-                while True:
-                    start = lo + atomic_fetch_add(claim, 0, PIECE_NODES)
-                    if start >= hi:
-                        break
-                    _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, dst_nodes, types,
-                                  row_base, counts, offsets, start, min(start + PIECE_NODES, hi), fanouts, replace,
-                                  key, hop, chosen)
-    return chosen, known[0]
+@numba.njit(cache=True, nogil=True)
+def relation_layout(types, row_base, counts, rel_start, rel_ids):
+    """Where one hop's edges go in one CSC per relation, from the per-row counts of :func:`typed_counts`.
 
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def split_by_relation(types, row_base, counts, offsets, local, rel_start, rel_ids):
-    """One hop's CSC (every destination's edges grouped by relation, in relation-id order) as one CSC per relation.
-
-    Returns ``(by_type, type_bounds, indptrs, indptr_bounds, indices, edge_bounds)``, int64 each: the destinations
+    Returns ``(by_type, type_bounds, indptrs, indptr_bounds, edge_bounds, row_slot)``, int64 each: the destinations
     ordered by type, ascending within one (type ``t``'s are ``by_type[type_bounds[t]:type_bounds[t + 1]]``);
-    relation ``r``'s indptr over the destinations of its destination type is
-    ``indptrs[indptr_bounds[r]:indptr_bounds[r + 1]]`` and its local sources
-    ``indices[edge_bounds[r]:edge_bounds[r + 1]]``, each destination's in destination order."""
+    relation ``r``'s indptr over the destinations of its destination type,
+    ``indptrs[indptr_bounds[r]:indptr_bounds[r + 1]]``; where its edges lie in the hop's relation-major edge array,
+    ``[edge_bounds[r], edge_bounds[r + 1])``; and where each typed row's draws start in that array (``row_slot``,
+    indexed as ``counts``). O(destinations x rows per destination), nothing per edge."""
     n = types.shape[0]
     num_types = rel_start.shape[0] - 1
-    num_relations = rel_ids.shape[0]
+    num_relations = rel_ids.shape[0]  # every relation is a row of its destination type
     type_bounds = np.zeros(num_types + 1, dtype=np.int64)
     for i in range(n):
         type_bounds[types[i] + 1] += 1
@@ -191,22 +168,72 @@ def split_by_relation(types, row_base, counts, offsets, local, rel_start, rel_id
         indptr_bounds[r + 1] = indptr_bounds[r] + type_bounds[t + 1] - type_bounds[t] + 1
     indptrs = np.empty(indptr_bounds[num_relations], dtype=np.int64)
     edge_bounds = np.zeros(num_relations + 1, dtype=np.int64)
+    row_slot = np.empty(counts.shape[0], dtype=np.int64)
     for r in range(num_relations):
         t, j, base = rel_type[r], rel_row[r], indptr_bounds[r]
         indptrs[base] = 0
         for q in range(type_bounds[t + 1] - type_bounds[t]):
-            i = by_type[type_bounds[t] + q]
-            indptrs[base + q + 1] = indptrs[base + q] + counts[row_base[i] + j]
+            x = row_base[by_type[type_bounds[t] + q]] + j
+            row_slot[x] = edge_bounds[r] + indptrs[base + q]
+            indptrs[base + q + 1] = indptrs[base + q] + counts[x]
         edge_bounds[r + 1] = edge_bounds[r] + indptrs[indptr_bounds[r + 1] - 1]
-    indices = np.empty(edge_bounds[num_relations], dtype=np.int64)
-    for r in numba.prange(num_relations):
-        t, j, base = rel_type[r], rel_row[r], indptr_bounds[r]
-        for q in range(type_bounds[t + 1] - type_bounds[t]):
-            i = by_type[type_bounds[t] + q]
-            start = offsets[i]
-            for jj in range(j):
-                start += counts[row_base[i] + jj]
-            at = edge_bounds[r] + indptrs[base + q]
-            for e in range(counts[row_base[i] + j]):
-                indices[at + e] = local[start + e]
-    return by_type, type_bounds, indptrs, indptr_bounds, indices, edge_bounds
+    return by_type, type_bounds, indptrs, indptr_bounds, edge_bounds, row_slot
+
+
+@numba.njit(cache=True, nogil=True)
+def _relabel_rows(chosen, lo, hi, offsets, row_base, counts, row_slot, node_map, nodes, num_known, out):
+    """Relabel the draws of destinations ``lo .. hi - 1`` (``chosen``, in CSC order) to local ids, new nodes appended
+    to ``nodes`` in order of first appearance, each row's written at its ``row_slot`` in ``out`` (relation-major).
+    Returns the new number of known nodes. The edge order is the homogeneous kernel's ``relabel_range``'s, so are
+    the local ids; only where they are written differs."""
+    n = num_known
+    end = offsets[hi]
+    e = offsets[lo]
+    for x in range(row_base[lo], row_base[hi]):
+        at = row_slot[x]
+        for q in range(counts[x]):
+            if e + RELABEL_PREFETCH < end:
+                prefetch(node_map, chosen[e + RELABEL_PREFETCH])
+            v = chosen[e]
+            local = node_map[v]
+            if local < 0:
+                local = n
+                node_map[v] = n
+                nodes[n] = v
+                n += 1
+            out[at + q] = local
+            e += 1
+    return n
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def typed_choose_and_relabel(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, num_dst, types,
+                             row_base, counts, offsets, row_slot, chunk_starts, fanouts, replace, key, hop, node_map,
+                             num_known, num_tasks):
+    """Draw every destination's neighbors and relabel them into the hop's relation-major edge array
+    (:func:`relation_layout`): (local ids [offsets[-1]], new number of known nodes). ``nodes`` must have room for
+    ``num_known + offsets[-1]`` entries. Stage s relabels chunk s - 1 (thread 0, in edge order) while all threads
+    draw chunk s, as the homogeneous ``_choose_and_relabel``; the relabel's writes are the split by relation, so
+    no pass of its own."""
+    chosen = np.empty(offsets[-1], dtype=np.int64)
+    out = np.empty(offsets[-1], dtype=np.int64)
+    dst_nodes = nodes[:num_dst]  # read-only here; relabel appends beyond num_known >= num_dst
+    num_chunks = chunk_starts.shape[0] - 1
+    claim = np.zeros(1, dtype=np.int64)
+    known = np.full(1, num_known, dtype=np.int64)
+    for stage in range(num_chunks + 1):
+        claim[0] = 0
+        for task in numba.prange(num_tasks):
+            if task == 0 and stage > 0:
+                known[0] = _relabel_rows(chosen, chunk_starts[stage - 1], chunk_starts[stage], offsets, row_base,
+                                         counts, row_slot, node_map, nodes, known[0], out)
+            if stage < num_chunks:
+                lo, hi = chunk_starts[stage], chunk_starts[stage + 1]
+                while True:
+                    start = lo + atomic_fetch_add(claim, 0, PIECE_NODES)
+                    if start >= hi:
+                        break
+                    _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, dst_nodes, types,
+                                  row_base, counts, offsets, start, min(start + PIECE_NODES, hi), fanouts, replace,
+                                  key, hop, chosen)
+    return out, known[0]
