@@ -151,3 +151,53 @@ def test_link_benchmark_runs_its_loader_rows_at_a_tiny_scale() -> None:
     for cells in rows.values():
         batches_per_s, pairs = float(cells[0]), int(cells[2])
         assert batches_per_s > 0 and pairs == 64, cells
+
+
+HETERO_TINY = ["--scale", "0.003", "--threads", "1", "--num-batches", "2", "--repeat", "1", "--batch-size", "256",
+               "--fanouts", "8,4", "--iterations", "1", "--epoch-threads", "1", "--accuracy-scale", "0.003",
+               "--accuracy-seeds", "0", "--accuracy-epochs", "1"]
+ANCHOR_PYTHON = Path.home() / ".cache" / "gnnscale-anchors" / "bin" / "python"  # shared/tools/anchors/setup.sh
+
+
+@pytest.mark.slow  # a child process that builds a tiny mag-shaped graph, samples, trains and scores it: ~40 s
+def test_hetero_benchmark_runs_every_part_on_a_tiny_mag_shaped_graph(tmp_path: Path) -> None:
+    """benchmarks/hetero.py, gnnscale's rows alone: both typed samplers drew the same edges (the same blocks by
+    their law), an R-GCN epoch row, and a score in [0, 1] for the MLP and each typed model, each table printed."""
+    out = tmp_path / "hetero.json"
+    cmd = [sys.executable, str(BENCHMARKS / "hetero.py"), *HETERO_TINY, "--cache-dir", str(tmp_path / "cache"),
+           "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    samplers = {r["sampler"]: r for r in result["sampler"]}
+    assert set(samplers) == {"gnnscale typed fused", "gnnscale typed two_step"}
+    assert samplers["gnnscale typed fused"]["edges_per_batch"] == samplers["gnnscale typed two_step"]["edges_per_batch"]
+    assert all(r["ms_per_batch"] > 0 and r["edges_per_batch"] > 256 for r in samplers.values())
+    (epoch,) = result["epoch"]
+    assert epoch["system"].startswith("gnnscale rgcn") and epoch["epoch_s"] > 0
+    assert [r["model"] for r in result["accuracy"]] == ["mlp", "rgcn", "rsage", "rgat"]
+    assert all(0 <= acc <= 1 for r in result["accuracy"] for acc in r["test_acc"])
+    for row in ("| 1 | gnnscale typed fused |", "| gnnscale rgcn (prefetch 1) |", "| rgat |"):
+        assert row in done.stdout
+
+
+@pytest.mark.slow  # DGL builds its heterograph and trains in child processes: ~60 s
+@pytest.mark.skipif(not ANCHOR_PYTHON.exists(), reason="the DGL anchor environment (shared/tools/anchors/setup.sh)")
+def test_hetero_benchmark_runs_dgl_on_the_same_graph_and_seeds(tmp_path: Path) -> None:
+    """The DGL side of benchmarks/hetero.py (benchmarks/anchors/dgl_hetero_*.py) on a tiny graph: both DGL samplers
+    have a row with a ratio, drawing about as many edges as gnnscale's kernel (the first hop's count is
+    min(fanout, degree) per relation on both sides, the second's depends on the nodes drawn), and DGL's R-GCN an
+    epoch row."""
+    out = tmp_path / "hetero.json"
+    cmd = [sys.executable, str(BENCHMARKS / "hetero.py"), *HETERO_TINY, "--parts", "sampler,epoch", "--samplers",
+           "fused", "--dgl-python", str(ANCHOR_PYTHON), "--cache-dir", str(tmp_path / "cache"), "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    samplers = {r["sampler"]: r for r in result["sampler"]}
+    assert set(samplers) == {"gnnscale typed fused", "dgl_sample_neighbors+to_block", "dgl_sample_neighbors_fused"}
+    ours = samplers["gnnscale typed fused"]["edges_per_batch"]
+    for r in samplers.values():
+        assert r["x_dgl"] > 0 and abs(r["edges_per_batch"] - ours) < 0.1 * ours, r
+    assert [r["system"] for r in result["epoch"]] == ["gnnscale rgcn (prefetch 1)", "DGL 2.1 HeteroGraphConv"]
+    assert all(r["epoch_s"] > 0 for r in result["epoch"])

@@ -25,12 +25,11 @@ from torch import Tensor
 
 from gnnscale.graph.typed import TypedGraph, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
-from gnnscale.sampling.choose import ALL_NEIGHBORS, choose_neighbors, num_chosen
-from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
+from gnnscale.sampling.choose import ALL_NEIGHBORS
+from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, pipeline_chunks
 from gnnscale.sampling.reference import to_block_coo
-
-# Streams of relation r at hop h: h + r * RELATION_SLOT (hops stay far below it).
-RELATION_SLOT = 1 << 16
+from gnnscale.sampling.typed_kernels import (RELATION_SLOT, relation_layout, typed_choose_all,
+                                             typed_choose_and_relabel, typed_counts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,10 +117,8 @@ class TypedNeighborSampler(BatchSampler):
         seeds = check_seeds(seeds, self.graph.num_nodes)
         key = check_key(key)
         if self.method == "fused":
-            nodes, hops = typed_fused_hops(self.kernel, seeds, self.table, key, bool(self.replace), self.workspace)
-        else:
-            nodes, hops = typed_two_step_hops(self.kernel, seeds, self.table, key, bool(self.replace))
-        return typed_blocks_from_hops(nodes, hops, self.graph)
+            return typed_fused_blocks(self.kernel, seeds, self.table, key, bool(self.replace), self.workspace)
+        return typed_two_step_blocks(self.kernel, seeds, self.table, key, bool(self.replace))
 
 
 def typed_fanouts(graph: TypedGraph, fanouts) -> np.ndarray:
@@ -148,58 +145,9 @@ def typed_fanouts(graph: TypedGraph, fanouts) -> np.ndarray:
     return np.array([[k] * rels for k in hops], dtype=np.int64)
 
 
-@numba.njit(inline="always")
-def _rows_of(v, type_offsets, row_start, rel_start):
-    """``(t, first row, rows)`` of node ``v``: its type, its first typed row and how many it has."""
-    t = 0
-    while v >= type_offsets[t + 1]:
-        t += 1
-    k = rel_start[t + 1] - rel_start[t]
-    return t, row_start[t] + (v - type_offsets[t]) * k, k
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _typed_offsets(rel_indptr, type_offsets, row_start, rel_start, rel_ids, nodes, fanouts, replace):
-    """int64 [len(nodes) + 1]: prefix sums of every destination's draws over all its relations."""
-    n = nodes.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in numba.prange(n):
-        t, first, k = _rows_of(nodes[i], type_offsets, row_start, rel_start)
-        total = 0
-        for j in range(k):
-            row = first + j
-            total += num_chosen(rel_indptr[row + 1] - rel_indptr[row], fanouts[rel_ids[rel_start[t] + j]], replace)
-        offsets[i + 1] = total
-    for i in range(n):
-        offsets[i + 1] += offsets[i]
-    return offsets
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _typed_choose(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, offsets, fanouts,
-                  replace, key, hop):
-    """(chosen global sources, relation of each) of every destination, in CSC order: a destination's draws by
-    relation, in relation-id order."""
-    chosen = np.empty(offsets[-1], dtype=np.int64)
-    relation = np.empty(offsets[-1], dtype=np.int64)
-    for i in numba.prange(nodes.shape[0]):
-        v = nodes[i]
-        t, first, k = _rows_of(v, type_offsets, row_start, rel_start)
-        at = offsets[i]
-        for j in range(k):
-            row = first + j
-            r = rel_ids[rel_start[t] + j]
-            fanout = fanouts[r]
-            got = num_chosen(rel_indptr[row + 1] - rel_indptr[row], fanout, replace)
-            choose_neighbors(rel_indptr, indices, row, v, fanout, replace, key, hop + r * RELATION_SLOT, chosen, at)
-            relation[at:at + got] = r
-            at += got
-    return chosen, relation
-
-
 class TypedKernel:
-    """What the typed kernels read of a :class:`TypedGraph`, gathered once per sampler."""
+    """What the typed kernels (:mod:`gnnscale.sampling.typed_kernels`) read of a :class:`TypedGraph`, gathered once
+    per sampler."""
 
     def __init__(self, graph: TypedGraph) -> None:
         layout = graph.row_layout()
@@ -208,44 +156,78 @@ class TypedKernel:
         self.type_offsets = graph.type_offsets
         self.row_start, self.rel_start, self.rel_ids = layout.row_start, layout.rel_start, layout.rel_ids
 
-    def offsets(self, nodes: np.ndarray, fanouts: np.ndarray, replace: bool) -> np.ndarray:
-        return _typed_offsets(self.rel_indptr, self.type_offsets, self.row_start, self.rel_start, self.rel_ids, nodes,
-                              fanouts, replace)
+    def counts(self, nodes: np.ndarray, fanouts: np.ndarray, replace: bool) -> tuple[np.ndarray, ...]:
+        """``(types, row_base, counts, offsets)`` of destinations ``nodes`` (:func:`typed_counts`)."""
+        return typed_counts(self.rel_indptr, self.type_offsets, self.row_start, self.rel_start, self.rel_ids, nodes,
+                            fanouts, replace)
 
-    def choose(self, nodes: np.ndarray, offsets: np.ndarray, fanouts: np.ndarray, replace: bool, key: int,
-               hop: int) -> tuple[np.ndarray, np.ndarray]:
-        return _typed_choose(self.rel_indptr, self.indices, self.type_offsets, self.row_start, self.rel_start,
-                             self.rel_ids, nodes, offsets, fanouts, replace, key, hop)
+    def choose(self, nodes: np.ndarray, shape: tuple[np.ndarray, ...], fanouts: np.ndarray, replace: bool, key: int,
+               hop: int) -> np.ndarray:
+        """int64: the chosen global sources of destinations ``nodes`` in CSC order; ``shape`` is their
+        :meth:`counts`."""
+        return typed_choose_all(self.rel_indptr, self.indices, self.type_offsets, self.row_start, self.rel_start,
+                                self.rel_ids, nodes, *shape, fanouts, replace, key, hop)
+
+    def choose_and_relabel(self, nodes: np.ndarray, num_dst: int, shape: tuple[np.ndarray, ...],
+                           row_slot: np.ndarray, fanouts: np.ndarray, replace: bool, key: int, hop: int,
+                           node_map: np.ndarray, num_known: int) -> tuple[np.ndarray, int]:
+        """(local ids in relation-major order, new number of known nodes) of destinations ``nodes[:num_dst]``,
+        new sources appended to ``nodes`` (:func:`typed_choose_and_relabel`)."""
+        threads = numba.get_num_threads()
+        local, known = typed_choose_and_relabel(self.rel_indptr, self.indices, self.type_offsets, self.row_start,
+                                                self.rel_start, self.rel_ids, nodes, num_dst, *shape, row_slot,
+                                                pipeline_chunks(shape[3], threads), fanouts, replace, key, hop,
+                                                node_map, num_known, threads)
+        return local, int(known)
 
 
-def typed_fused_hops(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool,
-                     workspace: SamplerWorkspace):
-    """Every hop with the fused kernel: ``(nodes, hops)`` as :func:`gnnscale.sampling.fused.expand_hops`, each
-    hop's entry with the relation of every edge appended: ``(indptr, local sources, num_dst, num_src, relation)``."""
-    relations = []
+def typed_fused_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool,
+                       workspace: SamplerWorkspace) -> list[TypedBlock]:
+    """Every hop with the fused kernel, as typed blocks in model order (input layer first)."""
+    splits = []
 
     def sample_hop(nodes, num_dst, num_known, _fanout, hop):
-        offsets = kernel.offsets(nodes[:num_dst], fanouts[hop], replace)
-        chosen, relation = kernel.choose(nodes[:num_dst], offsets, fanouts[hop], replace, key, hop)
-        nodes = grow_nodes(nodes, num_known, num_known + offsets[-1])
-        num_known = relabel_all(chosen, workspace.node_map, nodes, num_known)
-        relations.append(relation)
-        return offsets, chosen, nodes, num_known
+        shape = kernel.counts(nodes[:num_dst], fanouts[hop], replace)
+        by_type, type_bounds, indptrs, indptr_bounds, edge_bounds, row_slot = relation_layout(
+            *shape[:3], kernel.rel_start, kernel.rel_ids)
+        nodes = grow_nodes(nodes, num_known, num_known + shape[3][-1])
+        local, num_known = kernel.choose_and_relabel(nodes, num_dst, shape, row_slot, fanouts[hop], replace, key, hop,
+                                                     workspace.node_map, num_known)
+        splits.append((by_type, type_bounds, indptrs, indptr_bounds, local, edge_bounds))
+        return shape[3], local, nodes, num_known
 
     nodes, hops = expand_hops(seeds, tuple(range(fanouts.shape[0])), workspace, sample_hop)
-    return nodes, [(*hop, relation) for hop, relation in zip(hops, relations)]
+    src_ids = torch.from_numpy(nodes)
+    blocks = [TypedBlock(src_ids=src_ids[:num_src], num_dst=int(num_dst),
+                         relations=split_relation_blocks(split, kernel.graph))
+              for (_, _, num_dst, num_src), split in zip(hops, splits)]
+    return blocks[::-1]
 
 
-def typed_two_step_hops(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool):
-    """The same hops the two-step way, relation by relation as DGL's ``sample_neighbors`` with a fanout dict and
+def split_relation_blocks(split: tuple[np.ndarray, ...], graph: TypedGraph) -> tuple[RelationBlock, ...]:
+    """The :class:`RelationBlock` of every relation (views, no copies) from a hop's :func:`relation_layout` and its
+    relation-major local ids: ``(by_type, type_bounds, indptrs, indptr_bounds, local ids, edge_bounds)``."""
+    by_type, type_bounds, indptrs, indptr_bounds, indices, edge_bounds = (torch.from_numpy(a) for a in split)
+    out = []
+    for r, rel in enumerate(graph.relations):
+        t = graph.type_id(rel.dst)
+        out.append(RelationBlock(dst=by_type[type_bounds[t]:type_bounds[t + 1]],
+                                 indptr=indptrs[indptr_bounds[r]:indptr_bounds[r + 1]],
+                                 indices=indices[edge_bounds[r]:edge_bounds[r + 1]]))
+    return tuple(out)
+
+
+def typed_two_step_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool
+                          ) -> list[TypedBlock]:
+    """The same blocks the two-step way, relation by relation as DGL's ``sample_neighbors`` with a fanout dict and
     ``to_block`` do: per relation, its destinations' draws as COO; the relations' COO concatenated and ordered by
-    destination (stable, so relation order stays within one); the local numbering; CSC. The baseline the fused
-    kernel is measured against, and the same blocks."""
+    destination (stable, so relation order stays within one); the local numbering; CSC; one block per relation.
+    The baseline the fused kernel is measured against."""
     if np.unique(seeds).shape[0] != seeds.shape[0]:
         raise ValueError("seeds: expected unique node ids, found duplicates")
     graph = kernel.graph
     dst_nodes = seeds
-    hops = []
+    blocks = []
     for hop in range(fanouts.shape[0]):
         dst_type = np.searchsorted(kernel.type_offsets, dst_nodes, side="right") - 1
         src_parts, dst_parts, rel_parts = [], [], []
@@ -254,26 +236,28 @@ def typed_two_step_hops(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndar
             where = np.nonzero(dst_type == t)[0]
             sub = np.zeros(len(graph.relations), dtype=np.int64)  # this relation's fanout only
             sub[r] = fanouts[hop, r]
-            offsets = kernel.offsets(dst_nodes[where], sub, replace)
-            chosen, _ = kernel.choose(dst_nodes[where], offsets, sub, replace, key, hop)
-            src_parts.append(chosen)
-            dst_parts.append(np.repeat(where, np.diff(offsets)))
-            rel_parts.append(np.full(chosen.shape[0], r, dtype=np.int64))
+            shape = kernel.counts(dst_nodes[where], sub, replace)
+            src_parts.append(kernel.choose(dst_nodes[where], shape, sub, replace, key, hop))
+            dst_parts.append(np.repeat(where, np.diff(shape[3])))
+            rel_parts.append(np.full(src_parts[-1].shape[0], r, dtype=np.int64))
         src, dst_pos, rel = (np.concatenate(p) for p in (src_parts, dst_parts, rel_parts))
         order = np.argsort(dst_pos, kind="stable")  # by destination; relations in id order within one
         src, dst_pos, rel = src[order], dst_pos[order], rel[order]
         src_nodes, local_src, _ = to_block_coo(src, dst_nodes[dst_pos], dst_nodes)
         indptr = np.zeros(dst_nodes.shape[0] + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst_pos, minlength=dst_nodes.shape[0]), out=indptr[1:])
-        hops.append((indptr, local_src.astype(np.int64), dst_nodes.shape[0], src_nodes.shape[0], rel))
+        blocks.append(TypedBlock(src_ids=torch.from_numpy(np.ascontiguousarray(src_nodes, dtype=np.int64)),
+                                 num_dst=dst_nodes.shape[0],
+                                 relations=relation_blocks(indptr, local_src.astype(np.int64), rel, dst_type, graph)))
         dst_nodes = src_nodes
-    return dst_nodes, hops
+    return blocks[::-1]
 
 
 def relation_blocks(indptr: np.ndarray, local_src: np.ndarray, relation: np.ndarray, dst_types: np.ndarray,
                     graph: TypedGraph) -> tuple[RelationBlock, ...]:
     """Split one hop's CSC (every relation's edges, grouped by relation within a destination) into one
-    :class:`RelationBlock` per relation, over the destinations of its destination type."""
+    :class:`RelationBlock` per relation, over the destinations of its destination type, from each edge's relation
+    (the two-step baseline's way)."""
     num_dst = indptr.shape[0] - 1
     dst_of_edge = np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(indptr))
     out = []
@@ -286,16 +270,6 @@ def relation_blocks(indptr: np.ndarray, local_src: np.ndarray, relation: np.ndar
         out.append(RelationBlock(dst=torch.from_numpy(dst), indptr=torch.from_numpy(rel_indptr),
                                  indices=torch.from_numpy(np.ascontiguousarray(local_src[mine], dtype=np.int64))))
     return tuple(out)
-
-
-def typed_blocks_from_hops(nodes: np.ndarray, hops: list, graph: TypedGraph) -> list[TypedBlock]:
-    """The hops (seeds outwards) as typed blocks in model order (input layer first)."""
-    src_ids = torch.from_numpy(np.ascontiguousarray(nodes, dtype=np.int64))
-    node_types = np.searchsorted(graph.type_offsets, nodes, side="right") - 1
-    blocks = [TypedBlock(src_ids=src_ids[:num_src], num_dst=int(num_dst),
-                         relations=relation_blocks(indptr, local, relation, node_types[:num_dst], graph))
-              for indptr, local, num_dst, num_src, relation in hops]
-    return blocks[::-1]
 
 
 def sample_typed_blocks(graph: TypedGraph, seeds, fanouts, *, key: int, replace: bool = False,
