@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnscale.graph.typed import TypedGraph, parse_relation
+from gnnscale.graph.typed import TypedGraph, TypedSchema, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS, choose_neighbors, num_chosen
 from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, relabel_all
@@ -124,7 +124,7 @@ class TypedNeighborSampler(BatchSampler):
         return typed_blocks_from_hops(nodes, hops, self.graph)
 
 
-def typed_fanouts(graph: TypedGraph, fanouts) -> np.ndarray:
+def typed_fanouts(graph: TypedGraph | TypedSchema, fanouts) -> np.ndarray:
     """int64 [layers, relations]: the fanout of every relation at every hop, seeds outwards.
 
     ``fanouts`` is one list for every relation (``[15, 10]``), a ``{relation: [per hop]}`` mapping naming every
@@ -217,16 +217,23 @@ class TypedKernel:
         return _typed_choose(self.rel_indptr, self.indices, self.type_offsets, self.row_start, self.rel_start,
                              self.rel_ids, nodes, offsets, fanouts, replace, key, hop)
 
+    def draw(self, nodes: np.ndarray, fanouts: np.ndarray, replace: bool, key: int,
+             hop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop of the fused kernel for destinations ``nodes``: ``(offsets, chosen, relation)``, the CSC
+        offsets of their draws, the chosen global sources and the relation of each."""
+        offsets = self.offsets(nodes, fanouts, replace)
+        return offsets, *self.choose(nodes, offsets, fanouts, replace, key, hop)
+
 
 def typed_fused_hops(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool,
                      workspace: SamplerWorkspace):
     """Every hop with the fused kernel: ``(nodes, hops)`` as :func:`gnnscale.sampling.fused.expand_hops`, each
-    hop's entry with the relation of every edge appended: ``(indptr, local sources, num_dst, num_src, relation)``."""
+    hop's entry with the relation of every edge appended: ``(indptr, local sources, num_dst, num_src, relation)``.
+    ``kernel``: anything that draws a hop as :meth:`TypedKernel.draw` does (the vanilla layout's asks the owners)."""
     relations = []
 
     def sample_hop(nodes, num_dst, num_known, _fanout, hop):
-        offsets = kernel.offsets(nodes[:num_dst], fanouts[hop], replace)
-        chosen, relation = kernel.choose(nodes[:num_dst], offsets, fanouts[hop], replace, key, hop)
+        offsets, chosen, relation = kernel.draw(nodes[:num_dst], fanouts[hop], replace, key, hop)
         nodes = grow_nodes(nodes, num_known, num_known + offsets[-1])
         num_known = relabel_all(chosen, workspace.node_map, nodes, num_known)
         relations.append(relation)
@@ -271,7 +278,7 @@ def typed_two_step_hops(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndar
 
 
 def relation_blocks(indptr: np.ndarray, local_src: np.ndarray, relation: np.ndarray, dst_types: np.ndarray,
-                    graph: TypedGraph) -> tuple[RelationBlock, ...]:
+                    graph: TypedGraph | TypedSchema) -> tuple[RelationBlock, ...]:
     """Split one hop's CSC (every relation's edges, grouped by relation within a destination) into one
     :class:`RelationBlock` per relation, over the destinations of its destination type."""
     num_dst = indptr.shape[0] - 1
@@ -288,8 +295,9 @@ def relation_blocks(indptr: np.ndarray, local_src: np.ndarray, relation: np.ndar
     return tuple(out)
 
 
-def typed_blocks_from_hops(nodes: np.ndarray, hops: list, graph: TypedGraph) -> list[TypedBlock]:
-    """The hops (seeds outwards) as typed blocks in model order (input layer first)."""
+def typed_blocks_from_hops(nodes: np.ndarray, hops: list, graph: TypedGraph | TypedSchema) -> list[TypedBlock]:
+    """The hops (seeds outwards) as typed blocks in model order (input layer first); ``graph``: the typed graph, or
+    its schema (all this reads of it)."""
     src_ids = torch.from_numpy(np.ascontiguousarray(nodes, dtype=np.int64))
     node_types = np.searchsorted(graph.type_offsets, nodes, side="right") - 1
     blocks = [TypedBlock(src_ids=src_ids[:num_src], num_dst=int(num_dst),
