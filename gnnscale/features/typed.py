@@ -99,8 +99,7 @@ class TypedPartitionedStore:
         first = np.cumsum([0] + [by_type[t][1].shape[0] for t in featured])  # each type's place in `fetched`
         rows = {t: torch.empty((by_type[t][1].shape[0], self.widths[t]), dtype=torch.float32) for t in featured}
         for j in range(self.comm.world_size):
-            mine = j == self.rank
-            pieces = self._rows(asked_ids[j]) if mine else self._unpacked(received[j].cpu(), asked_ids[j])
+            pieces = self._rows(asked_ids[j]) if j == self.rank else self._unpacked(received[j].cpu(), asked_ids[j])
             for t, piece in pieces.items():
                 at = asked_at[j][self._type_slice(asked_ids[j], t)] - int(first[featured.index(t)])
                 rows[t][at] = to_float32(piece)
@@ -125,9 +124,9 @@ class TypedPartitionedStore:
 
     def _packed(self, ids: Tensor) -> Tensor:
         """The reply to ``ids``: their rows, type after type, as one 1-D buffer (float32, or bytes)."""
-        rows = [r.reshape(-1) if self.feature_dtype == "float32" else r.contiguous().reshape(-1).view(torch.uint8)
-                for r in self._rows(ids).values()]
-        return torch.cat(rows) if rows else torch.empty(0, dtype=self._wire_dtype)
+        wide = self.feature_dtype == "float32"
+        rows = [r.reshape(-1) if wide else r.contiguous().reshape(-1).view(torch.uint8) for r in self._rows(ids).values()]
+        return torch.cat(rows) if rows else torch.empty(0, dtype=torch.float32 if wide else torch.uint8)
 
     def _unpacked(self, buffer: Tensor, ids: Tensor) -> dict[str, Tensor]:
         """The rows of each type in a reply to ``ids`` (:meth:`_packed`), in their stored dtype."""
@@ -141,7 +140,3 @@ class TypedPartitionedStore:
             out[t] = (chunk if per_value == 1 else chunk.view(stored)).reshape(-1, self.widths[t])
             at += size
         return out
-
-    @property
-    def _wire_dtype(self) -> torch.dtype:
-        return torch.float32 if self.feature_dtype == "float32" else torch.uint8

@@ -83,7 +83,8 @@ class TypedSchema:
 
     Args:
         node_types: the type names, in id order.
-        type_offsets: int64 [len(node_types) + 1]: type ``t``'s global ids are ``[type_offsets[t], type_offsets[t + 1])``.
+        type_offsets: int64 [len(node_types) + 1]: type ``t``'s global ids are
+            ``[type_offsets[t], type_offsets[t + 1])``.
         relations: the relations, in id order.
     """
 

@@ -45,8 +45,8 @@ class TypedPartitionBook:
         if not isinstance(o, np.ndarray) or o.dtype != np.int64 or o.ndim != 2 or o.shape[0] < 1 or o.shape[1] < 2:
             raise TypeError("offsets: expected an int64 array [types, parts + 1] with at least one type and one part")
         if o[0, 0] != 0 or np.any(np.diff(o, axis=1) < 0) or np.any(o[1:, 0] != o[:-1, -1]):
-            raise ValueError(f"offsets: expected each type's row to rise from where the previous type's ends (the first "
-                             f"from 0), got {o.tolist()}")
+            raise ValueError(f"offsets: expected each type's row to rise from where the previous type's ends (the "
+                             f"first from 0), got {o.tolist()}")
 
     @property
     def num_parts(self) -> int:
@@ -97,7 +97,8 @@ def check_owned(book: TypedPartitionBook, seeds: np.ndarray, rank: int) -> np.nd
     if foreign.shape[0]:
         shown = foreign[:10].tolist()
         more = f" (and {foreign.shape[0] - 10} more)" if foreign.shape[0] > 10 else ""
-        ranges = ", ".join(f"[{lo}, {hi})" for lo, hi in (book.node_range(t, rank) for t in range(book.offsets.shape[0])))
+        ranges = ", ".join(f"[{lo}, {hi})" for lo, hi in
+                           (book.node_range(t, rank) for t in range(book.offsets.shape[0])))
         raise ValueError(f"seeds: expected nodes owned by rank {rank}, ids in {ranges}; got {shown}{more}")
     return seeds
 
@@ -229,7 +230,8 @@ def check_typed_manifest(manifest: dict, path) -> None:
     offsets = manifest.get("type_offsets")
     if not _int_list(offsets, len(types) + 1) or offsets[0] != 0 or offsets[-1] != manifest["num_nodes"] \
             or any(b < a for a, b in zip(offsets, offsets[1:])):
-        raise ValueError(f"{path}: type_offsets must be {len(types) + 1} ints rising from 0 to num_nodes, got {offsets!r}")
+        raise ValueError(f"{path}: type_offsets must be {len(types) + 1} ints rising from 0 to num_nodes, got "
+                         f"{offsets!r}")
     relations = manifest.get("relations")
     if not isinstance(relations, list) or not all(isinstance(r, str) for r in relations):
         raise ValueError(f"{path}: relations must be a list of 'src__name__dst' names, got {relations!r}")
@@ -238,7 +240,8 @@ def check_typed_manifest(manifest: dict, path) -> None:
     dims = manifest.get("feature_dim")
     if not isinstance(dims, dict) or sorted(dims) != sorted(types) or not all(
             d is None or (isinstance(d, int) and not isinstance(d, bool) and d > 0) for d in dims.values()):
-        raise ValueError(f"{path}: feature_dim must map every node type to its width (an int > 0) or null, got {dims!r}")
+        raise ValueError(f"{path}: feature_dim must map every node type to its width (an int > 0) or null, got "
+                         f"{dims!r}")
     parts = manifest.get("part_offsets")
     k = manifest["num_parts"]
     if not isinstance(parts, list) or len(parts) != len(types) or not all(

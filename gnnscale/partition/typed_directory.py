@@ -301,8 +301,9 @@ def _load_one(directory: Path, manifest: dict, part: int, view: str, verify: boo
     schema, book = manifest_schema(manifest), manifest_book(manifest)
     reader = _Reader(directory, manifest["files"], verify)
     counts, stored = book.counts(part), numpy_dtype(manifest["feature_dtype"])
-    features = {name: None if d is None else reader.array(f"part{part}/features.{name}.npy", stored, (int(counts[t]), d))
-                for t, (name, d) in enumerate((name, manifest["feature_dim"][name]) for name in schema.node_types)}
+    dims = [manifest["feature_dim"][name] for name in schema.node_types]
+    features = {name: None if d is None else reader.array(f"part{part}/features.{name}.npy", stored, (int(n), d))
+                for name, d, n in zip(schema.node_types, dims, counts)}
     target = schema.type_id(manifest["target_type"])
     lo, hi = book.node_range(target, part)
     labels = reader.array(f"part{part}/labels.npy", np.int64, (hi - lo,))

@@ -93,7 +93,8 @@ def test_new_ids_are_type_major_then_part_then_old_id():
 def test_a_part_may_own_no_node_of_a_type():
     book = TypedPartitionBook(offsets=np.array([[0, 0, 4], [4, 6, 7]]))
     assert book.owner(np.arange(7)).tolist() == [1, 1, 1, 1, 0, 0, 1]
-    with pytest.raises(ValueError, match=r"seeds: expected nodes owned by rank 0, ids in \[0, 0\), \[4, 6\); got \[1, 6\]"):
+    owned = r"ids in \[0, 0\), \[4, 6\); got \[1, 6\]"
+    with pytest.raises(ValueError, match=rf"seeds: expected nodes owned by rank 0, {owned}"):
         check_owned(book, np.array([4, 1, 6]), 0)
 
 
@@ -168,7 +169,8 @@ def test_each_parts_typed_rows_are_the_whole_graphs_rows_of_its_nodes(written):
         got, at = [], 0
         for t in range(len(whole.node_types)):
             lo, hi = rows.book.node_range(t, p)
-            k, first = layout.rows_per_node(t), layout.row_start[t] + (lo - whole.type_offsets[t]) * layout.rows_per_node(t)
+            k = layout.rows_per_node(t)
+            first = layout.row_start[t] + (lo - whole.type_offsets[t]) * k
             for r in range(first, first + (hi - lo) * k):  # brute force, row by row
                 expected = whole.graph.indices[whole.rel_indptr[r]:whole.rel_indptr[r + 1]]
                 n = rows.rel_indptr[at + 1] - rows.rel_indptr[at]
@@ -194,7 +196,8 @@ def test_the_manifest_counts_the_cut_and_every_file(written):
 def test_one_worker_holds_every_part_as_one(mag, written, view):
     merged = load_typed_partition(written, 0, view, workers=1)
     new_to_old = np.load(written / "new_to_old.npy")
-    assert merged.book.offsets.tolist() == [[lo, hi] for lo, hi in zip(mag.graph.type_offsets, mag.graph.type_offsets[1:])]
+    offsets = mag.graph.type_offsets
+    assert merged.book.offsets.tolist() == [[lo, hi] for lo, hi in zip(offsets, offsets[1:])]
     assert np.array_equal(merged.features["paper"], mag.features["paper"][new_to_old[:mag.graph.count("paper")]])
     assert np.array_equal(merged.train_idx, np.sort(np.argsort(new_to_old)[mag.train_idx]))
     if view == "own":

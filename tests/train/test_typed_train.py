@@ -108,8 +108,9 @@ MAG = ["--dataset", "synthetic", "-o", "preset=mag", "-o", f"scale={SCALE}", "--
     (["--model", "rgat", "--save-model", "m.pt"], "--save-model: the model file records plain models"),
     (["--model", "rsage", "--eval", "full"], "--eval: layer-wise inference runs plain models"),
     (["--model", "rgcn", "--sample-on", "device"], "--sample-on: --sample-on device holds a plain graph's data"),
-    (["--model", "rgcn", "--partitions", "P", "--layout", "split"],
-     "--layout: --model rgcn trains a typed graph in one process or with --layout hybrid or vanilla, got --layout split"),
+    (["--model", "rgcn", "--partitions", "P", "--layout", "split"], "--layout: --model rgcn trains a typed graph in one "
+                                                                    "process or with --layout hybrid or vanilla, got "
+                                                                    "--layout split"),
     (["--model", "rgcn", "--partitions", "P", "--dgs"], "--dgs: --dgs explains plain models over a plain graph"),
     (["--model", "rsage", "--partitions", "P", "--cache-fraction", "0.1"],
      "--cache-fraction: --model rsage fetches every node type's rows from their owners, without a cache"),

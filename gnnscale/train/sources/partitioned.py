@@ -130,8 +130,8 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
         if model_cfg is not None:
             check_builtin_fits(model_cfg, manifest, cfg, partition_dir, task)
         elif is_typed_manifest(manifest):
-            raise ValueError(f"model: {partition_dir} holds a typed graph, which a typed built-in model trains (--model "
-                             f"{' or '.join(TYPED_MODELS)}: gnnscale.nn.TypedModel)")
+            raise ValueError(f"model: {partition_dir} holds a typed graph, which a typed built-in model trains "
+                             f"(--model {' or '.join(TYPED_MODELS)}: gnnscale.nn.TypedModel)")
         signature = task_signature(model_signature(model, adapter), task, task_settings)
         identity = run_identity(partition_dir, manifest, signature, cfg, options, world_size)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
@@ -151,7 +151,8 @@ def check_builtin_fits(model_cfg: ModelConfig | TypedModelConfig, manifest: dict
     if model_cfg.num_layers != cfg.num_layers:
         raise ValueError(f"fanouts: {cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
     if isinstance(model_cfg, TypedModelConfig) or is_typed_manifest(manifest):
-        fitting = model_config_of(manifest, {"name": model_cfg.name}, model_cfg.num_classes, model_cfg.num_layers)
+        # A typed model classifies nodes of the target type (the node task): its outputs are the classes.
+        fitting = model_config_of(manifest, {"name": model_cfg.name}, manifest["num_classes"], model_cfg.num_layers)
         schema = ("node_types", "feature_dims", "embedding_rows", "relations", "num_classes")
         if any(getattr(fitting, f) != getattr(model_cfg, f) for f in schema):
             raise ValueError(f"model: built for other node types, relations, feature widths or classes than those of "
