@@ -133,11 +133,18 @@ def test_types_stay_ranges_and_each_part_owns_one_range_of_every_type(mag, writt
             assert np.all(np.diff(new_to_old[row[p]:row[p + 1]]) > 0)
 
 
-def test_the_target_types_training_nodes_and_the_nodes_are_balanced(mag, written):
+@pytest.mark.parametrize("method", ["metis", "kaminpar"])
+def test_the_target_types_training_nodes_and_the_nodes_are_balanced(mag, written, tmp_path, method):
+    if method != "metis":
+        written = tmp_path / method
+        write_typed_partition_dir(mag, 3, method, written)
     train = [load_typed_partition(written, p, "own").train_idx.shape[0] for p in range(3)]
     assert sum(train) == mag.train_idx.shape[0] and max(train) - min(train) <= 1
     nodes = np.diff(np.array(read_manifest(written)["part_offsets"]), axis=1).sum(axis=0)
     assert nodes.sum() == mag.graph.num_nodes and nodes.max() - nodes.min() <= 1
+    # The cut of a min-cut partitioner, against a random assignment of the same graph.
+    write_typed_partition_dir(mag, 3, "random", tmp_path / "random")
+    assert read_manifest(written)["edge_cut"] < 0.8 * read_manifest(tmp_path / "random")["edge_cut"]
 
 
 def test_each_part_holds_its_rows_of_every_type_its_labels_and_split(mag, written):
