@@ -199,6 +199,12 @@ def test_the_manifest_counts_the_cut_and_every_file(written):
     assert "part2/features.author.npy" not in files  # authors have no features
 
 
+def test_rows_written_a_few_at_a_time_are_the_same_files(mag, written, tmp_path):
+    # Chunks of at most 1,000 edges (a node with more is written alone): dozens of chunks per type and part.
+    write_typed_partition_dir(mag, 3, "metis", tmp_path / "chunked", chunk_edges=1000)
+    assert read_manifest(tmp_path / "chunked")["files"] == read_manifest(written)["files"]
+
+
 @pytest.mark.parametrize("view", ["whole", "own"])
 def test_one_worker_holds_every_part_as_one(mag, written, view):
     merged = load_typed_partition(written, 0, view, workers=1)
