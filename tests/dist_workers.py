@@ -22,10 +22,14 @@ import torch
 from gnnscale.graph.feature_dtype import decode, encode
 from gnnscale.distributed import (AgreementFailure, Comm, HybridSampler, PeerFailure, VanillaSampler, init_for_test,
                                   init_from_env, shutdown)
+from gnnscale.distributed.typed_sampling import TypedHybridSampler, TypedVanillaSampler
 from gnnscale.features.partitioned import PartitionedFeatureStore
+from gnnscale.features.typed import TypedLocalStore, TypedPartitionedStore
 from gnnscale.graph.csc import CSCGraph, csc_from_coo
 from gnnscale.partition.book import PartitionBook
+from gnnscale.partition.typed_directory import load_typed_partition
 from gnnscale.sampling import Block, derive_key, sample_blocks
+from gnnscale.sampling.typed import TypedBlock, TypedNeighborSampler, sample_typed_blocks
 
 NUM_NODES = 500
 FEATURE_DIM = 8
@@ -258,3 +262,81 @@ def checkpoint_save_categories(rank: int, world_size: int, port: int) -> list[st
         return categories
     finally:
         shutdown()
+
+
+# ---------------------------------------------------------------------------------------------------
+# a typed graph: the typed samplers and feature store over a typed partition directory
+# ---------------------------------------------------------------------------------------------------
+
+
+def assert_typed_blocks_equal(got: list[TypedBlock], expected: list[TypedBlock]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.num_dst == e.num_dst and torch.equal(g.src_ids, e.src_ids)
+        for a, b in zip(g.relations, e.relations, strict=True):
+            assert torch.equal(a.dst, b.dst) and torch.equal(a.indptr, b.indptr) and torch.equal(a.indices, b.indices)
+
+
+def check_typed(directory: str, rank: int, world_size: int, port: int) -> None:
+    """Over the typed partition ``directory`` (one part per worker): vanilla and hybrid typed blocks ==
+    sample_typed_blocks on the whole graph, 2(L-1) sample rounds for vanilla and none for hybrid; the typed
+    feature store's input == the one-process store's over every part's rows, in 2 feature rounds."""
+    ctx = init_for_test(rank, world_size, port, timeout_s=PG_TIMEOUT_S)
+    try:
+        comm = Comm(ctx)
+        check_typed_samplers(comm, directory)
+        check_typed_store(comm, directory)
+    finally:
+        shutdown()
+
+
+def check_typed_samplers(comm: Comm, directory: str) -> None:
+    rank = comm.rank
+    whole, own = load_typed_partition(directory, rank, "whole"), load_typed_partition(directory, rank, "own")
+    graph, book = whole.topology, whole.book
+    rng = np.random.default_rng(300 + rank)
+    authors = np.arange(*book.node_range(graph.type_id("author"), rank))
+    for fanouts, replace in (((5, 3), False), ((4, 3, 2), False), ((3, 2), True)):
+        vanilla = TypedVanillaSampler(own.topology, fanouts, comm, replace=replace)
+        hybrid = TypedHybridSampler(TypedNeighborSampler(graph, fanouts, replace=replace), book, rank)
+        comm.stats.snapshot_and_reset()  # the samplers' setup round
+        for step in range(2):
+            # Owned papers (the training seeds) and owned authors: seeds of any type this worker owns.
+            seeds = np.concatenate([rng.choice(whole.train_idx, 10 + 5 * rank + step, replace=False),
+                                    rng.choice(authors, 3, replace=False)])
+            key = derive_key(11, 0, step, rank)
+            expected = sample_typed_blocks(graph, seeds, fanouts, key=key, replace=replace)
+            assert_typed_blocks_equal(vanilla.sample(torch.from_numpy(seeds), key), expected)
+            counts = only(comm.stats.snapshot_and_reset(), "sample")
+            assert (counts["rounds"], counts["calls"]) == (2 * (len(fanouts) - 1), 4 * (len(fanouts) - 1)), counts
+            assert_typed_blocks_equal(hybrid.sample(seeds, key), expected)
+            assert not any(any(c.values()) for c in comm.stats.snapshot_and_reset().values())
+    foreign = book.node_range(0, (rank + 1) % comm.world_size)[0]  # the next part's first paper
+    for sampler in (vanilla, hybrid):
+        with pytest.raises(ValueError, match=rf"seeds: expected nodes owned by rank {rank}, .*got \[{foreign}\]"):
+            sampler.sample(np.array([int(whole.train_idx[0]), foreign]), 1)
+
+
+def check_typed_store(comm: Comm, directory: str) -> None:
+    rank = comm.rank
+    own = load_typed_partition(directory, rank, "own")
+    schema, book, graph = own.schema, own.book, load_typed_partition(directory, rank, "whole").topology
+    # The oracle: the one-process store over every part's rows, end to end (each type in id order).
+    parts = [load_typed_partition(directory, q, "own") for q in range(comm.world_size)]
+    every = {t: None if x is None else np.concatenate([p.features[t] for p in parts]) for t, x in own.features.items()}
+    rng = np.random.default_rng(400 + rank)
+    cases = {"across owners and types": rng.choice(schema.num_nodes, 300 + rank, replace=False),
+             "none on rank 0": rng.choice(schema.num_nodes, 0 if rank == 0 else 50, replace=False)}
+    for dtype in ("float32", "bfloat16"):
+        rows = {t: None if x is None else encode(x, dtype) for t, x in own.features.items()}
+        store = TypedPartitionedStore(schema, book, rows, comm)
+        reference = TypedLocalStore(graph, {t: None if x is None else encode(x, dtype) for t, x in every.items()})
+        comm.stats.snapshot_and_reset()
+        for name, ids in cases.items():
+            got, want = store.gather(torch.from_numpy(ids)), reference.gather(torch.from_numpy(ids))
+            assert got.num_src == want.num_src
+            for field in ("positions", "features", "ids"):
+                a, b = getattr(got, field), getattr(want, field)
+                assert a.keys() == b.keys() and all(torch.equal(a[t], b[t]) for t in a), (dtype, name, field)
+            counts = only(comm.stats.snapshot_and_reset(), "feature")
+            assert (counts["rounds"], counts["calls"]) == (2, 4), (dtype, name, counts)

@@ -9,7 +9,9 @@ from pathlib import Path
 from gnnscale.cli.common import add_dataset_args, load_cli_dataset
 from gnnscale.cli.flags import add_settings, read_settings
 from gnnscale.graph.feature_dtype import FEATURE_DTYPES
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.partition import METHODS, write_partition_dir
+from gnnscale.partition.typed_directory import write_typed_partition_dir
 from gnnscale.partition.coarsen import budget_bytes
 from gnnscale.settings import setting
 
@@ -51,9 +53,10 @@ def cmd_partition(args: argparse.Namespace) -> None:
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
     if settings.memory_gb is not None:
         budget_bytes(settings.memory_gb)  # a bad value fails before loading and partitioning (minutes)
-    dataset = load_cli_dataset(args)
-    summary = write_partition_dir(dataset, settings.parts, settings.method, out, settings.seed,
-                                  overwrite=settings.overwrite, feature_dtype=settings.feature_dtype,
-                                  threads=settings.threads, memory_gb=settings.memory_gb)
+    dataset = load_cli_dataset(args, typed=True)
+    # A typed graph: one graph of all types partitioned, ids renumbered type by type (gnnscale.partition.typed).
+    write = write_typed_partition_dir if isinstance(dataset, TypedDataset) else write_partition_dir
+    summary = write(dataset, settings.parts, settings.method, out, settings.seed, overwrite=settings.overwrite,
+                    feature_dtype=settings.feature_dtype, threads=settings.threads, memory_gb=settings.memory_gb)
     print(summary.describe())
     print(f"wrote {out}")

@@ -24,7 +24,7 @@ from gnnscale.inference.partitioned import predict_partitioned
 from gnnscale.inference.predict import check_out_dir, predict, read_nodes
 from gnnscale.nn import MODELS, ModelConfig
 from gnnscale.nn.model_file import ModelFile, read_model_file
-from gnnscale.partition.directory import read_manifest
+from gnnscale.partition.directory import is_typed_manifest, read_manifest
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.settings import field_default, setting
 from gnnscale.train.checks import LaunchError
@@ -280,6 +280,9 @@ def predict_distributed(cfg: PredictConfig, args: argparse.Namespace) -> None:
             raise ValueError(f"partitions: {' and '.join(given)} cannot be used with --partitions (the partition "
                              "directory holds the dataset; every node is predicted); drop them")
         manifest = read_manifest(cfg.partitions)
+        if is_typed_manifest(manifest):
+            raise ValueError(f"partitions: {cfg.partitions} holds a typed graph; gnnscale predict reads partitions of "
+                             "graphs of one node type")
         model_file = read_model_file(cfg.model, cfg.weights_only_model(manifest["feature_dim"],
                                                                        manifest["num_classes"]))
         device = resolve_device(cfg.device)  # cuda: this worker's GPU, cuda:LOCAL_RANK

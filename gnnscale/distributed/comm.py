@@ -28,7 +28,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnnscale.distributed.context import DistContext
+from gnnscale.keys import mix64_py
 from gnnscale.partition.book import PartitionBook
+from gnnscale.partition.typed import TypedPartitionBook
 
 # What each round is for; a failed collective names its category, so a category is also the phase a
 # worker was in when a peer died: "checkpoint" (the saves during training), not "setup" (before it).
@@ -332,11 +334,22 @@ def backend_reason(err: BaseException) -> str:
     return text.split(". This is typically caused")[0].rstrip(".")
 
 
-def check_placement(book: PartitionBook, rank: int, comm: Comm) -> None:
+def check_placement(book: PartitionBook | TypedPartitionBook, rank: int, comm: Comm) -> None:
     """Raise unless ``book`` has one part per worker of ``comm`` and ``rank`` is this worker's."""
-    if not isinstance(book, PartitionBook):
+    if not isinstance(book, (PartitionBook, TypedPartitionBook)):
         raise TypeError(f"book: expected a PartitionBook, got {type(book).__name__}")
     if book.num_parts != comm.world_size:
         raise ValueError(f"book: expected {comm.world_size} parts (one per worker), got {book.num_parts}")
     if rank != comm.rank:
         raise ValueError(f"rank: expected this worker's rank {comm.rank}, got {rank}")
+
+
+def same_everywhere(comm: Comm, values: Sequence[int]) -> bool:
+    """Whether every worker passed the same ``values``: one "setup" round (collective), a digest of them."""
+    digest = 0
+    for v in values:
+        digest = mix64_py(digest ^ v) >> 1  # 63 bits: fits in int64
+    t = torch.tensor([digest, -digest], dtype=torch.int64, device=comm.device)
+    # Collective: max of the digest and of its negation differ unless every worker has the same value.
+    comm.all_reduce_(t, dist.ReduceOp.MAX, "setup")
+    return t[0].item() == -t[1].item()  # host sync: needed for the check

@@ -13,16 +13,14 @@ is the fused sampler's, so both return blocks identical to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numba
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from gnnscale.distributed.comm import Comm, check_placement
+from gnnscale.distributed.comm import Comm, check_placement, same_everywhere
 from gnnscale.graph.csc import CSCGraph, validate_csc
-from gnnscale.keys import mix64_py
 from gnnscale.partition.book import PartitionBook
 from gnnscale.sampling import BatchSampler, Block, NeighborSampler, blocks_from_hops, check_fanouts, check_key, check_seeds
 # Inlines choose.py's functions: numba's cache notices only a change to this file (see choose.py).
@@ -134,35 +132,17 @@ class VanillaSampler(BatchSampler):
         """CSC ``(indptr, chosen global ids)`` of one hop; hops after the first cost 2 rounds."""
         if hop == 0 and not self.any_seeds:  # the seeds are owned here, on every worker: no round
             return self._sample_mine(dst, fanout, key, hop)
-        world = self.comm.world_size
-        owners = self.book.owner(dst)
-        positions = [np.flatnonzero(owners == p) for p in range(world)]
-        # Round (a): to every other owner, our key and the nodes we need sampled (nothing if none).
-        requests = [_request(self._header(key), dst[positions[p]]) if p != self.rank else _EMPTY
-                    for p in range(world)]
-        asked = self.comm.all_to_allv(requests, CATEGORY)
-        replies = []
-        for p in range(world):
-            msg = asked[p].cpu().numpy()
-            if p == self.rank or msg.shape[0] == 0:
-                replies.append(_EMPTY)
-                continue
-            offsets, chosen = self._answer(p, msg, fanout, hop)
-            replies.append(torch.from_numpy(np.concatenate([np.diff(offsets), chosen])))
-        # Round (b): per requested node its count, then all chosen neighbors (global ids).
-        answered = self.comm.all_to_allv(replies, CATEGORY)
-        counts, values = [], []
-        for p in range(world):
-            if p == self.rank:
-                offsets, chosen = self._sample_mine(dst[positions[p]], fanout, key, hop)
-                counts.append(np.diff(offsets))
-                values.append(chosen)
-            else:
-                msg = answered[p].cpu().numpy()
-                n = positions[p].shape[0]
-                counts.append(msg[:n])
-                values.append(msg[n:])
-        return _scatter_lists(np.concatenate(positions), np.concatenate(counts), np.concatenate(values), dst.shape[0])
+
+        def answer(requester: int, msg: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            offsets, chosen = self._answer(requester, msg, fanout, hop)
+            return np.diff(offsets), (chosen,)
+
+        def mine(nodes: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            offsets, chosen = self._sample_mine(nodes, fanout, key, hop)
+            return np.diff(offsets), (chosen,)
+
+        indptr, (chosen,) = owner_lists(self.comm, self.book.owner(dst), dst, self._header(key), answer, mine)
+        return indptr, chosen
 
     # Hooks for samplers that send more than the key (DGS sends its mask version too).
 
@@ -184,13 +164,7 @@ class VanillaSampler(BatchSampler):
 
     def _check_same_fanouts(self) -> None:
         """One "setup" round: owners sample on behalf of requesters with their own fanouts, so all must agree."""
-        digest = len(self.fanouts)
-        for f in (*self.fanouts, int(self.replace)):
-            digest = mix64_py(digest ^ f) >> 1  # 63 bits: fits in int64
-        t = torch.tensor([digest, -digest], dtype=torch.int64, device=self.comm.device)
-        # Collective: max of the digest and of its negation differ unless every worker has the same value.
-        self.comm.all_reduce_(t, dist.ReduceOp.MAX, "setup")
-        if t[0].item() != -t[1].item():  # host sync: needed for the check
+        if not same_everywhere(self.comm, [len(self.fanouts), *self.fanouts, int(self.replace)]):
             raise ValueError(f"fanouts: expected the same fanouts and replace on every worker; they differ "
                              f"(this worker: fanouts={list(self.fanouts)}, replace={self.replace})")
 
@@ -236,6 +210,54 @@ class HybridSampler(BatchSampler):
 
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
+
+# What an owner answers for a request (the requester's rank, then its message: header words and node ids), and
+# what this worker draws for its own nodes: per node the length of its list, and one int64 array per column of
+# the lists (the chosen neighbors; a typed graph's, their relations too), end to end.
+Lists = tuple[np.ndarray, tuple[np.ndarray, ...]]
+
+
+def owner_lists(comm: Comm, owners: np.ndarray, dst: np.ndarray, header: list[int],
+                answer: Callable[[int, np.ndarray], Lists], mine: Callable[[np.ndarray], Lists],
+                width: int = 1) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Per-node lists of ``dst`` drawn where each node lives: 2 "sample" rounds (collective).
+
+    (a) Every worker sends each other owner ``header`` and the nodes of ``dst`` it owns (``owners``: the owner of
+    each); (b) each owner replies with :data:`Lists` for them (``answer``), while this worker draws its own nodes'
+    (``mine``); the lists have ``width`` columns. Returns ``(indptr int64 [len(dst) + 1], columns)``: node
+    ``dst[i]``'s list is ``column[indptr[i]:indptr[i + 1]]`` of each column, in the order of ``dst`` (CSC order).
+    """
+    world, rank = comm.world_size, comm.rank
+    positions = [np.flatnonzero(owners == p) for p in range(world)]
+    # Round (a): to every other owner, the header and the nodes we need drawn (nothing if none).
+    requests = [_request(header, dst[positions[p]]) if p != rank else _EMPTY for p in range(world)]
+    asked = comm.all_to_allv(requests, CATEGORY)
+    replies = []
+    for p in range(world):
+        msg = asked[p].cpu().numpy()
+        if p == rank or msg.shape[0] == 0:
+            replies.append(_EMPTY)
+            continue
+        counts, columns = answer(p, msg)
+        replies.append(torch.from_numpy(np.concatenate([counts, *columns])))
+    # Round (b): per requested node the length of its list, then each column of all lists.
+    answered = comm.all_to_allv(replies, CATEGORY)
+    counts, columns = [], []
+    for p in range(world):
+        if p == rank:
+            c, cols = mine(dst[positions[p]])
+        else:
+            msg = answered[p].cpu().numpy()
+            n = positions[p].shape[0]
+            c = msg[:n]
+            m = int(c.sum())
+            cols = tuple(msg[n + i * m:n + (i + 1) * m] for i in range(width))
+        counts.append(c)
+        columns.append(cols)
+    order, sizes = np.concatenate(positions), np.concatenate(counts)
+    lists = [_scatter_lists(order, sizes, np.concatenate([cols[i] for cols in columns]), dst.shape[0])
+             for i in range(width)]
+    return lists[0][0], tuple(values for _, values in lists)
 
 
 def _request(header: list[int], nodes: np.ndarray) -> torch.Tensor:

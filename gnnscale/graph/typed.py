@@ -76,6 +76,63 @@ def parse_relation(text: str | tuple[str, str, str] | Relation) -> Relation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TypedSchema:
+    """What names the nodes and edges of a typed graph, without its topology: what a worker that holds only its
+    part's rows (:mod:`gnnscale.partition.typed`) knows of the whole graph, and all that typed blocks and a typed
+    model's input need of it.
+
+    Args:
+        node_types: the type names, in id order.
+        type_offsets: int64 [len(node_types) + 1]: type ``t``'s global ids are
+            ``[type_offsets[t], type_offsets[t + 1])``.
+        relations: the relations, in id order.
+    """
+
+    node_types: tuple[str, ...]
+    type_offsets: np.ndarray
+    relations: tuple[Relation, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.type_offsets[-1])
+
+    def type_id(self, node_type: str) -> int:
+        if node_type not in self.node_types:
+            raise ValueError(f"node type: expected one of {', '.join(self.node_types)}, got {node_type!r}")
+        return self.node_types.index(node_type)
+
+    def relation_id(self, relation: str | tuple[str, str, str] | Relation) -> int:
+        rel = parse_relation(relation)
+        if rel not in self.relations:
+            raise ValueError(f"relation: expected one of {', '.join(map(str, self.relations))}, got {rel}")
+        return self.relations.index(rel)
+
+    def count(self, node_type: str) -> int:
+        """The number of nodes of ``node_type``."""
+        lo, hi = self.node_range(node_type)
+        return hi - lo
+
+    def node_range(self, node_type: str) -> tuple[int, int]:
+        """Global ids ``[lo, hi)`` of ``node_type``."""
+        t = self.type_id(node_type)
+        return int(self.type_offsets[t]), int(self.type_offsets[t + 1])
+
+    def row_layout(self) -> RowLayout:
+        """Where each node's typed rows are (:class:`RowLayout`)."""
+        return row_layout(self.node_types, self.type_offsets, self.relations)
+
+    def first_rows(self) -> np.ndarray:
+        """int64 [num_nodes]: each node's first typed row (a node without incoming relations: where its empty
+        run of rows would start)."""
+        layout = self.row_layout()
+        out = np.empty(self.num_nodes, dtype=np.int64)
+        for t in range(len(self.node_types)):
+            lo, hi = int(self.type_offsets[t]), int(self.type_offsets[t + 1])
+            out[lo:hi] = layout.row_start[t] + np.arange(hi - lo, dtype=np.int64) * layout.rows_per_node(t)
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TypedGraph:
     """A typed graph (see the module docstring).
 
@@ -126,26 +183,24 @@ class TypedGraph:
     def num_edges(self) -> int:
         return self.graph.num_edges
 
+    @property
+    def schema(self) -> TypedSchema:
+        """The node types, their id ranges and the relations, without the topology."""
+        return TypedSchema(node_types=self.node_types, type_offsets=self.type_offsets, relations=self.relations)
+
     def type_id(self, node_type: str) -> int:
-        if node_type not in self.node_types:
-            raise ValueError(f"node type: expected one of {', '.join(self.node_types)}, got {node_type!r}")
-        return self.node_types.index(node_type)
+        return self.schema.type_id(node_type)
 
     def relation_id(self, relation: str | tuple[str, str, str] | Relation) -> int:
-        rel = parse_relation(relation)
-        if rel not in self.relations:
-            raise ValueError(f"relation: expected one of {', '.join(map(str, self.relations))}, got {rel}")
-        return self.relations.index(rel)
+        return self.schema.relation_id(relation)
 
     def count(self, node_type: str) -> int:
         """The number of nodes of ``node_type``."""
-        t = self.type_id(node_type)
-        return int(self.type_offsets[t + 1] - self.type_offsets[t])
+        return self.schema.count(node_type)
 
     def node_range(self, node_type: str) -> tuple[int, int]:
         """Global ids ``[lo, hi)`` of ``node_type``."""
-        t = self.type_id(node_type)
-        return int(self.type_offsets[t]), int(self.type_offsets[t + 1])
+        return self.schema.node_range(node_type)
 
     def in_relations(self, t: int) -> np.ndarray:
         """int64: the ids of the relations whose destination type is type ``t``, ascending (its rows' order)."""
@@ -158,17 +213,11 @@ class TypedGraph:
 
     def row_layout(self) -> RowLayout:
         """Where each node's typed rows are (:class:`RowLayout`)."""
-        return row_layout(self.node_types, self.type_offsets, self.relations)
+        return self.schema.row_layout()
 
     def first_rows(self) -> np.ndarray:
-        """int64 [num_nodes]: each node's first typed row (a node without incoming relations: where its empty
-        run of rows would start)."""
-        layout = self.row_layout()
-        out = np.empty(self.num_nodes, dtype=np.int64)
-        for t in range(len(self.node_types)):
-            lo, hi = int(self.type_offsets[t]), int(self.type_offsets[t + 1])
-            out[lo:hi] = layout.row_start[t] + np.arange(hi - lo, dtype=np.int64) * layout.rows_per_node(t)
-        return out
+        """int64 [num_nodes]: each node's first typed row (:meth:`TypedSchema.first_rows`)."""
+        return self.schema.first_rows()
 
     def edges(self, relation: str | tuple[str, str, str] | Relation) -> tuple[np.ndarray, np.ndarray]:
         """``(src, dst)`` int64 local ids (of the relation's source and destination types) of ``relation``'s

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnnscale.graph.typed import Relation, TypedGraph, parse_relation
+from gnnscale.graph.typed import Relation, TypedGraph, TypedSchema, parse_relation
 from gnnscale.nn.functional import check_dropout_key, keyed_dropout, site_key
 from gnnscale.nn.models import (ATTENTION_SITE, TYPED_MODELS, ModelConfig, builtin_config, check_dims, check_kernels,
                                 check_prob)
@@ -146,10 +146,11 @@ class TypedModelConfig:
                                  f"relations (typed_graph(..., reverse=True))")
 
     @classmethod
-    def for_graph(cls, graph: TypedGraph, *, feature_dims: Mapping[str, int], **fields) -> TypedModelConfig:
-        """The config of a model of ``graph``: its node types and relations, ``feature_dims`` for the types
-        with features and the node counts of the others; ``fields``: the rest (name, num_classes, ...)."""
-        if not isinstance(graph, TypedGraph):
+    def for_graph(cls, graph: TypedGraph | TypedSchema, *, feature_dims: Mapping[str, int],
+                  **fields) -> TypedModelConfig:
+        """The config of a model of ``graph`` (or of its schema): its node types and relations, ``feature_dims`` for
+        the types with features and the node counts of the others; ``fields``: the rest (name, num_classes, ...)."""
+        if not isinstance(graph, (TypedGraph, TypedSchema)):
             raise TypeError(f"graph: expected a TypedGraph, got {type(graph).__name__}")
         unknown = sorted(set(feature_dims) - set(graph.node_types))
         if unknown:
@@ -210,9 +211,10 @@ class TypedInput:
         return self.moved(lambda v: v.to(device, non_blocking=non_blocking))
 
 
-def sources_by_type(src_ids: Tensor, graph: TypedGraph) -> dict[str, tuple[Tensor, Tensor]]:
+def sources_by_type(src_ids: Tensor, graph: TypedGraph | TypedSchema) -> dict[str, tuple[Tensor, Tensor]]:
     """``{node type: (positions, local ids)}`` of global ids ``src_ids``: where each type's nodes are in
-    ``src_ids`` (int64, ascending) and their ids within the type (int64), for every node type of ``graph``.
+    ``src_ids`` (int64, ascending) and their ids within the type (int64), for every node type of ``graph`` (the
+    typed graph, or its schema).
     What a fetch stage reads each type's rows by. Runs where ``src_ids`` is; one host sync (the counts)."""
     if src_ids.numel() and (int(src_ids.min()) < 0 or int(src_ids.max()) >= graph.num_nodes):
         raise ValueError(f"src_ids: expected global ids in [0, {graph.num_nodes}), got range "

@@ -2,7 +2,8 @@
 
 ``assign_parts`` -> ``new_ids`` -> ``write_partition_dir`` (which runs both, then writes the
 relabelled rows chunk by chunk with ``relabelled_rows``) on the partitioning machine;
-``load_partition`` on every worker. ``relabel`` builds the whole relabelled graph in memory.
+``load_partition`` on every worker. ``relabel`` builds the whole relabelled graph in memory. A typed graph's
+partition (ids renumbered type by type, then part by part) is :mod:`.typed` and :mod:`.typed_directory`.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +45,12 @@ from gnnscale.graph.storage import (_flush_to_disk, _fsync_directory, _staging_d
 from gnnscale.partition.assign import assign_parts_reported
 from gnnscale.partition.book import PartitionBook
 from gnnscale.partition.relabel import NewIds, PartitionSummary, new_ids, relabelled_rows
+from gnnscale.partition.typed import check_typed_manifest
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+KIND = "partition"  # the manifest's kind: a graph of one node type (written here)
+TYPED_KIND = "typed_partition"  # a typed graph's (gnnscale.partition.typed_directory)
 # What a worker reads of the topology: the whole graph (replicated) or its own part's in-edges.
 VIEWS: tuple[str, ...] = ("whole", "own")
 SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -93,49 +96,66 @@ def write_partition_dir(dataset: NodeDataset, num_parts: int, method: str, out_d
     """
     if not isinstance(dataset, NodeDataset):
         raise TypeError(f"dataset: expected a NodeDataset, got {type(dataset).__name__}")
-    if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, (int, np.integer)) or chunk_edges < 1:
-        raise ValueError(f"chunk_edges: expected an int >= 1, got {chunk_edges!r}")
-    out_dir = Path(out_dir)
-    check_feature_dtype(feature_dtype)
-    # Checked before partitioning: METIS on a large graph takes minutes.
-    if out_dir.exists() and not overwrite:
-        raise ValueError(f"out_dir: {out_dir} already exists; pass overwrite=True to replace it")
-    if out_dir.parent.exists() and not out_dir.parent.is_dir():
-        raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    check_finite_features(dataset.features)  # before minutes of partitioning: NaN rows would train a NaN model
-    check_features_fit(dataset.features, feature_dtype)  # nor may half precision round a finite one to Inf
+    out_dir = check_write_settings(out_dir, [dataset.features], overwrite=overwrite, feature_dtype=feature_dtype,
+                                   chunk_edges=chunk_edges)
     part, coarsening = assign_parts_reported(dataset.graph, num_parts, method, train_idx=dataset.train_idx, seed=seed,
                                              threads=threads, memory_gb=memory_gb)
     ids = new_ids(dataset.graph, part, num_parts)
     del part
     splits = {name: ids.map_ids(getattr(dataset, name)) for name in SPLITS}
     offsets = ids.book.offsets
+    with staged_directory(out_dir) as tmp:
+        files, edge_cut = _write_files(tmp, dataset, ids, splits, feature_dtype, int(chunk_edges))
+        summary = PartitionSummary(
+            method=method, num_edges=dataset.graph.num_edges, edge_cut=edge_cut,
+            nodes=tuple(int(x) for x in np.diff(offsets)),
+            edges=tuple(int(x) for x in np.diff(ids.indptr[offsets])),
+            train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))),
+            coarsening=None if coarsening is None else coarsening.to_dict())
+        manifest = {
+            "format_version": FORMAT_VERSION, "kind": KIND, "dataset": dataset.name,
+            "num_parts": int(num_parts), "method": method, "seed": int(seed),
+            "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges,
+            "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype,
+            "num_classes": dataset.num_classes, "offsets": offsets.tolist(), **summary.to_dict(),
+            "split_sizes": {name: np.diff(np.searchsorted(idx, offsets)).tolist()
+                            for name, idx in splits.items()},
+            "files": files,
+        }
+        finish_directory(tmp, out_dir, MANIFEST, manifest)
+    return summary
+
+
+def check_write_settings(out_dir: str | Path, features: list[np.ndarray], *, overwrite: bool, feature_dtype: str,
+                         chunk_edges: int) -> Path:
+    """The checks of a partition directory's write that need no partitioning (which takes minutes on a large
+    graph): ``out_dir`` (its parent created), the feature dtype, the chunk size and every feature matrix's values
+    (NaN rows would train a NaN model, and half precision may not round a finite value to Inf)."""
+    if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, (int, np.integer)) or chunk_edges < 1:
+        raise ValueError(f"chunk_edges: expected an int >= 1, got {chunk_edges!r}")
+    out_dir = Path(out_dir)
+    check_feature_dtype(feature_dtype)
+    if out_dir.exists() and not overwrite:
+        raise ValueError(f"out_dir: {out_dir} already exists; pass overwrite=True to replace it")
+    if out_dir.parent.exists() and not out_dir.parent.is_dir():
+        raise ValueError(f"out_dir: {out_dir.parent} is a file, not a folder")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    for x in features:
+        check_finite_features(x)
+        check_features_fit(x, feature_dtype)
+    return out_dir
+
+
+@contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """A staging sibling of ``out_dir`` to write a partition directory into (``finish_directory`` moves it into
+    place); a full disk or a file size limit is an OSError naming ``out_dir``, and leaves nothing behind."""
     try:
         with _staging_directory(out_dir) as tmp:
-            files, edge_cut = _write_files(tmp, dataset, ids, splits, feature_dtype, int(chunk_edges))
-            summary = PartitionSummary(
-                method=method, num_edges=dataset.graph.num_edges, edge_cut=edge_cut,
-                nodes=tuple(int(x) for x in np.diff(offsets)),
-                edges=tuple(int(x) for x in np.diff(ids.indptr[offsets])),
-                train_nodes=tuple(int(x) for x in np.diff(np.searchsorted(splits["train_idx"], offsets))),
-                coarsening=None if coarsening is None else coarsening.to_dict())
-            manifest = {
-                "format_version": FORMAT_VERSION, "kind": "partition", "dataset": dataset.name,
-                "num_parts": int(num_parts), "method": method, "seed": int(seed),
-                "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges,
-                "feature_dim": dataset.feature_dim, "feature_dtype": feature_dtype,
-                "num_classes": dataset.num_classes, "offsets": offsets.tolist(), **summary.to_dict(),
-                "split_sizes": {name: np.diff(np.searchsorted(idx, offsets)).tolist()
-                                for name, idx in splits.items()},
-                "files": files,
-            }
-            finish_directory(tmp, out_dir, MANIFEST, manifest)
+            yield tmp
     except OSError as err:
-        # A full disk or a file size limit: the staging folder is gone; say where the write went.
         raise OSError(err.errno, f"{out_dir}: could not write the partition directory ({err.strerror or err}); "
                                  "nothing was left under this name") from err
-    return summary
 
 
 def _write_files(root: Path, dataset: NodeDataset, ids: NewIds, splits: dict[str, np.ndarray],
@@ -398,6 +418,16 @@ def group_counts(counts: list[int], workers: int) -> list[int]:
     return [sum(counts[w * k:(w + 1) * k]) for w in range(workers)]
 
 
+def worker_parts(num_parts: int, part: int, workers: int | None, directory: Path) -> int:
+    """How many consecutive parts worker ``part`` of ``workers`` holds (one per part: ``workers`` None); a
+    ValueError when ``workers`` does not divide ``num_parts`` or ``part`` is out of range."""
+    k = 1 if workers is None else parts_per_worker(num_parts, workers, directory)
+    if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < num_parts // k:
+        name = "num_parts" if workers is None else "workers"
+        raise ValueError(f"part: expected an int in [0, {name} = {num_parts // k}), got {part!r}")
+    return k
+
+
 def load_partition(directory: str | Path, part: int, view: str = "whole", *, verify: bool = True,
                    workers: int | None = None) -> LocalPartition:
     """Load part ``part`` of a directory written by :func:`write_partition_dir`, memory-mapped.
@@ -420,13 +450,12 @@ def load_partition(directory: str | Path, part: int, view: str = "whole", *, ver
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
+    if is_typed_manifest(manifest):
+        raise ValueError(f"{directory}: holds a typed graph (node types {', '.join(manifest['node_types'])}); a typed "
+                         "model (--model rgcn, rsage or rgat) trains on it, which load_typed_partition reads")
     if view not in VIEWS:
         raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
-    num_parts = manifest["num_parts"]
-    k = 1 if workers is None else parts_per_worker(num_parts, workers, directory)
-    if isinstance(part, bool) or not isinstance(part, (int, np.integer)) or not 0 <= part < num_parts // k:
-        name = "num_parts" if workers is None else "workers"
-        raise ValueError(f"part: expected an int in [0, {name} = {num_parts // k}), got {part!r}")
+    k = worker_parts(manifest["num_parts"], part, workers, directory)
     first = _load_one(directory, manifest, int(part * k), view, verify)
     if k == 1:
         return first
@@ -494,20 +523,25 @@ _REQUIRED_INTS = ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_cla
 
 
 def read_manifest(directory: str | Path) -> dict:
-    """The parsed ``manifest.json`` of a partition directory, its structure checked (files not read)."""
+    """The parsed ``manifest.json`` of a partition directory, its structure checked (files not read): of a graph of
+    one node type (kind ``"partition"``), or of a typed graph (``"typed_partition"``, whose own fields
+    :func:`~gnnscale.partition.typed.check_typed_manifest` checks; :func:`is_typed_manifest` tells them apart)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"directory: expected a partition directory (`gnnscale partition --out DIR` writes one), "
                          f"got {directory}, which is {'a file' if directory.exists() else 'missing'}")
     path = directory / MANIFEST
-    manifest = read_versioned_json(path, kind="partition", version=FORMAT_VERSION,
+    manifest = read_versioned_json(path, kind=None, version=FORMAT_VERSION,
                                    hint="not a partition directory, or an unfinished write")
+    if manifest.get("kind") not in (KIND, TYPED_KIND):
+        raise ValueError(f"{path}: expected kind {KIND!r} or {TYPED_KIND!r}, got {manifest.get('kind')!r}")
+    typed = is_typed_manifest(manifest)
     for key in _REQUIRED_INTS:
         value = manifest.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if (key != "feature_dim" or not typed) and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise ValueError(f"{path}: {key} must be a non-negative int, got {value!r}")
     k = manifest["num_parts"]
-    for key in ("offsets", "edges"):
+    for key in ("edges",) if typed else ("offsets", "edges"):
         value = manifest.get(key)
         length = k + 1 if key == "offsets" else k
         if not isinstance(value, list) or len(value) != length or not all(isinstance(x, int) for x in value):
@@ -517,7 +551,9 @@ def read_manifest(directory: str | Path) -> dict:
             not isinstance(sizes.get(name), list) or len(sizes[name]) != k
             or not all(isinstance(x, int) and x >= 0 for x in sizes[name]) for name in SPLITS):
         raise ValueError(f"{path}: split_sizes must map each of {', '.join(SPLITS)} to {k} counts, got {sizes!r}")
-    if manifest["offsets"][0] != 0 or manifest["offsets"][-1] != manifest["num_nodes"] \
+    if typed:
+        check_typed_manifest(manifest, path)
+    elif manifest["offsets"][0] != 0 or manifest["offsets"][-1] != manifest["num_nodes"] \
             or any(b < a for a, b in zip(manifest["offsets"], manifest["offsets"][1:])):
         raise ValueError(f"{path}: offsets must rise from 0 to num_nodes, got {manifest['offsets']}")
     if not isinstance(manifest.get("files"), dict):
@@ -527,6 +563,11 @@ def read_manifest(directory: str | Path) -> dict:
         raise ValueError(f"{path}: feature_dtype must be one of {', '.join(FEATURE_DTYPES)}, got "
                          f"{manifest['feature_dtype']!r}")
     return manifest
+
+
+def is_typed_manifest(manifest: dict) -> bool:
+    """Whether a manifest (:func:`read_manifest`) is a typed graph's."""
+    return manifest["kind"] == TYPED_KIND
 
 
 @dataclass(frozen=True, slots=True)

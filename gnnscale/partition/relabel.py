@@ -110,10 +110,18 @@ def relabelled_rows(graph: CSCGraph, ids: NewIds, lo: int, hi: int) -> np.ndarra
 
     Reads the old rows of those nodes only (``graph`` may be memory-mapped).
     """
-    base = int(ids.indptr[lo])
-    out = np.empty(int(ids.indptr[hi]) - base, dtype=index_dtype(graph.num_nodes))
-    _relabel_rows(graph.indptr, graph.indices, ids.new_to_old[lo:hi], ids.old_to_new, ids.indptr[lo:hi + 1] - base,
-                  out)
+    return mapped_rows(graph.indptr, graph.indices, ids.new_to_old[lo:hi], ids.old_to_new, ids.indptr[lo:hi + 1],
+                       index_dtype(graph.num_nodes))
+
+
+def mapped_rows(indptr: np.ndarray, indices: np.ndarray, old_rows: np.ndarray, old_to_new: np.ndarray,
+                new_indptr: np.ndarray, dtype) -> np.ndarray:
+    """Rows ``old_rows`` of the CSC ``(indptr, indices)``, end to end, their ids mapped through ``old_to_new`` and
+    each row sorted: the rows of a relabelled graph whose bounds are ``new_indptr`` (int64 [len(old_rows) + 1], any
+    start; row ``i`` keeps old row ``old_rows[i]``'s length). ``dtype``: of the output ids."""
+    base = int(new_indptr[0])
+    out = np.empty(int(new_indptr[-1]) - base, dtype=dtype)
+    _relabel_rows(indptr, indices, old_rows, old_to_new, new_indptr - base, out)
     return out
 
 

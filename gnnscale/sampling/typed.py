@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnscale.graph.typed import TypedGraph, parse_relation
+from gnnscale.graph.typed import TypedGraph, TypedSchema, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS
-from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, pipeline_chunks
+from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, pipeline_chunks, relabel_all
 from gnnscale.sampling.reference import to_block_coo
 from gnnscale.sampling.typed_kernels import (RELATION_SLOT, relation_layout, typed_choose_all,
                                              typed_choose_and_relabel, typed_counts)
@@ -121,7 +121,7 @@ class TypedNeighborSampler(BatchSampler):
         return typed_two_step_blocks(self.kernel, seeds, self.table, key, bool(self.replace))
 
 
-def typed_fanouts(graph: TypedGraph, fanouts) -> np.ndarray:
+def typed_fanouts(graph: TypedGraph | TypedSchema, fanouts) -> np.ndarray:
     """int64 [layers, relations]: the fanout of every relation at every hop, seeds outwards.
 
     ``fanouts`` is one list for every relation (``[15, 10]``), a ``{relation: [per hop]}`` mapping naming every
@@ -179,6 +179,18 @@ class TypedKernel:
                                                 pipeline_chunks(shape[3], threads), fanouts, replace, key, hop,
                                                 node_map, num_known, threads)
         return local, int(known)
+
+    def draw(self, nodes: np.ndarray, fanouts: np.ndarray, replace: bool, key: int,
+             hop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop's draws for destinations ``nodes``, not relabelled: ``(offsets, chosen, relation)``, the CSC
+        offsets of their draws, the chosen global sources and the relation of each (what an owner sends back in
+        the vanilla layout, :mod:`gnnscale.distributed.typed_sampling`). The same streams as the fused kernel."""
+        shape = self.counts(nodes, fanouts, replace)
+        types, row_base, counts, offsets = shape
+        # Row p belongs to destination dest[p]; its relation is that type's (p - row_base[dest[p]])-th.
+        dest = np.repeat(np.arange(nodes.shape[0], dtype=np.int64), np.diff(row_base))
+        row_relation = self.rel_ids[self.rel_start[types[dest]] + np.arange(row_base[-1]) - row_base[dest]]
+        return offsets, self.choose(nodes, shape, fanouts, replace, key, hop), np.repeat(row_relation, counts)
 
 
 def typed_fused_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool,
@@ -254,7 +266,7 @@ def typed_two_step_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.nd
 
 
 def relation_blocks(indptr: np.ndarray, local_src: np.ndarray, relation: np.ndarray, dst_types: np.ndarray,
-                    graph: TypedGraph) -> tuple[RelationBlock, ...]:
+                    graph: TypedGraph | TypedSchema) -> tuple[RelationBlock, ...]:
     """Split one hop's CSC (every relation's edges, grouped by relation within a destination) into one
     :class:`RelationBlock` per relation, over the destinations of its destination type, from each edge's relation
     (the two-step baseline's way)."""
@@ -270,6 +282,35 @@ def relation_blocks(indptr: np.ndarray, local_src: np.ndarray, relation: np.ndar
         out.append(RelationBlock(dst=torch.from_numpy(dst), indptr=torch.from_numpy(rel_indptr),
                                  indices=torch.from_numpy(np.ascontiguousarray(local_src[mine], dtype=np.int64))))
     return tuple(out)
+
+
+def typed_fused_hops(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool,
+                     workspace: SamplerWorkspace):
+    """Every hop with the fused kernel: ``(nodes, hops)`` as :func:`gnnscale.sampling.fused.expand_hops`, each
+    hop's entry with the relation of every edge appended: ``(indptr, local sources, num_dst, num_src, relation)``.
+    ``kernel``: anything that draws a hop as :meth:`TypedKernel.draw` does (the vanilla layout's asks the owners)."""
+    relations = []
+
+    def sample_hop(nodes, num_dst, num_known, _fanout, hop):
+        offsets, chosen, relation = kernel.draw(nodes[:num_dst], fanouts[hop], replace, key, hop)
+        nodes = grow_nodes(nodes, num_known, num_known + offsets[-1])
+        num_known = relabel_all(chosen, workspace.node_map, nodes, num_known)
+        relations.append(relation)
+        return offsets, chosen, nodes, num_known
+
+    nodes, hops = expand_hops(seeds, tuple(range(fanouts.shape[0])), workspace, sample_hop)
+    return nodes, [(*hop, relation) for hop, relation in zip(hops, relations)]
+
+
+def typed_blocks_from_hops(nodes: np.ndarray, hops: list, graph: TypedGraph | TypedSchema) -> list[TypedBlock]:
+    """The hops (seeds outwards) as typed blocks in model order (input layer first); ``graph``: the typed graph, or
+    its schema (all this reads of it)."""
+    src_ids = torch.from_numpy(np.ascontiguousarray(nodes, dtype=np.int64))
+    node_types = np.searchsorted(graph.type_offsets, nodes, side="right") - 1
+    blocks = [TypedBlock(src_ids=src_ids[:num_src], num_dst=int(num_dst),
+                         relations=relation_blocks(indptr, local, relation, node_types[:num_dst], graph))
+              for indptr, local, num_dst, num_src, relation in hops]
+    return blocks[::-1]
 
 
 def sample_typed_blocks(graph: TypedGraph, seeds, fanouts, *, key: int, replace: bool = False,

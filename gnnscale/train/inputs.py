@@ -25,8 +25,8 @@ from torch import Tensor, nn
 from gnnscale.devices import resolve_device
 from gnnscale.keys import STREAM_INIT, derive_key
 from gnnscale.nn.link import LinkModel, build_link_model
-from gnnscale.nn.models import ModelConfig, build_model, builtin_config
-from gnnscale.nn.typed_models import TypedModel, TypedModelConfig
+from gnnscale.nn.models import ModelConfig, build_model
+from gnnscale.nn.typed_models import TypedModel, TypedModelConfig, model_config
 from gnnscale.train.steps import Batch
 
 class ModelInputs(Protocol):
@@ -99,11 +99,11 @@ def training_device(model: nn.Module, device: str) -> torch.device:
 
 
 def model_signature(model: nn.Module, inputs: ModelInputs) -> dict:
-    """What identifies the model in a run's checkpoint: a built-in model's config (its fields); for any
-    other module, its class, input form and parameter shapes."""
+    """What identifies the model in a run's checkpoint: a built-in model's config (its fields; a typed model's, its
+    graph's schema too); for any other module, its class, input form and parameter shapes."""
     if isinstance(model, LinkModel):
         return {"encoder": asdict(model.config), "decoder": model.decoder_name}
-    config = builtin_config(model)
+    config = model_config(model)
     if config is not None:
         return asdict(config)
     return {"module": f"{type(model).__module__}.{type(model).__qualname__}", "inputs": inputs.name,

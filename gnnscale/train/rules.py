@@ -17,7 +17,8 @@ from gnnscale.sampling.registry import SAMPLERS, check_sampler_fits_model, sampl
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.inputs import BlockInputs, BuiltinBlockInputs, ModelInputs, model_device
 from gnnscale.train.layouts.base import LayoutOptions, LayoutSpec
-from gnnscale.train.layouts.registry import check_layout_options, layout_spec, layouts_with
+from gnnscale.train.layouts.registry import (check_layout_options, check_layout_sampler, layout_spec, layouts_with,
+                                            resolved)
 from gnnscale.train.layouts.single import SINGLE
 from gnnscale.train.run import RunOutputs, check_model_outputs
 from gnnscale.nn.models import ModelConfig
@@ -60,8 +61,7 @@ def check_run(run: RunSettings) -> LayoutSpec:
     # The task first: a layout that cannot serve it is named before that layout's own rules.
     check_task(run, SINGLE if run.layout is None else layout_spec(run.layout.layout))
     if run.model in TYPED_MODELS:
-        check_typed(run)
-        return SINGLE
+        return check_typed(run)
     if run.layout is None:
         spec = SINGLE
         check_sampler_fits_model(run.train.sampler, run.model)
@@ -77,13 +77,17 @@ def check_run(run: RunSettings) -> LayoutSpec:
     return spec
 
 
-def check_typed(run: RunSettings) -> None:
-    """A typed model (R-GCN, R-SAGE, R-GAT) trains on a typed graph in one process, sampled on the host by a
-    sampler that draws typed graphs, and scored every epoch on sampled neighborhoods."""
+def check_typed(run: RunSettings) -> LayoutSpec:
+    """A typed model (R-GCN, R-SAGE, R-GAT) trains on a typed graph in one process or over a typed partition with a
+    layout that trains typed graphs (hybrid, vanilla), sampled on the host by a sampler that draws typed graphs
+    (one the layout samples with), and scored every epoch on sampled neighborhoods. Returns the layout's spec."""
     cfg, name = run.train, run.model
+    spec = SINGLE if run.layout is None else layout_spec(run.layout.layout)
+    if not spec.typed:
+        raise ValueError(f"layout: --model {name} trains a typed graph in one process or with --layout "
+                         f"{layouts_with('typed')}, got --layout {spec.name}")
     if run.layout is not None:
-        raise ValueError(f"model: --model {name} trains a typed graph in one process (gnnscale partition writes "
-                         "graphs of one node type); drop --partitions")
+        check_typed_layout(run.layout, cfg, name, spec)
     if not sampler_spec(cfg.sampler).typed:
         typed = " or ".join(n for n, s in SAMPLERS.items() if s.typed)
         raise ValueError(f"sampler: --model {name} samples a typed graph with --sampler {typed}, got --sampler "
@@ -99,6 +103,18 @@ def check_typed(run: RunSettings) -> None:
     if run.outputs.full_eval is not None:
         raise ValueError(f"full_eval: layer-wise inference runs plain models; --model {name} is scored on sampled "
                          "neighborhoods every epoch (drop --eval full)")
+    return spec
+
+
+def check_typed_layout(options: LayoutOptions, cfg: TrainConfig, name: str, spec: LayoutSpec) -> None:
+    """What a typed run over a typed partition cannot take: DGS (its masks and kernels are a plain graph's), a
+    feature cache, a sampler the layout does not sample with."""
+    if options.dgs is not None:
+        raise ValueError(f"dgs: --dgs explains plain models over a plain graph; --model {name} trains without --dgs")
+    if getattr(resolved(options).settings, "cache_fraction", 0) > 0:
+        raise ValueError(f"cache_fraction: --model {name} fetches every node type's rows from their owners, without a "
+                         "cache; drop --cache-fraction")
+    check_layout_sampler(cfg, spec, "typed")
 
 
 def check_task(run: RunSettings, spec: LayoutSpec) -> None:

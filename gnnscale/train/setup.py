@@ -24,10 +24,10 @@ from torch import nn
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
 from gnnscale.distributed.device_policy import DevicePolicy, decide, step_comm, use_device
-from gnnscale.graph.typed import TypedGraph
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.model_file import DatasetFacts
 from gnnscale.partition.directory import LocalPartition
+from gnnscale.partition.typed import TypedPartition
 from gnnscale.sampling import set_sampler_threads
 from gnnscale.sampling.registry import sampler_spec
 from gnnscale.train.checkpoints.best import BestWeights
@@ -172,7 +172,7 @@ def device_sampler_bytes(launch: CheckedLaunch, cfg: TrainConfig, part: LocalPar
     spec = sampler_spec(cfg.sampler)
     if not (launch.spec.device_sampling and launch.options.dgs is None and spec.runs_on_device):
         return None
-    if isinstance(part.topology, TypedGraph):
+    if isinstance(part, TypedPartition):
         return None  # the device samplers draw plain graphs: a typed one samples on the host
     return spec.device_bytes(part.topology) if part.view == "whole" else 0
 

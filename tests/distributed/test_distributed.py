@@ -8,6 +8,7 @@ the feature stores (tests/features/test_partitioned.py).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import time
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ import torch
 import dist_workers
 from launch import rendezvous_port
 from gnnscale.distributed import DistContext, init_from_env
+from gnnscale.graph.datasets import load_dataset
+from gnnscale.partition.typed_directory import write_typed_partition_dir
 
 RUN_TIMEOUT_S = 120.0  # bound on one whole spawned run (start-up included) on a busy 2-core machine
 
@@ -91,6 +94,16 @@ def test_samplers_feature_store_and_agree(world_size):
         received = sum(t[category]["bytes_received"] for t in totals)
         assert sent == received > 0, (category, sent, received)
     assert all(t["grad"]["rounds"] == 0 for t in totals)
+
+
+@pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_typed_samplers_and_feature_store(world_size, tmp_path):
+    """Over a typed partition of the mag-shaped graph: vanilla and hybrid typed blocks == sample_typed_blocks on the
+    whole graph (2(L-1) sample rounds, none), the typed store's input == the one-process store's in 2 feature
+    rounds, every type's rows in one exchange (all inside the workers)."""
+    dataset = load_dataset("synthetic", None, preset="mag", scale=0.003)
+    write_typed_partition_dir(dataset, world_size, "metis", tmp_path / "parts")
+    spawn_ok(functools.partial(dist_workers.check_typed, str(tmp_path / "parts")), world_size)
 
 
 def test_dead_worker_makes_the_others_raise_peer_failure():

@@ -108,8 +108,16 @@ MAG = ["--dataset", "synthetic", "-o", "preset=mag", "-o", f"scale={SCALE}", "--
     (["--model", "rgat", "--save-model", "m.pt"], "--save-model: the model file records plain models"),
     (["--model", "rsage", "--eval", "full"], "--eval: layer-wise inference runs plain models"),
     (["--model", "rgcn", "--sample-on", "device"], "--sample-on: --sample-on device holds a plain graph's data"),
-    (["--model", "rgcn", "--partitions", "P"], "--model: --model rgcn trains a typed graph in one process"),
-], ids=["trains", "plain-model", "matrix", "save-model", "eval-full", "sample-on-device", "partitions"])
+    (["--model", "rgcn", "--partitions", "P", "--layout", "split"], "--layout: --model rgcn trains a typed graph in one "
+                                                                    "process or with --layout hybrid or vanilla, got "
+                                                                    "--layout split"),
+    (["--model", "rgcn", "--partitions", "P", "--dgs"], "--dgs: --dgs explains plain models over a plain graph"),
+    (["--model", "rsage", "--partitions", "P", "--cache-fraction", "0.1"],
+     "--cache-fraction: --model rsage fetches every node type's rows from their owners, without a cache"),
+    (["--model", "rgat", "--partitions", "P", "--layout", "vanilla", "--sampler", "two_step"],
+     "--sampler: --sampler two_step runs distributed with --layout hybrid, got --layout vanilla"),
+], ids=["trains", "plain-model", "matrix", "save-model", "eval-full", "sample-on-device", "split", "dgs", "cache",
+        "vanilla-two-step"])
 def test_the_command_line_trains_a_typed_graph_or_says_why_not_in_one_line(argv, line, capsys):
     args = [*MAG, *argv] if "--partitions" not in argv else ["--quiet", *argv]
     code = main(["train", *args])

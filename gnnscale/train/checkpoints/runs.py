@@ -198,6 +198,10 @@ def check_resume(ckpt: DistCheckpoint, path: Path, run: RunIdentity, epochs: int
             raise ValueError(f"checkpoint: {path} was written by {where} (another partition or worker count); "
                              f"--layout {run.layout} resumes only on the same partition with the same worker count "
                              f"(--layout {layouts_with('repartitionable')} can change them at an epoch boundary)")
+        if was.signature["model"].get("embedding_rows"):
+            raise ValueError(f"checkpoint: {path} was written by {where} (another partition or worker count); a typed "
+                             "model's embeddings (its node types without features) hold a row per node id, which "
+                             "another partition numbers otherwise: resume on the same --partitions and worker count")
         if ckpt.step > 0:
             raise ValueError(f"checkpoint: {path} was written mid-epoch (epoch {ckpt.epoch}, step {ckpt.step}) by "
                              f"{where}; a mid-epoch checkpoint resumes only with the same --partitions and worker "

@@ -24,6 +24,7 @@ from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.distributed.edge_metrics import EdgeMetrics
 from gnnscale.nn import ModelConfig
 from gnnscale.partition.directory import LocalPartition
+from gnnscale.partition.typed import TypedPartition
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.dgs_config import DGSConfig
 from gnnscale.train.metrics import PhaseTimer
@@ -93,7 +94,7 @@ class LayoutContext:
     """What a layout is built from on one worker.
 
     Args:
-        part: this worker's partition, loaded in the spec's ``view``.
+        part: this worker's partition, loaded in the spec's ``view`` (a typed graph's, for a ``typed`` layout).
         cfg: training settings.
         model: the built-in model's config; None for a model of one's own (which the layouts that need a
             config, split and DGS, refuse when their options are checked).
@@ -108,7 +109,7 @@ class LayoutContext:
         seeds_anywhere: the task's seeds may be any nodes, not only this worker's (a link task's pairs).
     """
 
-    part: LocalPartition
+    part: LocalPartition | TypedPartition
     cfg: TrainConfig
     model: ModelConfig | None
     comm: Comm
@@ -196,6 +197,7 @@ class LayoutSpec:
             block rows, fetched per hop).
         seeds_anywhere: its samplers take seeds owned by any worker (what a task that samples for node pairs
             needs: :attr:`~gnnscale.train.tasks.base.TaskSpec.needs`).
+        typed: trains typed graphs (a typed partition directory, R-GCN, R-SAGE, R-GAT).
         check: the layout's own option rules beyond its options' own validation (which needs the model
             or the worker count).
         build: this worker's layout (collective on the context's Comms).
@@ -213,4 +215,5 @@ class LayoutSpec:
     repartitionable: bool = False
     device_sampling: bool = False
     seeds_anywhere: bool = False
+    typed: bool = False
     check: OptionCheck = no_check

@@ -8,6 +8,10 @@ seeds and gradients are averaged over workers. The layouts differ in how a batch
 - ``vanilla``: each worker holds its part's in-edges; every hop after the first asks the owners
   (2 rounds per hop, the requester's key travels with the request); then the 2 feature rounds.
 
+Both train typed graphs too (:func:`build_typed_data_parallel`): the typed kernel over the whole typed graph or
+over each part's typed rows (:mod:`gnnscale.distributed.typed_sampling`), every node type's rows fetched in the
+same 2 feature rounds (:class:`~gnnscale.features.typed.TypedPartitionedStore`).
+
 The matrix samplers' layouts (:mod:`gnnscale.train.layouts.matrix`) and DGS
 (:mod:`gnnscale.train.layouts.dgs`) train through :class:`DataParallel` too.
 
@@ -33,19 +37,22 @@ from torch import Tensor, nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.sampling import HybridSampler, VanillaSampler
+from gnnscale.distributed.typed_sampling import TypedHybridSampler, TypedVanillaSampler
 from gnnscale.distributed.edge_metrics import epoch_edge_metrics, local_edges, minibatch_signature, union_minibatch_edges
 from gnnscale.features.device_cache import device_store
 from gnnscale.features.host_cache import CachedFeatureStore, global_in_degrees
 from gnnscale.features.hot_set import check_fraction
 from gnnscale.features.partitioned import PartitionedFeatureStore
+from gnnscale.features.typed import TypedPartitionedStore
 from gnnscale.partition.directory import LocalPartition
+from gnnscale.partition.typed import TypedPartition
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.sampling import BatchSampler, Block
 from gnnscale.sampling.registry import sampler_spec
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import EdgeLedger, LayoutContext, LayoutSpec
 from gnnscale.train.metrics import PhaseTimer
-from gnnscale.train.samplers import sampler_inputs
+from gnnscale.train.samplers import build_samplers, sampler_inputs
 from gnnscale.train.steps import Batch, Sampled, Step
 from gnnscale.settings import setting
 
@@ -238,7 +245,23 @@ class CacheOptions:
         check_fraction(self.cache_fraction, "cache_fraction")
 
 
+def build_typed_data_parallel(part: TypedPartition, cfg: TrainConfig, loader: Comm) -> DataParallel:
+    """The ``hybrid`` (the whole typed topology: the sampler a run in one process has, for the seeds this worker
+    owns) or ``vanilla`` (the part's typed rows, later hops asked of their owners) layout of a typed partition,
+    every type's rows fetched in the same 2 rounds (:class:`~gnnscale.features.typed.TypedPartitionedStore`);
+    sampled and fetched on the host. Inference draws without replacement, as in one process."""
+    if part.view == "whole":
+        train, evaluate = build_samplers(part.topology, None, cfg)
+        samplers = [TypedHybridSampler(s, part.book, loader.rank) for s in (train, evaluate)]
+    else:
+        samplers = [TypedVanillaSampler(part.topology, fanouts, loader, replace=replace)
+                    for fanouts, replace in ((cfg.fanouts, cfg.replace), (cfg.inference_fanouts, False))]
+    return DataParallel(*samplers, TypedPartitionedStore(part.schema, part.book, part.features, loader), part, loader)
+
+
 def _build(ctx: LayoutContext) -> DataParallel:
+    if isinstance(ctx.part, TypedPartition):
+        return build_typed_data_parallel(ctx.part, ctx.cfg, ctx.loader)
     return build_data_parallel(ctx.part, ctx.cfg, ctx.loader, ctx.policy,
                                cache_fraction=ctx.options.settings.cache_fraction, seeds_anywhere=ctx.seeds_anywhere)
 
@@ -246,8 +269,8 @@ def _build(ctx: LayoutContext) -> DataParallel:
 HYBRID = LayoutSpec(
     name="hybrid", summary="topology replicated, features partitioned: 2 rounds per iteration", view="whole",
     samplers=("fused", "two_step"), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    repartitionable=True, device_sampling=True, seeds_anywhere=True, build=_build)
+    repartitionable=True, device_sampling=True, seeds_anywhere=True, typed=True, build=_build)
 VANILLA = LayoutSpec(
     name="vanilla", summary="topology and features partitioned: 2L rounds per iteration", view="own",
     samplers=("fused",), per_worker_batches=True, options=CacheOptions, dgs=True, layerwise_inference=True,
-    seeds_anywhere=True, build=_build)
+    seeds_anywhere=True, typed=True, build=_build)

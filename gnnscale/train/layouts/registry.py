@@ -34,8 +34,10 @@ def layouts_with(feature: str) -> str:
     return " or ".join(name for name, spec in LAYOUTS.items() if getattr(spec, feature))
 
 
-def layouts_sampling_with(sampler: str) -> str:
-    return " or ".join(name for name, spec in LAYOUTS.items() if sampler in spec.samplers)
+def layouts_sampling_with(sampler: str, feature: str | None = None) -> str:
+    """``"a or b"``: the layouts that sample with ``sampler`` (and have ``feature``, a boolean field), for messages."""
+    return " or ".join(name for name, spec in LAYOUTS.items()
+                       if sampler in spec.samplers and (feature is None or getattr(spec, feature)))
 
 
 def layouts_owning(option_class: type) -> tuple[str, ...]:
@@ -82,13 +84,19 @@ def check_layout_options(options: LayoutOptions, cfg: TrainConfig, model_name: s
     options = resolved(options)
     check_dgs(options, spec, cfg, model_name)
     check_sampler_fits_model(cfg.sampler, model_name)
-    if cfg.sampler not in spec.samplers:
-        raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout "
-                         f"{layouts_sampling_with(cfg.sampler)}, got --layout {spec.name} (which samples with "
-                         f"--sampler {' or '.join(spec.samplers)})")
+    check_layout_sampler(cfg, spec)
     check_device_data(options, spec, cfg)
     spec.check(options, cfg, model_name, world_size)
     return spec
+
+
+def check_layout_sampler(cfg: TrainConfig, spec: LayoutSpec, feature: str | None = None) -> None:
+    """The layout's workers sample with ``cfg.sampler``; the message names the layouts that do (of those with
+    ``feature``, where the run needs one)."""
+    if cfg.sampler not in spec.samplers:
+        raise ValueError(f"sampler: --sampler {cfg.sampler} runs distributed with --layout "
+                         f"{layouts_sampling_with(cfg.sampler, feature)}, got --layout {spec.name} (which samples with "
+                         f"--sampler {' or '.join(spec.samplers)})")
 
 
 def check_device_data(options: LayoutOptions, spec: LayoutSpec, cfg: TrainConfig) -> None:

@@ -61,5 +61,5 @@ def build_single(ctx: LayoutContext) -> DataParallel:
 
 # What a checkpoint records as the layout of a run in one process.
 SINGLE = LayoutSpec(name="single", summary="one process: the whole dataset, every feature local", view="whole",
-                    samplers=SAMPLERS, per_worker_batches=True, device_sampling=True, seeds_anywhere=True,
+                    samplers=SAMPLERS, per_worker_batches=True, device_sampling=True, seeds_anywhere=True, typed=True,
                     build=build_single)

@@ -27,7 +27,11 @@ from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, init_from_env, rank_from_env, world_size_from_env
 from gnnscale.inference.distributed import evaluate_full_distributed
 from gnnscale.nn import ModelConfig
-from gnnscale.partition.directory import LocalPartition, load_partition
+from gnnscale.nn.models import MODELS, TYPED_MODELS
+from gnnscale.nn.typed_models import TypedModelConfig
+from gnnscale.partition.directory import LocalPartition, is_typed_manifest, load_partition, read_manifest
+from gnnscale.partition.typed import TypedPartition, manifest_schema
+from gnnscale.partition.typed_directory import load_typed_partition
 from gnnscale.train.checks import LaunchError, check_distinct, check_partition_launch, check_run_outputs
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.checkpoints.runs import check_checkpoint_at_launch, run_identity
@@ -41,14 +45,15 @@ from gnnscale.train.tasks.node import NODE
 from gnnscale.train.tasks.registry import task_signature
 
 
-def load_local_partition(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartition:
+def load_local_partition(partition_dir: str | Path, view: str, comm: Comm) -> LocalPartition | TypedPartition:
     """Load this worker's part (its consecutive parts, where fewer workers than parts were launched) in
-    the layout's ``view`` (the whole topology, or its part's in-edges); if any worker fails (missing or
-    corrupt file, a worker count that does not divide the part count), every worker raises with that
-    worker's message instead of waiting forever for it."""
+    the layout's ``view`` (the whole topology, or its part's in-edges; a typed graph's typed rows); if any worker
+    fails (missing or corrupt file, a worker count that does not divide the part count), every worker raises with
+    that worker's message instead of waiting forever for it."""
     part, error = None, ""
     try:
-        part = load_partition(partition_dir, comm.rank, view, workers=comm.world_size)
+        load = load_typed_partition if is_typed_manifest(read_manifest(partition_dir)) else load_partition
+        part = load(partition_dir, comm.rank, view, workers=comm.world_size)
     except (ValueError, TypeError, OSError) as err:
         error = str(err)
     comm.agree(part is not None and not error, error)
@@ -66,12 +71,29 @@ def builtin_model_for(partition_dir: str | Path, options: LayoutOptions, model_o
         spec = check_before_manifest(options, cfg, model_options["name"], outputs, task, task_settings, "blocks")
         manifest = check_partition_launch(partition_dir, world_size_from_env(), cfg.batch_size,
                                           per_worker_batches=spec.per_worker_batches)
-        model_cfg = ModelConfig(in_dim=manifest["feature_dim"],
-                                num_classes=task.output_width(model_options, manifest["num_classes"]),
-                                num_layers=cfg.num_layers, **model_options)
+        model_cfg = model_config_of(manifest, model_options, task.output_width(model_options, manifest["num_classes"]),
+                                    cfg.num_layers)
     except ValueError as err:
         raise LaunchError(str(err)) from err
     return task.build_model(model_cfg, task_settings, cfg.seed)
+
+
+def model_config_of(manifest: dict, model_options: dict, num_classes: int,
+                    num_layers: int) -> ModelConfig | TypedModelConfig:
+    """The built-in model ``model_options`` names, sized for the partitioned dataset: a plain model of its feature
+    width, or a typed one of a typed graph's schema (its node types, relations and feature widths)."""
+    name, typed = model_options["name"], is_typed_manifest(manifest)
+    if (name in TYPED_MODELS) != typed:
+        wanted = TYPED_MODELS if typed else MODELS
+        kind = "a typed graph (several node types)" if typed else "a graph of one node type"
+        raise ValueError(f"model: the partitions hold {kind}, which --model {' or '.join(wanted)} trains; got --model "
+                         f"{name}")
+    if not typed:
+        return ModelConfig(in_dim=manifest["feature_dim"], num_classes=num_classes, num_layers=num_layers,
+                           **model_options)
+    dims = {t: d for t, d in manifest["feature_dim"].items() if d is not None}
+    return TypedModelConfig.for_graph(manifest_schema(manifest), feature_dims=dims, num_classes=num_classes,
+                                      num_layers=num_layers, **model_options)
 
 
 def check_before_manifest(options: LayoutOptions, cfg: TrainConfig, model_name: str | None, outputs: RunOutputs,
@@ -107,6 +129,9 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
                                           per_worker_batches=spec.per_worker_batches)
         if model_cfg is not None:
             check_builtin_fits(model_cfg, manifest, cfg, partition_dir, task)
+        elif is_typed_manifest(manifest):
+            raise ValueError(f"model: {partition_dir} holds a typed graph, which a typed built-in model trains "
+                             f"(--model {' or '.join(TYPED_MODELS)}: gnnscale.nn.TypedModel)")
         signature = task_signature(model_signature(model, adapter), task, task_settings)
         identity = run_identity(partition_dir, manifest, signature, cfg, options, world_size)
         resume_path = check_checkpoint_at_launch(outputs.checkpoint, resume=outputs.resume,
@@ -118,12 +143,22 @@ def check_launch(partition_dir: str | Path, options: LayoutOptions, model: nn.Mo
                          device=device, task=task, task_settings=task_settings, resume_path=resume_path)
 
 
-def check_builtin_fits(model_cfg: ModelConfig, manifest: dict, cfg: TrainConfig, partition_dir: str | Path,
-                       task: TaskSpec) -> None:
+def check_builtin_fits(model_cfg: ModelConfig | TypedModelConfig, manifest: dict, cfg: TrainConfig,
+                       partition_dir: str | Path, task: TaskSpec) -> None:
     """A built-in model's input and output widths are the dataset's (a task whose outputs are not the classes,
-    a link encoder's embedding: its input width only), and its layers the fanouts' hops."""
+    a link encoder's embedding: its input width only; a typed model: the typed graph's schema), and its layers the
+    fanouts' hops."""
     if model_cfg.num_layers != cfg.num_layers:
         raise ValueError(f"fanouts: {cfg.num_layers} hops given for a model of {model_cfg.num_layers} layers")
+    if isinstance(model_cfg, TypedModelConfig) or is_typed_manifest(manifest):
+        # A typed model classifies nodes of the target type (the node task): its outputs are the classes.
+        fitting = model_config_of(manifest, {"name": model_cfg.name}, manifest["num_classes"], model_cfg.num_layers)
+        schema = ("node_types", "feature_dims", "embedding_rows", "relations", "num_classes")
+        if any(getattr(fitting, f) != getattr(model_cfg, f) for f in schema):
+            raise ValueError(f"model: built for other node types, relations, feature widths or classes than those of "
+                             f"{partition_dir}; build it with TypedModelConfig.for_graph of the partitioned dataset's "
+                             "graph")
+        return
     if not task.full_eval:
         if model_cfg.in_dim != manifest["feature_dim"]:
             raise ValueError(f"model: built for {model_cfg.in_dim} features, but {partition_dir} holds "

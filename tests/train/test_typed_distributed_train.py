@@ -1,0 +1,142 @@
+"""Typed graphs trained by torchrun workers over a typed partition of the mag-shaped graph (gloo on 127.0.0.1): one
+worker trains exactly as one process, hybrid and vanilla workers train identically with 2 vs 2L rounds per
+iteration, a resumed run equals the uninterrupted one, and a broken part stops every worker with its name."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gnnscale.cli import main
+from gnnscale.graph.datasets import load_dataset
+from gnnscale.nn.typed_models import TypedModelConfig
+from gnnscale.partition.typed_directory import write_typed_partition_dir
+from gnnscale.train import TrainConfig, fit
+from gnnscale.train.inputs import seeded_model
+from launch import run_launch, torchrun
+
+SCALE = 0.003  # about 2,200 papers (1,888 for training), 3,400 authors, 26 institutions, 180 fields
+TRAIN_ARGS = ["--model", "rgcn", "--hidden", "16", "--batch-size", "128", "--epochs", "2", "--lr", "0.01",
+              "--seed", "3", "--threads", "1", "--quiet"]
+TORCHRUN_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.fixture(scope="module")
+def mag():
+    return load_dataset("synthetic", None, preset="mag", scale=SCALE)
+
+
+@pytest.fixture(scope="module")
+def partitions(mag, tmp_path_factory) -> dict[int, Path]:
+    """Typed partition directories of the mag-shaped graph, by number of parts (METIS)."""
+    root = tmp_path_factory.mktemp("typed_parts")
+    for p in (1, 2, 4):
+        write_typed_partition_dir(mag, p, "metis", root / f"p{p}")
+    return {p: root / f"p{p}" for p in (1, 2, 4)}
+
+
+def train(nproc: int, partition: Path, out: Path, *args: str) -> dict:
+    """Rank 0's metrics of one launch of ``nproc`` workers."""
+    run = run_launch(torchrun(nproc, "--partitions", str(partition), "--metrics-out", str(out), *TRAIN_ARGS, *args))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def launched(partitions, tmp_path_factory):
+    """``launched(nproc, layout, fanouts)``: rank 0's metrics of one launch, run once per module."""
+    runs: dict[tuple, dict] = {}
+    scratch = tmp_path_factory.mktemp("typed_metrics")
+
+    def get(nproc: int, layout: str, fanouts: str) -> dict:
+        if (nproc, layout, fanouts) not in runs:
+            runs[nproc, layout, fanouts] = train(nproc, partitions[nproc], scratch / f"{layout}{nproc}_{fanouts}.json",
+                                                 "--layout", layout, "--fanouts", fanouts)
+        return runs[nproc, layout, fanouts]
+
+    return get
+
+
+# 4 workers and 3 layers: the slow tier; 2 workers and 2 layers prove the same claim in the default one.
+@pytest.mark.parametrize("nproc, fanouts", [(2, "4,3"), pytest.param(4, "4,3,2", marks=pytest.mark.slow)])
+def test_hybrid_and_vanilla_train_identically_with_2_vs_2L_rounds(launched, nproc, fanouts):
+    hybrid, vanilla = launched(nproc, "hybrid", fanouts), launched(nproc, "vanilla", fanouts)
+    layers = len(fanouts.split(","))
+    for h, v in zip(hybrid["history"], vanilla["history"], strict=True):
+        # Same keys, same typed blocks, same rows of every type: the layouts differ only in communication.
+        assert (h["loss"], h["iteration_losses"], h["val_acc"], h["test_acc"], h["sampled_edges"]) == \
+            (v["loss"], v["iteration_losses"], v["val_acc"], v["test_acc"], v["sampled_edges"])
+        # Every node type's rows in one exchange: 2 feature rounds, whatever the number of types.
+        assert (h["rounds_per_iteration"]["sample"], h["rounds_per_iteration"]["feature"]) == (0, 2)
+        assert (v["rounds_per_iteration"]["sample"], v["rounds_per_iteration"]["feature"]) == (2 * (layers - 1), 2)
+        assert h["rounds_per_iteration"]["grad"] == v["rounds_per_iteration"]["grad"] == 1
+        assert h["bytes_per_iteration"]["sample"] == 0 < v["bytes_per_iteration"]["sample"]
+        assert h["bytes_per_iteration"]["feature"] == v["bytes_per_iteration"]["feature"] > 0
+
+
+def typed_model(ds, seed: int):
+    dims = {t: d for t, d in ds.feature_dims.items() if d is not None}
+    return seeded_model(TypedModelConfig.for_graph(ds.graph, feature_dims=dims, name="rgcn", num_classes=ds.num_classes,
+                                                   num_layers=2, hidden_dim=16), seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["hybrid", "vanilla"])
+def test_one_worker_trains_exactly_as_one_process(mag, launched, layout):
+    # A one-part partition keeps the dataset's ids, so its worker draws the one-process run's batches and blocks.
+    distributed = launched(1, layout, "4,3")
+    cfg = TrainConfig(fanouts=(4, 3), batch_size=128, epochs=2, lr=0.01, seed=3, threads=1)
+    single = fit(typed_model(mag, cfg.seed), mag, inputs="blocks", config=cfg, progress=False)
+    for d, s in zip(distributed["history"], single.history, strict=True):
+        assert (d["iteration_losses"], d["train_acc"], d["val_acc"], d["test_acc"]) == \
+            (s["iteration_losses"], s["train_acc"], s["val_acc"], s["test_acc"])
+
+
+@pytest.mark.slow
+def test_a_resumed_run_equals_the_uninterrupted_one(launched, partitions, tmp_path, monkeypatch, capsys):
+    whole = launched(2, "hybrid", "4,3")
+    ckpt = tmp_path / "run.ckpt"
+    args = ["--layout", "hybrid", "--fanouts", "4,3", "--checkpoint", str(ckpt)]
+    train(2, partitions[2], tmp_path / "first.json", *args, "--epochs", "1", "--checkpoint-every", "3")
+    resumed = train(2, partitions[2], tmp_path / "resumed.json", *args, "--resume")
+    for a, b in zip(resumed["history"], whole["history"], strict=True):
+        assert (a["iteration_losses"], a["val_acc"], a["test_acc"]) == \
+            (b["iteration_losses"], b["val_acc"], b["test_acc"])
+    # Another partition numbers the nodes otherwise: the authors' embedding rows would no longer be theirs.
+    for name, value in {**TORCHRUN_ENV, "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["train", "--partitions", str(partitions[1]), *TRAIN_ARGS, "--epochs", "3", "--fanouts", "4,3",
+                 "--checkpoint", str(ckpt), "--resume"]) == 2
+    assert "a typed model's embeddings (its node types without features) hold a row per node id" in \
+        capsys.readouterr().err
+
+
+def test_a_broken_part_stops_every_worker_with_its_name(partitions, tmp_path):
+    broken = Path(shutil.copytree(partitions[2], tmp_path / "broken"))
+    target = broken / "part1" / "features.paper.npy"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    run = run_launch(torchrun(2, "--partitions", str(broken), "--fanouts", "4,3", *TRAIN_ARGS, "--timeout", "60"))
+    assert run.returncode != 0
+    output = run.stdout + run.stderr
+    said = re.findall(r"^gnnscale train: stopped: rank 1 of 2 failed.*$", output, re.MULTILINE)
+    assert len(said) == 1 and "part1/features.paper.npy: file is corrupt" in said[0], output[-3000:]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--model", "sage"], "--model: the partitions hold a typed graph (several node types), which --model rgcn or "
+                          "rsage or rgat trains; got --model sage"),
+    (["--model", "rgcn", "--fanouts", "4,3", "--layout", "1d"],
+     "--layout: --model rgcn trains a typed graph in one process or with --layout hybrid or vanilla, got --layout 1d"),
+])
+def test_what_a_typed_launch_cannot_honour_is_one_line(partitions, monkeypatch, capsys, argv, line):
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    args = [a for a in TRAIN_ARGS if a not in ("--model", "rgcn")]
+    assert main(["train", "--partitions", str(partitions[2]), *args, *argv]) == 2
+    assert capsys.readouterr().err == f"gnnscale train: error: {line}\n"
