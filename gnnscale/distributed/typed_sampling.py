@@ -10,7 +10,8 @@ graph of one node type:
 
 Both give the blocks of ``TypedNeighborSampler(whole graph)`` for the same key: an owner draws a node with the same
 kernel from the same stream ``(key, hop + r * RELATION_SLOT, v)`` over a copy of the same rows, and the requester
-numbers the sources as the fused kernel does (:func:`~gnnscale.sampling.typed.typed_fused_hops` runs both).
+numbers the sources as the fused kernel does, in order of first appearance in the hop's CSC
+(:func:`~gnnscale.sampling.typed.typed_fused_hops`).
 """
 
 from __future__ import annotations
