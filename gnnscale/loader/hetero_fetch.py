@@ -56,8 +56,8 @@ class HeteroFetchStage:
             TypedDataset a ``HeteroData`` of empty stores.
         node_types: in the graph's order; ``type_offsets`` their first global ids.
         edge_types: PyG's edge types, in relation order.
-        edge_ids: per relation, ``edge_index`` columns by CSC rank, or None (:class:`~gnnscale.loader.hetero.
-            HeteroTopology`).
+        edge_ids: per relation, its ``edge_index`` columns by CSC rank, or None where they are the ranks
+            (:class:`~gnnscale.loader.hetero.HeteroTopology`).
         nodes, edges: per node type and per relation, how its attributes are sliced.
     """
 
