@@ -8,9 +8,9 @@ from a dataset or partition directory (read-only arrays, a different numba type)
 without replacement, fused, two-step, matrix and LADIES, of plain and typed graphs; the three models and the three
 relational ones in training (dropout, attention dropout)
 and inference, aggregating first and transforming first; partitioning (METIS and random); and
-distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader and
-the trainer's PyG batches; ``gnnscale generate``. A path added to gnnscale that calls a new kernel
-belongs in :data:`WARMUPS`.
+distributed training in every layout (one worker, gloo on 127.0.0.1); the PyG-compatible loader (on
+plain and typed graphs) and the trainer's PyG batches; ``gnnscale generate``. A path added to gnnscale
+that calls a new kernel belongs in :data:`WARMUPS`.
 
 Prints one line per step with its seconds and the kernels numba compiled; exits non-zero on failure.
 """
@@ -228,6 +228,21 @@ def warm_typed_training(work: Path) -> None:
             fit(seeded_model(model_cfg, cfg.seed), dataset, inputs="blocks", config=cfg, progress=False)
 
 
+def warm_typed_loader(work: Path) -> None:
+    """``gnnscale.loader.NeighborLoader`` on typed graphs (the typed node-wise kernel, the attribute gathers): a
+    TypedDataset in memory and memory-mapped, and its ``HeteroData``, with and without replacement."""
+    from gnnscale.graph.datasets import load_dataset
+    from gnnscale.graph.typed_storage import load_typed_dataset_dir, save_typed_dataset
+    from gnnscale.loader import NeighborLoader, to_pyg_hetero_data
+
+    in_memory = load_dataset("synthetic", None, preset="mag", scale=0.001)
+    mapped = load_typed_dataset_dir(save_typed_dataset(in_memory, work / "typed"), mmap=True)
+    for source in (in_memory, mapped, to_pyg_hetero_data(in_memory)):
+        for replace in (False, True):
+            for _ in NeighborLoader(source, [4, -1], input_nodes="paper", batch_size=256, replace=replace, seed=0):
+                pass
+
+
 WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("training, graph in memory", warm_training_in_memory),
     ("training, memory-mapped dataset", warm_training_memory_mapped),
@@ -239,6 +254,7 @@ WARMUPS: list[tuple[str, Callable[[Path], None]]] = [
     ("NeighborLoader (PyG batches)", warm_loader),
     ("gnnscale generate", warm_generate),
     ("typed graphs (R-GCN, R-SAGE, R-GAT)", warm_typed_training),
+    ("NeighborLoader on typed graphs (PyG HeteroData batches)", warm_typed_loader),
 ]
 
 

@@ -42,6 +42,12 @@ def test_pyg_graphsage_on_cora() -> None:
     assert out.startswith("cora: 2708 nodes") and "test accuracy" in out, out
 
 
+def test_pyg_to_hetero_on_the_mag_preset() -> None:
+    out = run_example("pyg_to_hetero.py", "--scale", "0.001", "--epochs", "1", "--hidden", "16")
+    assert out.startswith("mag-shaped graph: 736 papers") and len(re.findall(r"^epoch 0: loss [\d.]+ ", out, re.M)) == 1
+    assert re.search(r"^test accuracy [01]\.\d{4}$", out, re.MULTILINE), out
+
+
 def run_distributed_example(partition_dir: Path, *args: str) -> str:
     """examples/pyg_graphsage_distributed.py under torchrun, one worker per part of ``partition_dir``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1",

@@ -72,10 +72,11 @@ class FetchStage:
         return describe_batch(data, out)
 
 
-def _kernel_view(data: Data, key: str, value) -> np.ndarray | None:
-    """``value`` as a numpy view the gather kernel can slice along its first dimension, or None."""
+def kernel_view(value, cat_dim: int) -> np.ndarray | None:
+    """``value`` (an attribute PyG concatenates along ``cat_dim``) as a numpy view the gather kernel can slice
+    along its first dimension, or None."""
     if not isinstance(value, Tensor) or value.device.type != "cpu" or value.dim() == 0 or not value.is_contiguous() \
-            or value.requires_grad or value.dtype in (torch.bfloat16,) or data.__cat_dim__(key, value) != 0:
+            or value.requires_grad or value.dtype in (torch.bfloat16,) or cat_dim != 0:
         return None
     try:
         return value.numpy()
@@ -94,7 +95,7 @@ def fetch_stage(data) -> FetchStage:
         if key in ("edge_index", "num_nodes"):
             continue
         kind = "node" if data.is_node_attr(key) else "edge" if data.is_edge_attr(key) else None
-        view = None if kind is None else _kernel_view(data, key, value)
+        view = None if kind is None else kernel_view(value, data.__cat_dim__(key, value))
         if kind is None:
             shared[key] = value
         elif view is not None:

@@ -1,4 +1,4 @@
-"""``NeighborLoader``: PyG's homogeneous node-classification loader, sampled by gnnscale's fused kernels.
+"""``NeighborLoader``: PyG's node-classification loader, homogeneous and typed, sampled by gnnscale's fused kernels.
 
 A PyG training script changes its import line and nothing else::
 
@@ -10,10 +10,18 @@ A PyG training script changes its import line and nothing else::
         out = model(batch.x, batch.edge_index)[:batch.batch_size]
         loss = F.cross_entropy(out, batch.y[:batch.batch_size])
 
-A batch is its seeds' sample (:class:`~gnnscale.loader.sample.SampleStage`: the node-wise sampler, no PyG
-sampling backend needed), then the fetch of their attributes (:class:`~gnnscale.loader.fetch.FetchStage`),
-then the copy to ``device`` (:class:`~gnnscale.loader.stream.SeedLoader`, ``prefetch`` batches ahead in a
-background thread). Every random choice is keyed by ``(seed, epoch, step)``: the same seed gives the same
+A typed graph (a PyG ``HeteroData`` or a gnnscale TypedDataset) too, as a ``to_hetero`` script writes it::
+
+    loader = NeighborLoader(data, num_neighbors=[10, 5], input_nodes=("paper", data["paper"].train_mask),
+                            batch_size=128, shuffle=True)
+    for batch in loader:
+        out = model(batch.x_dict, batch.edge_index_dict)["paper"][:batch["paper"].batch_size]
+
+A batch is its seeds' sample (:class:`~gnnscale.loader.sample.SampleStage`: the node-wise sampler, or on a typed
+graph the typed node-wise sampler; no PyG sampling backend needed), then the fetch of their attributes
+(:class:`~gnnscale.loader.fetch.FetchStage`, :class:`~gnnscale.loader.hetero_fetch.HeteroFetchStage`), then
+the copy to ``device`` (:class:`~gnnscale.loader.stream.SeedLoader`, ``prefetch`` batches ahead in a background
+thread). Every random choice is keyed by ``(seed, epoch, step)``: the same seed gives the same
 batches whatever the thread count or prefetch depth.
 
 With ``device="cuda"`` that thread also moves each batch to the GPU (:class:`~gnnscale.devices.StreamCopy`),
@@ -25,31 +33,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from gnnscale.loader.data import graph_of
 from gnnscale.loader.fetch import fetch_stage
-from gnnscale.loader.options import check_pyg_options, stream_options
+from gnnscale.loader.hetero import hetero_fanouts, hetero_input_nodes, hetero_topology, is_hetero
+from gnnscale.loader.hetero_fetch import hetero_fetch_stage
+from gnnscale.loader.options import check_pyg_options, input_node_ids, stream_options
 from gnnscale.loader.sample import SampleStage
 from gnnscale.loader.stream import SeedLoader
 from gnnscale.sampling.nodewise import NodewiseSampler
+from gnnscale.sampling.typed_nodewise import TypedNodewiseSampler
 
 
 class NeighborLoader(SeedLoader):
-    """Mini-batches of sampled neighborhoods of ``input_nodes``, as PyG ``Data`` objects.
+    """Mini-batches of sampled neighborhoods of ``input_nodes``, as PyG ``Data`` (or ``HeteroData``) objects.
 
     Args:
         data: a ``torch_geometric.data.Data`` (``edge_index`` int [2, num_edges], source in row 0; a Data
             without one is a graph without edges, and its batches have no ``edge_index``, as PyG's) or a
-            gnnscale :class:`~gnnscale.graph.dataset.NodeDataset`.
+            gnnscale :class:`~gnnscale.graph.dataset.NodeDataset`; or a typed graph: a
+            ``torch_geometric.data.HeteroData`` (every node type's count known, every edge type an
+            ``edge_index`` of local ids) or a gnnscale :class:`~gnnscale.graph.typed_dataset.TypedDataset`.
         num_neighbors: neighbors sampled per node per hop, seeds outwards; -1 takes every neighbor, 0 none
             (:func:`gnnscale.sampling.check_fanouts`, the rule of TrainConfig's fanouts too).
-            Hop ``k`` samples only the nodes hop ``k - 1`` added (PyG's node-wise sampling).
+            Hop ``k`` samples only the nodes hop ``k - 1`` added (PyG's node-wise sampling). On a typed
+            graph, one list for every edge type or PyG's dict ``{edge_type: [per hop]}`` naming every edge
+            type (``(src, rel, dst)`` or ``"src__rel__dst"``).
         input_nodes: the seed nodes: int64 tensor/array of unique ids, a bool mask [num_nodes], or
-            None for every node (default).
+            None for every node (default). On a typed graph ``(node_type, ids or mask or None)`` or
+            ``node_type``, ids local to the type (PyG's); None: a TypedDataset's target type.
         replace: sample with replacement (default False).
         subgraph_type: ``"directional"`` only (the sampled edges, pointing to the node they were
             sampled for); other types raise ``ValueError``.
@@ -75,6 +90,15 @@ class NeighborLoader(SeedLoader):
     NodeDataset, in its CSC), ``batch_size``, ``input_id`` (positions in ``input_nodes``; for a mask,
     node ids, as PyG), ``num_sampled_nodes`` (``len(num_neighbors) + 1`` ints, seeds first) and
     ``num_sampled_edges`` (one int per hop). A NodeDataset gives ``x`` and ``y`` only.
+
+    A typed graph's batch is a ``HeteroData`` with the same fields per store, as PyG's: every node type its
+    attributes, ``n_id`` (ids of the type, the input type's ``batch_size`` seeds first) and
+    ``num_sampled_nodes``; every edge type its attributes, ``edge_index`` (row 0 local to the source type's
+    nodes, row 1 to the destination type's), ``e_id`` (columns of its ``edge_index``; for a TypedDataset, of
+    :func:`~gnnscale.loader.to_pyg_hetero_data`'s) and ``num_sampled_edges``; the input type ``input_id`` and
+    ``batch_size``. A hop walks the edge types in the data's order, each sampling the nodes of its
+    destination type the previous hop added (:mod:`gnnscale.sampling.typed_nodewise`). A TypedDataset gives
+    ``x`` (the types with features) and ``y`` (the target type) only.
     """
 
     def __init__(self, data, num_neighbors, input_nodes=None, input_time=None, replace: bool = False,
@@ -93,54 +117,49 @@ class NeighborLoader(SeedLoader):
                                  seed=seed, prefetch=prefetch, generator=generator, transform=transform,
                                  device=device, pin_memory=pin_memory)
         self.data = data
-        graph, edge_ids = graph_of(data)
-        self.fetch = fetch_stage(data)
-        self.sample = SampleStage(NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids))
-        self.input_nodes, self._input_id = _input_nodes(input_nodes, graph.num_nodes)
+        if is_hetero(data):
+            topology = hetero_topology(data)
+            fanouts = hetero_fanouts(topology, num_neighbors)
+            self.fetch = hetero_fetch_stage(data, topology)
+            self.sample = SampleStage(TypedNodewiseSampler(topology.graph, fanouts, replace=replace))
+            self.input_type, self.input_nodes, self._input_id = hetero_input_nodes(input_nodes, data, topology.graph)
+            self._seeds = self.input_nodes + topology.graph.node_range(self.input_type)[0]  # the sampler's global ids
+            self._num_neighbors = {edge_type: list(fanouts[rel]) for edge_type, rel
+                                   in zip(topology.edge_types, topology.graph.relations)}
+        else:
+            graph, edge_ids = graph_of(data)
+            self.fetch = fetch_stage(data)
+            self.sample = SampleStage(NodewiseSampler(graph, num_neighbors, replace=replace, edge_ids=edge_ids))
+            self.input_type = None
+            self.input_nodes, self._input_id = input_node_ids(input_nodes, graph.num_nodes)
+            self._seeds = self.input_nodes
+            self._num_neighbors = self.sample.fanouts
         super().__init__(self.input_nodes.numel(), options)
 
     @property
-    def num_neighbors(self) -> tuple[int, ...]:
-        return self.sample.fanouts
+    def num_neighbors(self) -> tuple[int, ...] | dict[tuple[str, str, str], list[int]]:
+        """Neighbors per hop; on a typed graph per edge type (PyG's ``{edge_type: [per hop]}``)."""
+        return self._num_neighbors
 
     @property
-    def sampler(self) -> NodewiseSampler:
+    def sampler(self) -> NodewiseSampler | TypedNodewiseSampler:
         return self.sample.sampler
 
-    def _batch(self, index: Tensor, key: int) -> Data:
-        data = self.fetch(self.sample(self.input_nodes[index], key))
-        data.input_id = index if self._input_id is None else self._input_id[index]
+    def _batch(self, index: Tensor, key: int) -> Data | HeteroData:
+        data = self.fetch(self.sample(self._seeds[index], key))
+        input_id = index if self._input_id is None else self._input_id[index]
+        if self.input_type is None:
+            data.input_id = input_id
+        else:  # PyG's NodeLoader sets both on the input type's store, after the sampled counts
+            data[self.input_type].input_id = input_id
+            data[self.input_type].batch_size = int(index.numel())
         return data
 
     def __repr__(self) -> str:
-        return (f"NeighborLoader(num_neighbors={list(self.num_neighbors)}, input_nodes={self.input_nodes.numel()}, "
+        if self.input_type is None:
+            fanouts, seeds = list(self.num_neighbors), self.input_nodes.numel()
+        else:
+            fanouts, seeds = self.num_neighbors, (self.input_type, self.input_nodes.numel())
+        return (f"NeighborLoader(num_neighbors={fanouts}, input_nodes={seeds}, "
                 f"batch_size={self.batch_size}, shuffle={self.options.shuffle}, seed={self.seed}, "
                 f"device={self.device})")
-
-
-def _input_nodes(input_nodes, num_nodes: int) -> tuple[Tensor, Tensor | None]:
-    """The seed ids (int64, unique, in range) and, for a mask, PyG's ``input_id`` source (node ids)."""
-    if input_nodes is None:
-        return torch.arange(num_nodes), None
-    if isinstance(input_nodes, np.ndarray):
-        input_nodes = torch.from_numpy(input_nodes)
-    elif not isinstance(input_nodes, Tensor):
-        input_nodes = torch.as_tensor(input_nodes)
-    if input_nodes.dim() != 1:
-        raise ValueError(f"input_nodes: expected a 1-D tensor, got shape {tuple(input_nodes.shape)}")
-    mask = input_nodes.dtype == torch.bool
-    if mask:
-        if input_nodes.numel() != num_nodes:
-            raise ValueError(f"input_nodes: a bool mask needs one entry per node ({num_nodes}), got {input_nodes.numel()}")
-        input_nodes = input_nodes.nonzero().view(-1)
-    elif input_nodes.dtype.is_floating_point or input_nodes.dtype.is_complex:
-        raise TypeError(f"input_nodes: expected an integer tensor of node ids or a bool mask, got {input_nodes.dtype}")
-    input_nodes = input_nodes.cpu().to(torch.int64)
-    if input_nodes.numel() == 0:
-        raise ValueError("input_nodes: expected at least one node, got none" + (" (the mask is all False)" if mask else ""))
-    lo, hi = int(input_nodes.min()), int(input_nodes.max())
-    if lo < 0 or hi >= num_nodes:
-        raise ValueError(f"input_nodes: node ids must lie in [0, {num_nodes}), found {lo if lo < 0 else hi}")
-    if torch.unique(input_nodes).numel() != input_nodes.numel():
-        raise ValueError("input_nodes: expected unique node ids (a batch samples its seeds as one set), got repeats")
-    return input_nodes, input_nodes if mask else None

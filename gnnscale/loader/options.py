@@ -1,6 +1,7 @@
 """The arguments both loaders take from PyG and torch's ``DataLoader``, checked once: PyG's options that
-gnnscale does not implement, the worker-process options it ignores, and the ``DataLoader`` half (batches,
-order, seed, background stage, device) as one :class:`StreamOptions`."""
+gnnscale does not implement, the worker-process options it ignores, the ``DataLoader`` half (batches,
+order, seed, background stage, device) as one :class:`StreamOptions`, and PyG's ``input_nodes`` ids
+(:func:`input_node_ids`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from gnnscale.devices import resolve_device
 
@@ -118,3 +120,36 @@ def _resolve_seed(seed, generator) -> int:
         raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
     # Drawn once: the loader's epochs then follow from it, as a DataLoader's from its generator.
     return int(torch.randint(0, 2**62, (), generator=generator))
+
+
+def input_node_ids(input_nodes, num_nodes: int, nodes: str | None = None) -> tuple[Tensor, Tensor | None]:
+    """The seed ids of PyG's ``input_nodes`` (int64, unique, in ``[0, num_nodes)``) and, for a mask, PyG's
+    ``input_id`` source (node ids); None (every node), an int tensor, array or list, or a bool mask.
+    ``nodes`` names the nodes in the errors (a typed graph's ``"the paper nodes"``)."""
+    of = "" if nodes is None else f" ({nodes})"
+    if input_nodes is None:
+        return torch.arange(num_nodes), None
+    if isinstance(input_nodes, np.ndarray):
+        input_nodes = torch.from_numpy(input_nodes)
+    elif not isinstance(input_nodes, Tensor):
+        input_nodes = torch.as_tensor(input_nodes)
+    if input_nodes.dim() != 1:
+        raise ValueError(f"input_nodes: expected a 1-D tensor, got shape {tuple(input_nodes.shape)}")
+    mask = input_nodes.dtype == torch.bool
+    if mask:
+        if input_nodes.numel() != num_nodes:
+            raise ValueError(f"input_nodes: a bool mask needs one entry per node ({num_nodes}{of}), got "
+                             f"{input_nodes.numel()}")
+        input_nodes = input_nodes.nonzero().view(-1)
+    elif input_nodes.dtype.is_floating_point or input_nodes.dtype.is_complex:
+        raise TypeError(f"input_nodes: expected an integer tensor of node ids or a bool mask, got {input_nodes.dtype}")
+    input_nodes = input_nodes.cpu().to(torch.int64)
+    if input_nodes.numel() == 0:
+        raise ValueError("input_nodes: expected at least one node, got none"
+                         + (" (the mask is all False)" if mask else ""))
+    lo, hi = int(input_nodes.min()), int(input_nodes.max())
+    if lo < 0 or hi >= num_nodes:
+        raise ValueError(f"input_nodes: node ids must lie in [0, {num_nodes}){of}, found {lo if lo < 0 else hi}")
+    if torch.unique(input_nodes).numel() != input_nodes.numel():
+        raise ValueError("input_nodes: expected unique node ids (a batch samples its seeds as one set), got repeats")
+    return input_nodes, input_nodes if mask else None

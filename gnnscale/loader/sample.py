@@ -1,33 +1,36 @@
 """The loaders' sample stage: the node-wise neighborhoods of a batch's seeds
-(:class:`~gnnscale.sampling.nodewise.NodewiseSampler`, PyG's layout), keyed by the batch."""
+(:class:`~gnnscale.sampling.nodewise.NodewiseSampler`, PyG's layout; on a typed graph
+:class:`~gnnscale.sampling.typed_nodewise.TypedNodewiseSampler`), keyed by the batch."""
 
 from __future__ import annotations
 
 import threading
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from gnnscale.sampling.nodewise import NodewiseSample, NodewiseSampler
+from gnnscale.sampling.typed_nodewise import TypedNodewiseSample, TypedNodewiseSampler
 
 
 class SampleStage:
     """Samples a batch's seeds in one graph, for every iterator of a loader.
 
     Args:
-        sampler: the node-wise sampler over the graph; None samples no hop (PyG's ``num_neighbors=[]``,
-            which its link loader takes: a batch is then its seeds alone).
+        sampler: the node-wise sampler over the graph (typed or not); None samples no hop (PyG's
+            ``num_neighbors=[]``, which its link loader takes: a batch is then its seeds alone).
     """
 
-    def __init__(self, sampler: NodewiseSampler | None) -> None:
+    def __init__(self, sampler: NodewiseSampler | TypedNodewiseSampler | None) -> None:
         self.sampler = sampler
         self._lock = threading.Lock()
 
     @property
-    def fanouts(self) -> tuple[int, ...]:
+    def fanouts(self) -> tuple[int, ...] | np.ndarray:
         return () if self.sampler is None else self.sampler.fanouts
 
-    def __call__(self, seeds: Tensor, key: int) -> NodewiseSample:
+    def __call__(self, seeds: Tensor, key: int) -> NodewiseSample | TypedNodewiseSample:
         """The subgraph of ``seeds`` (unique int64 node ids) under ``key``."""
         if self.sampler is None:
             return _seeds_alone(seeds)

@@ -9,8 +9,9 @@ draw (:func:`floyd_subset`: plain and DGS choice) and the prefetching ahead of t
 
 numba caches a kernel under its own file's timestamp, not under those of the functions it inlines from
 here: a change to these functions must also change the files whose cached kernels inline them
-(fused.py, nodewise.py, dgs.py, matrix/kernels.py, gnnscale/distributed/sampling.py), or their stale
-kernels keep running (the fused kernel compiled before fanout -1 existed crashes on it).
+(fused.py, nodewise.py, typed.py, typed_nodewise.py, dgs.py, matrix/kernels.py,
+gnnscale/distributed/sampling.py), or their stale kernels keep running (the fused kernel compiled
+before fanout -1 existed crashes on it).
 """
 
 from __future__ import annotations
