@@ -38,9 +38,10 @@ def forbidden_lines(text: str) -> list[str]:
 
 
 def relative_links(text: str) -> list[tuple[str, str]]:
-    """(path, anchor) of every link that points into the checkout: not http(s), mailto or in-page."""
+    """(path, anchor) of every link that points into the checkout: not http(s), mailto or in-page. Fenced code
+    blocks hold code (``emb[t](ids)`` is a call), not links."""
     links = []
-    for target in LINK.findall(text):
+    for target in LINK.findall(re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.S | re.M)):
         if re.match(r"[a-z][a-z0-9+.-]*:", target, re.IGNORECASE) or target.startswith("#"):
             continue
         path, _, anchor = target.partition("#")
