@@ -15,6 +15,7 @@ import torch
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.mark.slow
 def test_every_benchmark_script_prints_its_help() -> None:
     scripts = sorted(BENCHMARKS.glob("*.py"))
     assert len(scripts) >= 10, f"expected the benchmark scripts under {BENCHMARKS}"

@@ -425,6 +425,7 @@ def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
     """SIGINT after a few epochs with --save-model: the model file holds the best-validation epoch so far, named
     on the last line; its weights are those an uninterrupted run has after that epoch (bit for bit), and that

@@ -29,6 +29,7 @@ print(json.dumps({"code": code, "compile_s": seconds[0], "compiled": compiled}))
 
 
 # The install step itself: minutes when the cache is cold (after a source change), more on a busy machine.
+@pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_make_run_training_compiles_nothing_after_the_install_step():
     install = subprocess.run([sys.executable, "-m", "gnnscale.compile"], capture_output=True, text=True,

@@ -28,6 +28,7 @@ def run_example(name: str, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_pyg_graphsage_on_synthetic_data() -> None:
     out = run_example("pyg_graphsage.py", "--num-nodes", "2000", "--epochs", "2", "--max-batches", "3",
                       "--batch-size", "64")
@@ -35,6 +36,7 @@ def test_pyg_graphsage_on_synthetic_data() -> None:
     assert re.search(r"^test accuracy [01]\.\d{4}$", out, re.MULTILINE), out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (CORA_DIR / "ind.cora.x").is_file(), reason=f"Cora not found at {CORA_DIR}")
 def test_pyg_graphsage_on_cora() -> None:
     out = run_example("pyg_graphsage.py", "--dataset", "cora", "--data-dir", str(CORA_DIR), "--epochs", "1",
@@ -42,6 +44,7 @@ def test_pyg_graphsage_on_cora() -> None:
     assert out.startswith("cora: 2708 nodes") and "test accuracy" in out, out
 
 
+@pytest.mark.slow
 def test_pyg_to_hetero_on_the_mag_preset() -> None:
     out = run_example("pyg_to_hetero.py", "--scale", "0.001", "--epochs", "1", "--hidden", "16")
     assert out.startswith("mag-shaped graph: 736 papers") and len(re.findall(r"^epoch 0: loss [\d.]+ ", out, re.M)) == 1
@@ -60,6 +63,7 @@ def run_distributed_example(partition_dir: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_pyg_graphsage_under_torchrun_on_synthetic_data(tmp_path) -> None:
     dataset = make_synthetic(SyntheticConfig(num_nodes=2000))
     write_partition_dir(dataset, 2, "metis", tmp_path / "parts")
@@ -71,8 +75,7 @@ def test_pyg_graphsage_under_torchrun_on_synthetic_data(tmp_path) -> None:
     assert len(re.findall(r"^test accuracy [01]\.\d{4} ", out, re.MULTILINE)) == 1, out  # rank 0 only
 
 
-# Slow tier: the same script and layout run under torchrun in the default tier on synthetic data (with
-# stricter assertions), and test_pyg_graphsage_on_cora covers Cora's loading.
+# The same script and layout run under torchrun on synthetic data (with stricter assertions) above.
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORA_DIR / "ind.cora.x").is_file(), reason=f"Cora not found at {CORA_DIR}")
 def test_pyg_graphsage_under_torchrun_on_cora(tmp_path) -> None:

@@ -57,6 +57,7 @@ def wait_for_epochs(proc: subprocess.Popen, epochs: int) -> None:
     raise AssertionError(f"the run ended before {epochs} epochs: {proc.communicate()[1][-3000:]}")
 
 
+@pytest.mark.slow
 def test_ctrl_c_under_the_launcher_is_the_workers_one_line(partition, tmp_path):
     ckpt = tmp_path / "c.ckpt"
     proc = start("--partitions", str(partition), *ARGS, "--checkpoint", str(ckpt))
@@ -75,6 +76,7 @@ def test_ctrl_c_under_the_launcher_is_the_workers_one_line(partition, tmp_path):
     assert newest_complete(ckpt).payload["epoch"] >= 1
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_one_line_beside_the_survivors_line(partition):
     # torchrun's summary (20 lines) and its log line are gone: the survivor says why it stopped, the
     # launcher says which worker died and how, since that worker could not.
@@ -106,6 +108,7 @@ def test_a_bad_flag_is_one_line_before_any_worker_starts(partition, monkeypatch,
         2, "gnnscale train: error: --batch-size: expected an int >= 1, got 0\n", [])
 
 
+@pytest.mark.slow
 def test_a_workers_usage_error_is_one_line_and_not_restarted(tmp_path):
     # Found by the workers (the flags are fine): every worker finds it, the first of the machine says it,
     # and --max-restarts does not run it twice more (plain torchrun: 3 times, 48 lines).
@@ -142,6 +145,7 @@ def test_one_line_per_worker_that_has_not_said_why(tmp_path, workers, expected):
     assert unexplained_failures(ChildFailedError("gnnscale", failures)) == expected
 
 
+@pytest.mark.slow
 def test_a_machine_that_never_joins_is_one_line_after_the_rendezvous_timeout(partition):
     cmd = [sys.executable, "-m", "gnnscale.launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1",
            "--master-addr", "127.0.0.1", "--master-port", str(rendezvous_port()), "--rdzv-conf", "timeout=5",

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 REFUSED = ("pymetis", "kaminpar", "torch_geometric")
 # The modules that are about one of those packages, and why (each must still fail on its package, so that the
@@ -73,6 +75,7 @@ def test_every_module_but_the_pyg_ones_imports_without_the_optional_packages():
     assert all(why == "torch_geometric" or why.startswith("torch_geometric.") for why in failed.values()), failed
 
 
+@pytest.mark.slow
 def test_the_gpu_tests_collect_without_the_optional_packages():
     code = REFUSE + """
 import pytest

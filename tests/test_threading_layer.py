@@ -33,6 +33,7 @@ def _run(env_extra: dict, prefix: list[str] | None = None) -> subprocess.Complet
                           timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_trainer_runs_on_a_threadsafe_layer():
     assert choose_threading_layer() in THREADSAFE_LAYERS
     done = _run({})
@@ -56,6 +57,7 @@ def _system_libgomp() -> Path | None:
     return None
 
 
+@pytest.mark.slow
 def test_without_the_system_openmp_runtime_numba_still_gets_a_threadsafe_layer():
     """A fresh machine without libgomp (slim images): numba's omp layer links the system's
     libgomp.so.1.0.0 and would fall back to workqueue; the tbb dependency must take over."""

@@ -96,7 +96,8 @@ def test_samplers_feature_store_and_agree(world_size):
     assert all(t["grad"]["rounds"] == 0 for t in totals)
 
 
-@pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 3])
 def test_typed_samplers_and_feature_store(world_size, tmp_path):
     """Over a typed partition of the mag-shaped graph: vanilla and hybrid typed blocks == sample_typed_blocks on the
     whole graph (2(L-1) sample rounds, none), the typed store's input == the one-process store's in 2 feature

@@ -166,6 +166,7 @@ def test_bad_bulk_and_layer_size_are_refused_with_the_flag(field, value, message
         TrainConfig(sampler="ladies", **{field: value})
 
 
+@pytest.mark.slow
 def test_a_bad_replication_stops_every_worker_before_training(partitions):
     run = run_launch(torchrun(2, "--partitions", str(partitions), "--layout", "1.5d", "--replication", "3",
                               "--sampler", "matrix", *TRAIN_ARGS))

@@ -310,6 +310,7 @@ print(json.dumps(peaks))
 """
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_chunk_and_nodes_not_edges(tmp_path):
     # 20,000 nodes and 1.5M edges (24 MB as int64 [2, E], 48 MB of keys once symmetrised), 16 features;
     # the OGB fake: 20,000 nodes and 1M edges in a compressed archive.

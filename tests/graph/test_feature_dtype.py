@@ -194,6 +194,7 @@ def test_a_manifest_naming_an_unknown_feature_dtype_is_refused_with_its_path(dat
         load_partition(tmp_path / "p", 0)
 
 
+@pytest.mark.slow
 def test_the_cli_partitions_in_half_precision_and_refuses_another_dtype(tmp_path):
     cmd = [sys.executable, "-m", "gnnscale", "partition", "--dataset", "synthetic", "-o", "num_nodes=500",
            "--parts", "2", "--out", str(tmp_path / "p")]

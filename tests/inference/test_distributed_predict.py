@@ -92,6 +92,7 @@ def test_dataset_flags_with_partitions_are_one_line(setup, tmp_path, capsys):
     assert err.count("\n") == 1 and "error: --partitions: --dataset cannot be used with --partitions" in err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_distributed_eval_full_scores_what_predict_scores(setup, tmp_path):
     parts, _ = setup

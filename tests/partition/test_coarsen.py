@@ -295,6 +295,7 @@ def cut_fraction(graph: CSCGraph, part: np.ndarray) -> float:
     return float(np.mean(part[graph.indices] != np.repeat(part, graph.in_degrees())))
 
 
+@pytest.mark.slow
 def test_whole_graph_path_when_it_fits(products):
     pytest.importorskip("kaminpar")
     part, report = assign_parts_reported(products.graph, 4, "kaminpar", train_idx=products.train_idx, memory_gb=8)
@@ -370,6 +371,7 @@ def test_cli_bad_memory_gb_is_one_line_naming_the_flag(tmp_path, capsys):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_mid_partition_removes_the_temporary_files_and_writes_nothing(tmp_path):
     """A scheduler's (or `timeout`'s) SIGTERM while KaMinPar's temporary files exist: they are removed
     as after Ctrl-C, --out is not written, and one line says so (exit 130)."""
@@ -429,6 +431,7 @@ MEASURED_GROWTH_NOTE = ("measured: 9 MB for a 64 MB file (50,000 nodes, 8M direc
                         "every 2**21 entries (one cluster's 64 rows mapped ~29 MB: large folios)")
 
 
+@pytest.mark.slow
 def test_coarsening_memory_is_bounded_by_nodes_and_chunk_not_edges(tmp_path):
     rng = np.random.default_rng(0)
     n, m = 50_000, 4_000_000

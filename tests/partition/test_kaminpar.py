@@ -174,6 +174,7 @@ print(json.dumps({"load": load, "write": write}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_writing_the_file_holds_a_chunk_and_arrays_per_node_not_the_edges(tmp_path, symmetric):
     rng = np.random.default_rng(0)

@@ -425,6 +425,7 @@ def test_cli_partition_bad_input_is_one_clear_line(tmp_path, capsys, extra, mess
     assert err.startswith("gnnscale partition: error:") and message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["random", "kaminpar"])
 def test_a_full_disk_names_where_the_write_went_and_leaves_nothing(tmp_path, method):
     # 300 nodes of 64 features: the features (77 kB) pass the limit, and with kaminpar the temporary

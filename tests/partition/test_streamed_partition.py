@@ -127,6 +127,7 @@ BYTES_PER_NODE = 64
 BYTES_PER_CHUNK_EDGE = 16
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_chunk_and_nodes_not_edges(tmp_path):
     # 20,000 nodes, 200 in-edges each: 4M edges, 16 MB of int32 indices (32 MB with the relabelled copy
     # the in-memory path held); the streamed path may hold 2.4 MB of per-node arrays and a 20,000-edge chunk.

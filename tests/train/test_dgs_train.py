@@ -119,6 +119,7 @@ def test_the_default_schedule_explains_early_and_short_periods_shorten_the_lag()
     assert DGSConfig().schedule.in_use(9) is None and DGSConfig().schedule.in_use(10) == 5
 
 
+@pytest.mark.slow
 def test_the_layout_follows_the_schedule_and_the_masks_on_two_workers():
     outcomes = spawn_run(dgs_train_workers.check_dgs_layout, 2, timeout_s=TIMEOUT_S)
     failed = {r: o for r, o in enumerate(outcomes) if o.status != "ok" or o.exitcode != 0}
@@ -128,6 +129,7 @@ def test_the_layout_follows_the_schedule_and_the_masks_on_two_workers():
         assert any(remote for *_, remote in o.payload["seen"]), "no remote row was narrowed"
 
 
+@pytest.mark.slow
 def test_a_failed_explanation_or_foreign_masks_stop_every_worker():
     outcomes = spawn_run(dgs_train_workers.check_dgs_failures, 2, timeout_s=TIMEOUT_S)
     failed = {r: o for r, o in enumerate(outcomes) if o.status != "ok" or o.exitcode != 0}
@@ -171,6 +173,7 @@ DGS = ("--dgs", "--dgs-period", "3", "--dgs-warmup", "2", "--dgs-lag", "2", "--d
 DGS_DECISIONS = ("feature_bytes", "remote_nodes", "dims_sent_mean", "refreshes", "mask_iteration", "staleness_mean")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # two launches of two workers
 def test_dgs_on_the_device_path_trains_bit_for_bit_like_the_host_run(launched):
     """--dgs --device cpu: the model and its step on the training device, batches through the copy stage (the

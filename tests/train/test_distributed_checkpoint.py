@@ -122,6 +122,7 @@ def interrupted(partitions, tmp_path_factory):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # its fixture's three launches, on a busy 2-core machine
 @pytest.mark.parametrize("layout", LAYOUT_CASES)
 def test_a_run_killed_mid_epoch_resumes_exactly(interrupted, layout):
@@ -144,6 +145,7 @@ def test_a_run_killed_mid_epoch_resumes_exactly(interrupted, layout):
     assert all(torch.equal(run["full_weights"][k], run["resumed_weights"][k]) for k in run["full_weights"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_hybrid_continues_on_another_worker_count_at_an_epoch_boundary(interrupted, partitions, tmp_path):
     run = interrupted("hybrid")
@@ -169,6 +171,7 @@ def launched_as(monkeypatch, rank: int, world_size: int) -> None:
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.slow  # its fixture is a killed run
 def test_what_a_launch_cannot_honour_is_one_line_before_training(interrupted, partitions, tmp_path, monkeypatch,
                                                                   capsys):
     run = interrupted("hybrid")
@@ -503,6 +506,7 @@ CRASH_CASES = [pytest.param("hybrid", ()),
                pytest.param("1.5d", ("--sampler", "matrix", "--replication", "2"), id="1.5d", marks=pytest.mark.slow)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("layout, extra", CRASH_CASES)
 def test_a_crashed_run_finishes_by_itself_with_the_uninterrupted_weights(partitions, layout, extra, tmp_path):

@@ -97,6 +97,7 @@ def test_hybrid_and_vanilla_train_identically_with_2_vs_2L_rounds(launched, npro
             assert 0 < m["cpu_s"] <= m["epoch_s"] * os.cpu_count(), (m["cpu_s"], m["epoch_s"])
 
 
+@pytest.mark.slow
 def test_background_loading_does_not_change_distributed_training(launched, partitions, tmp_path):
     """Vanilla's loading stage is collective (remote sampling, feature fetch) and runs on its own process
     group beside the training step; run ahead (the default --prefetch 1) or not, the workers must train
@@ -125,6 +126,7 @@ def launch_on(device: str, partitions, out: Path, *extra: str, layout: str = "hy
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_device_cpu_trains_distributed_bit_for_bit_like_no_device(launched, partitions, tmp_path):
     """--device cpu on every worker, sampling on the device and feature rows held there: the model, the
     copy stage (the identity), the device sampler (the fused sampler's blocks in torch ops), the device
@@ -138,6 +140,7 @@ def test_device_cpu_trains_distributed_bit_for_bit_like_no_device(launched, part
         assert a["rounds_per_iteration"] == b["rounds_per_iteration"]
 
 
+@pytest.mark.slow
 def test_vanilla_on_the_device_path_trains_bit_for_bit_like_no_device(launched, partitions, tmp_path):
     """--layout vanilla with --device cpu and feature rows held on the device (the GPU cache in front of the
     partitioned store, its hot set ranked by in-degrees gathered from both parts): its sampling stays on the host
@@ -177,7 +180,8 @@ def test_two_workers_on_the_gpus_train_like_two_on_the_cpu(launched, partitions,
         assert a["rounds_per_iteration"]["grad"] == 1
 
 
-@pytest.mark.parametrize("feature_dtype", [pytest.param("float16", marks=pytest.mark.slow), "bfloat16"])
+@pytest.mark.slow
+@pytest.mark.parametrize("feature_dtype", ["float16", "bfloat16"])
 def test_half_precision_parts_train_exactly_like_float32_parts_of_the_rounded_features(dataset, tmp_path,
                                                                                       feature_dtype):
     """Half precision changes what is stored and sent, not how the workers compute: parts stored in
@@ -200,6 +204,7 @@ def test_half_precision_parts_train_exactly_like_float32_parts_of_the_rounded_fe
         assert h["bytes_per_iteration"]["feature"] < 0.75 * w["bytes_per_iteration"]["feature"]
 
 
+@pytest.mark.slow
 def test_one_worker_equals_the_single_machine_trainer(dataset, launched):
     distributed = launched(1, "hybrid", "4,3")
     model_cfg = ModelConfig(name="sage", in_dim=dataset.feature_dim, hidden_dim=16, num_classes=dataset.num_classes,
@@ -211,6 +216,7 @@ def test_one_worker_equals_the_single_machine_trainer(dataset, launched):
                                                                          s["test_acc"])
 
 
+@pytest.mark.slow
 def test_two_machines_train_like_one(partitions, launched, tmp_path):
     # torchrun --nnodes 2 --node-rank 0|1 on one host: two launchers, one worker each, rendezvous on a port.
     port, out = rendezvous_port(), tmp_path / "two_machines.json"
@@ -236,6 +242,7 @@ def copy_partition(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
 def test_a_broken_part_file_stops_every_worker_with_its_name(partitions, tmp_path, damage):
     broken = copy_partition(partitions[2], tmp_path / "broken")
@@ -258,6 +265,7 @@ def test_a_broken_part_file_stops_every_worker_with_its_name(partitions, tmp_pat
     assert len(re.findall(r"traceback : gnnscale train: stopped: rank 1 of 2 failed .*part1/labels.npy", output)) == 2
 
 
+@pytest.mark.slow
 def test_a_peer_dead_on_another_machine_stops_this_one_through_the_collective_wrapper(partitions):
     # Two "machines": torchrun on machine 1 sees its worker die and stops, but nothing tells machine
     # 0's torchrun. Only gnnscale's collective wrapper can stop rank 0: its collective fails, Comm._run
@@ -313,6 +321,7 @@ def test_a_frozen_peer_stops_the_others_within_the_timeout(partitions):
         launch.stop()
 
 
+@pytest.mark.slow
 def test_a_worker_count_that_does_not_divide_the_part_count_is_refused(partitions):
     run = run_launch(torchrun(3, "--partitions", str(partitions[4]), "--fanouts", "4,3", *TRAIN_ARGS))
     output = run.stdout + run.stderr
@@ -323,6 +332,7 @@ def test_a_worker_count_that_does_not_divide_the_part_count_is_refused(partition
                     "workers, or repartition with gnnscale partition --parts 3"], output[-3000:]
 
 
+@pytest.mark.slow
 def test_two_workers_on_four_parts_train_identically_in_hybrid_and_vanilla(partitions, tmp_path):
     """Each worker holds two consecutive parts as one: hybrid reads their features and the whole
     topology, vanilla their in-edges, concatenated; same keys, so the same blocks and losses."""

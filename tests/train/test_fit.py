@@ -91,7 +91,8 @@ def test_own_model_in_one_process_trains_exactly_like_the_reference(dataset, kin
     assert [h["iteration_losses"] for h in report.history] == expected
 
 
-@pytest.mark.parametrize("nproc", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
 @pytest.mark.parametrize("kind", ["blocks", "pyg"])
 def test_own_model_trains_distributed_like_its_workers_in_one_process(launched, partitions, nproc, kind):
     runs = launched(nproc)
@@ -108,6 +109,7 @@ def test_own_model_trains_distributed_like_its_workers_in_one_process(launched, 
     assert runs[f"{kind}-hybrid"] == runs[f"{kind}-vanilla"]
 
 
+@pytest.mark.slow
 def test_builtin_model_through_fit_trains_exactly_like_the_cli(launched, partitions, tmp_path):
     out = tmp_path / "cli.json"
     run = run_launch(torchrun(2, "--partitions", str(partitions[2]), "--layout", "hybrid", "--metrics-out", str(out),

@@ -59,7 +59,8 @@ def one_process(dataset) -> list[dict]:
 KEYS = ("loss", "train_acc", "val_score", "test_score", "sampled_edges", "iteration_losses")
 
 
-@pytest.mark.parametrize("layout", ["hybrid", pytest.param("vanilla", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default tier's link workers: test_two_link_workers_split_the_edges_of_one_process...
+@pytest.mark.parametrize("layout", ["hybrid", "vanilla"])
 def test_one_link_worker_equals_one_process(dataset, partitions, tmp_path, layout):
     distributed = launch(partitions, tmp_path, 1, layout)
     assert distributed["task"] == "link"

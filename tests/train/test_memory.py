@@ -43,6 +43,7 @@ def _faults(mode: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not keep_freed_memory().applied,
                     reason="glibc's malloc only")
 def test_freed_memory_is_reused_instead_of_faulted_in_again():

@@ -98,16 +98,14 @@ def relative(a, b) -> float:
 
 
 def split_cases():
-    # Replicated sampling's splits are split_blocks', tested against the whole mini-batch in the default tier
-    # (test_split_distributed.py); its trainer runs are slow-tier, to keep the default tier short.
-    # GAT's split layers on 2 workers in the default tier (4 workers cost twice the launch on 2 cores); every
-    # 4-worker case in the slow tier.
-    fast = [(2, "sage", "owner"), (2, "gat", "owner")]
-    slow = [(4, "gat", "owner"), (4, "sage", "owner"), (2, "sage", "replicated"), (4, "gat", "replicated")]
-    return [pytest.param(*case, id="-".join(map(str, case))) for case in fast] + \
-           [pytest.param(*case, id="-".join(map(str, case)), marks=pytest.mark.slow) for case in slow]
+    # The trainer runs are slow-tier, to keep the default tier short: there, the split blocks and training of
+    # spawned workers are tested against the whole mini-batch and one process (test_split_distributed.py).
+    cases = [(2, "sage", "owner"), (2, "gat", "owner"), (4, "gat", "owner"), (4, "sage", "owner"),
+             (2, "sage", "replicated"), (4, "gat", "replicated")]
+    return [pytest.param(*case, id="-".join(map(str, case))) for case in cases]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc, model, sampling", split_cases())
 def test_split_training_equals_the_single_process_trainer(partitions, nproc, model, sampling, tmp_path):
     run = launch_training(nproc, partitions[nproc], tmp_path / "split.json", "--layout", "split",
@@ -178,6 +176,7 @@ def check_split_edge_metrics(run: dict, dataset: NodeDataset, partition_dir: Pat
         assert got["iterations"] == num_batches
 
 
+@pytest.mark.slow
 def test_a_bfloat16_wire_halves_the_exchanged_bytes_and_trains_alike(partitions, tmp_path):
     """--shuffle-dtype bfloat16: every split exchange (layer 0's sums, the hidden shuffles both ways)
     sends exactly half the bytes, and training follows the float32 run closely but not bit for bit
@@ -195,6 +194,7 @@ def test_a_bfloat16_wire_halves_the_exchanged_bytes_and_trains_alike(partitions,
         assert any(a != b for a, b in losses)
 
 
+@pytest.mark.slow
 def test_the_device_path_on_cpu_tensors_trains_the_host_split_bit_for_bit(partitions, tmp_path):
     """What a GPU run does differently, on the CPU: the layers' torch path (--kernels torch) and each worker's
     hottest own rows read through the device cache (--gpu-cache-fraction, GSplit's per-GPU caches). The same
@@ -234,6 +234,7 @@ def test_split_on_cuda_trains_like_the_cpu_run(partitions, tmp_path, model, cach
         assert g["edge_metrics"] == c["edge_metrics"]  # the same splits: sampled on the host either way
 
 
+@pytest.mark.slow
 def test_a_cache_changes_the_bytes_not_the_training(partitions, tmp_path):
     """Hybrid without a cache vs vanilla with one (the layouts train identically, tested elsewhere): the same
     losses and accuracies, exactly 2 feature rounds, fewer feature bytes; and the data-parallel edge metrics
@@ -306,6 +307,7 @@ def test_cache_fraction_without_partitions_is_an_error(capsys):
     assert "--cache-fraction: applies to a distributed run" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_worker_killed_during_split_training_stops_the_others(partitions, tmp_path):
     """Four `gnnscale train --layout split` processes (started without torchrun, so that nothing but gnnscale
     itself can stop the survivors); rank 2 is killed mid-training. Each survivor must stop with the

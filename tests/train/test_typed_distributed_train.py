@@ -61,8 +61,10 @@ def launched(partitions, tmp_path_factory):
     return get
 
 
-# 4 workers and 3 layers: the slow tier; 2 workers and 2 layers prove the same claim in the default one.
-@pytest.mark.parametrize("nproc, fanouts", [(2, "4,3"), pytest.param(4, "4,3,2", marks=pytest.mark.slow)])
+# Half a minute and more on 2 cores: the slow tier (tests/train/test_distributed_train.py proves the claim for a
+# graph of one type in the default one).
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc, fanouts", [(2, "4,3"), (4, "4,3,2")])
 def test_hybrid_and_vanilla_train_identically_with_2_vs_2L_rounds(launched, nproc, fanouts):
     hybrid, vanilla = launched(nproc, "hybrid", fanouts), launched(nproc, "vanilla", fanouts)
     layers = len(fanouts.split(","))
@@ -115,6 +117,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one(launched, partitions, tmp_pa
         capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_broken_part_stops_every_worker_with_its_name(partitions, tmp_path):
     broken = Path(shutil.copytree(partitions[2], tmp_path / "broken"))
     target = broken / "part1" / "features.paper.npy"
