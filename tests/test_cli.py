@@ -397,6 +397,7 @@ def test_resume_auto_starts_afresh_without_a_checkpoint_and_resumes_with_one(tmp
     assert "argument --resume: invalid choice: 'later' (choose from 'auto')" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_saying_what_was_saved(tmp_path):
     """SIGINT in the middle of a run: one line on stderr naming the checkpoint and the metrics file, no
     traceback, exit status 130; the checkpoint resumes."""

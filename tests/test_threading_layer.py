@@ -41,6 +41,7 @@ def test_trainer_runs_on_a_threadsafe_layer():
     assert done.stdout.split()[-1] in THREADSAFE_LAYERS
 
 
+@pytest.mark.slow
 def test_workqueue_layer_is_refused_with_a_clear_error():
     # workqueue aborts the process when the loader thread and the training thread both run kernels.
     done = _run({"NUMBA_THREADING_LAYER": "workqueue"})

@@ -173,7 +173,6 @@ DGS = ("--dgs", "--dgs-period", "3", "--dgs-warmup", "2", "--dgs-lag", "2", "--d
 DGS_DECISIONS = ("feature_bytes", "remote_nodes", "dims_sent_mean", "refreshes", "mask_iteration", "staleness_mean")
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)  # two launches of two workers
 def test_dgs_on_the_device_path_trains_bit_for_bit_like_the_host_run(launched):
     """--dgs --device cpu: the model and its step on the training device, batches through the copy stage (the

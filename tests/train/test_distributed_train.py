@@ -140,7 +140,6 @@ def test_device_cpu_trains_distributed_bit_for_bit_like_no_device(launched, part
         assert a["rounds_per_iteration"] == b["rounds_per_iteration"]
 
 
-@pytest.mark.slow
 def test_vanilla_on_the_device_path_trains_bit_for_bit_like_no_device(launched, partitions, tmp_path):
     """--layout vanilla with --device cpu and feature rows held on the device (the GPU cache in front of the
     partitioned store, its hot set ranked by in-degrees gathered from both parts): its sampling stays on the host

@@ -41,6 +41,7 @@ def test_the_bulk_shown_is_the_one_sampled(capsys, bulk, batches, shown):
     assert capsys.readouterr().out.rstrip("\n").endswith(f"6.4k edges/s{shown}")
 
 
+@pytest.mark.slow
 def test_a_save_during_training_names_the_checkpoint_phase():
     # A peer that dies while the others save is reported by the collective's category: "checkpoint",
     # not "setup" (which reads as if the run had never started). The gather to rank 0 (sizes, then bytes)

@@ -194,7 +194,6 @@ def test_a_bfloat16_wire_halves_the_exchanged_bytes_and_trains_alike(partitions,
         assert any(a != b for a, b in losses)
 
 
-@pytest.mark.slow
 def test_the_device_path_on_cpu_tensors_trains_the_host_split_bit_for_bit(partitions, tmp_path):
     """What a GPU run does differently, on the CPU: the layers' torch path (--kernels torch) and each worker's
     hottest own rows read through the device cache (--gpu-cache-fraction, GSplit's per-GPU caches). The same
