@@ -103,21 +103,29 @@ class DataParallel:
         sampler = self.sampler if training else self.eval_sampler
         with timer.phase("sample"):
             sampled = sampler.sample_many(seeds, [s.key for s in steps])
+        if training:
+            for blocks in sampled:
+                self._record_edges(blocks, timer)
         return [Sampled(step=step, blocks=blocks, out_ids=ids, sampled_edges=sum(b.num_edges for b in blocks))
                 for step, ids, blocks in zip(steps, seeds, sampled)]
 
-    def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool = True) -> tuple[list, Tensor]:
-        """The rows of the first block's sources from the store; the first iterations' edge metrics."""
-        blocks = sampled.blocks
-        with timer.phase("fetch"):
-            x = self.store.gather(blocks[0].src_ids)
-        # The union mini-batch assumes node-wise sampling (a node's sampled in-neighbors are the
-        # same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has none.
-        if training and len(self._signatures) < UNION_ITERATIONS and is_plain_nodewise(blocks[0]):
+    def _record_edges(self, blocks: list, timer: PhaseTimer) -> None:
+        """The edge metrics of the first iterations' micro-batches as sampled, before a task's exclusion: a link
+        batch drops its own target edges, so after it one node's sampled in-degree differs between micro-batches
+        and they have no common union. The union mini-batch assumes node-wise sampling (a node's sampled
+        in-neighbors are the same in every micro-batch); LADIES (weighted blocks) draws per batch, so it has
+        none."""
+        if len(self._signatures) < UNION_ITERATIONS and is_plain_nodewise(blocks[0]):
             with timer.phase("metrics"):
                 on_host = [b.to("cpu") for b in blocks]  # blocks sampled on a GPU: the first few only
                 self._ledger.record(sum(b.num_edges for b in blocks), local_edges(on_host, self.part.book))
                 self._signatures.append(minibatch_signature(on_host))
+
+    def fetch(self, sampled: Sampled, timer: PhaseTimer, *, training: bool = True) -> tuple[list, Tensor]:
+        """The rows of the first block's sources from the store."""
+        blocks = sampled.blocks
+        with timer.phase("fetch"):
+            x = self.store.gather(blocks[0].src_ids)
         return blocks, x
 
     def loss_total(self, batch: Batch) -> None:
