@@ -69,6 +69,7 @@ def test_scale_benchmark_reports_every_stage_with_sane_numbers(tmp_path: Path) -
     assert "MB/it" in rows["train hybrid"]["note"]
 
 
+@pytest.mark.slow
 def test_scale_benchmark_refuses_a_run_that_does_not_fit_on_disk(tmp_path: Path) -> None:
     # Scale 100: ~11 billion nodes, terabytes of files; refused before anything is written.
     cmd = [sys.executable, str(BENCHMARKS / "scale.py"), "--scales", "100", "--work-dir", str(tmp_path / "work")]

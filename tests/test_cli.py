@@ -153,6 +153,7 @@ def test_the_epoch_line_mentions_bulks_only_when_sampling_in_bulks(capsys, sampl
     assert (bulk_text in line) if bulk_text else ("bulk" not in line), line
 
 
+@pytest.mark.slow
 def test_training_on_memory_mapped_arrays_warns_nothing(tmp_path):
     ds = make_synthetic(SyntheticConfig(num_nodes=400, feature_dim=4, seed=1))
     save_dataset(ds, tmp_path / "ds")  # loaded back memory-mapped, read-only
@@ -165,6 +166,7 @@ def test_training_on_memory_mapped_arrays_warns_nothing(tmp_path):
     assert run.returncode == 0 and "Warning" not in run.stderr, said[-1] if said else run.returncode
 
 
+@pytest.mark.slow
 def test_the_command_imports_without_full_collections_and_freezes_what_it_imported():
     """Start-up costs every process of a launch: the cyclic collector's full passes over the imports'
     long-lived objects cost about a second of CPU per worker. The command makes none while importing and
@@ -488,6 +490,7 @@ def test_an_unknown_flag_points_to_the_subcommands_help(capsys):
                                        "--help)\n")
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
     """`gnnscale info | head`: the pipe's reader closes before the command writes. Like a Unix tool, the
     command stops without a traceback or an error line (the shell's status for SIGPIPE, 141)."""

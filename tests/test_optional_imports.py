@@ -87,6 +87,7 @@ sys.exit(pytest.main(["--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovid
     assert "tests/train/test_train_device.py::test_a_run_on_cuda_trains_like_the_cpu_run" in done.stdout
 
 
+@pytest.mark.slow
 def test_metis_without_pymetis_is_one_line_saying_how_to_install(tmp_path):
     code = REFUSE + """
 from gnnscale.cli import main

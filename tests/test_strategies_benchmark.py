@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import strategies  # noqa: E402  (benchmarks/ is not a package)
 from distributed import torchrun_command  # noqa: E402
@@ -48,6 +50,7 @@ def test_half_precision_strategies_name_a_stored_feature_type_and_a_float32_twin
     assert names["split-bfloat16"].args == ("--layout", "split", "--shuffle-dtype", "bfloat16")
 
 
+@pytest.mark.slow
 def test_the_installed_cli_offers_the_data_and_split_parallel_layouts() -> None:
     help_text = strategies.train_help()
     for name in ("vanilla", "hybrid", "split"):

@@ -25,7 +25,8 @@ def test_split_training_equals_single_process(world_size):
     assert all(t["num_cached"] == cache_workers.FRACTION * 500 for t in totals)
 
 
-@pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default tier's split proof: test_split_training_equals_single_process[2]
+@pytest.mark.parametrize("world_size", [2, 4])
 def test_owner_driven_splits_equal_the_whole_minibatch_split(world_size):
     """Each worker samples only its own destinations (owner_split_blocks): the same splits as split_blocks
     on the whole mini-batch up to row order, 2 and 3 layers, with and without replacement, both kinds; the

@@ -271,6 +271,7 @@ def test_existing_target_and_bad_arguments_are_refused_before_any_work(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "e.npy", "f.npy", "l.npy", "taken"]
 
 
+@pytest.mark.slow
 def test_a_write_that_fails_midway_leaves_no_directory(tmp_path):
     # The topology (about 12 kB of indices) fits under the limit, the features (77 kB) do not.
     (tmp_path / "in").mkdir()

@@ -100,6 +100,7 @@ print(json.dumps({"peak": tracemalloc.get_traced_memory()[1], "edges": summary.n
 """
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_chunk_and_nodes_not_edges(tmp_path):
     # 100,000 nodes, ~8M directed edges (64 MB as int64 keys, 32 MB of int32 indices), 16 MB of features.
     fields = dict(num_nodes=100_000, avg_degree=80.0, num_classes=20, feature_dim=40, degree_exponent=3.0,

@@ -255,6 +255,7 @@ def test_cli_bad_threads_is_one_line_naming_the_flag(tmp_path, capsys):
     assert capsys.readouterr().err == "gnnscale partition: error: --threads: expected an int >= 1, got 0\n"
 
 
+@pytest.mark.slow
 def test_missing_kaminpar_is_one_line_saying_how_to_install(tmp_path):
     # A kaminpar package that fails to import, found first on the path: what a broken or absent install does.
     fake = tmp_path / "site" / "kaminpar"

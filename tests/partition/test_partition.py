@@ -361,6 +361,7 @@ def test_existing_directory_needs_overwrite(ds, written, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "file"], "staging or old directories left behind"
 
 
+@pytest.mark.slow
 def test_killed_write_is_never_taken_for_a_partition(tmp_path):
     # The child dies (os._exit: no cleanup, like SIGKILL) in the middle of writing part 1.
     target = tmp_path / "parts"

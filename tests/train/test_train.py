@@ -409,6 +409,7 @@ def test_reprs_are_short():
                                 f"num_edges={blocks[-1].num_edges}, device=cpu)")
 
 
+@pytest.mark.slow
 def test_python_dash_m_gnnscale_info():
     out = subprocess.run([sys.executable, "-m", "gnnscale", "info", *SYNTH, "--json"], check=True,
                          capture_output=True, text=True, timeout=120).stdout
