@@ -207,7 +207,7 @@ def _tol(dtype):
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """Gradients of a fixed weighted sum of ``out``; a tensor the output does not reach gets zeros (the last
     layer's relations into other types than the seeds' do not reach it, in PyG's model as in ours)."""
-    weight = torch.arange(out.numel(), dtype=out.dtype).view_as(out) / out.numel()
+    weight = torch.arange(out.numel(), dtype=out.dtype, device=out.device).view_as(out) / out.numel()
     grads = torch.autograd.grad((out * weight).sum(), inputs, allow_unused=True)
     return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, inputs)]
 
