@@ -5,7 +5,7 @@ R-GCN, R-SAGE and R-GAT against an MLP, on the mag-shaped graph; every table fro
         --pyg-python "$(benchmarks/pyg_setup.sh)/bin/python" [--scale 1.0] [--parts sampler,epoch,accuracy] \
         [--fanouts 25,20] [--batch-size 1024] [--threads 1,2] [--num-batches 8] [--repeat 3] \
         [--epoch-threads 2] [--epochs 2] [--iterations K] [--hidden 64] \
-        [--accuracy-scale 0.01] [--accuracy-seeds 0,1,2] [--accuracy-epochs 5] [--json FILE]
+        [--accuracy-scale 0.01] [--accuracy-seeds 0,1,2] [--accuracy-epochs 5] [--full-batch-epochs 200] [--json FILE]
 
 The graph is the synthetic ``mag`` preset (:mod:`gnnscale.graph.typed_synthetic`: ogbn-mag's types, counts and
 relations at ``--scale``, with reverses; 128-d features on papers only, labels on papers), written once under
@@ -29,7 +29,9 @@ relations at ``--scale``, with reverses; 128-d features on papers only, labels o
   sides alike, to its first K batches (the table says so).
 * ``accuracy``: R-GCN, R-SAGE and R-GAT (``fit``, 2 layers) and a two-layer MLP of the papers' own features on
   the mag-shaped graph at ``--accuracy-scale``, one run per seed; test accuracy at the best validation epoch,
-  mean and spread over the seeds, beside the generator's ``feature_accuracy`` and margin.
+  mean and spread over the seeds, beside the generator's ``feature_accuracy`` and margin. Then PyG's
+  ``to_hetero(GraphSAGE)`` of examples/pyg_to_hetero.py trained with gnnscale's ``NeighborLoader`` (as that script
+  does, ``--accuracy-epochs``) and full batch (``--full-batch-epochs`` steps), both scored on the whole graph.
 """
 
 from __future__ import annotations
@@ -268,6 +270,52 @@ def typed_model_accuracy(ds, name: str, seed: int, a) -> float:
     return fit(seeded_model(cfg, seed), ds, inputs="blocks", config=train, progress=False).test_acc_at_best_val
 
 
+def pyg_accuracy(ds, seed: int, epochs: int, a, loader: bool) -> float:
+    """Test accuracy at the best validation epoch of PyG's ``to_hetero(GraphSAGE)`` (``HeteroSAGE`` of
+    examples/pyg_to_hetero.py), trained with gnnscale's ``NeighborLoader`` (``loader``) or full batch (one step
+    of the whole graph per epoch). Both are scored the same way, by the model on the whole graph: what separates
+    them is the training's neighborhoods alone."""
+    import torch
+    from torch.nn import functional as F
+
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    from pyg_to_hetero import HeteroSAGE, train_epoch
+
+    from gnnscale.loader import NeighborLoader, to_pyg_hetero_data
+
+    torch.set_num_threads(a.epoch_threads)
+    data = to_pyg_hetero_data(ds)
+    for t in data.node_types:  # the whole graph as one batch: every node is its own n_id, every paper a seed
+        data[t].n_id = torch.arange(data[t].num_nodes)
+    papers = data["paper"]
+    papers.batch_size = papers.num_nodes
+    fanouts = [int(f) for f in a.fanouts.split(",")]
+    torch.manual_seed(seed)
+    model = HeteroSAGE(data, a.hidden, ds.num_classes, num_layers=len(fanouts))
+    with torch.no_grad():  # the lazy layers learn their input widths
+        model(data)
+    optimizer = torch.optim.Adam(model.parameters(), lr=a.lr)
+    train_loader = NeighborLoader(data, num_neighbors=fanouts, input_nodes=("paper", papers.train_mask),
+                                  batch_size=a.batch_size, shuffle=True) if loader else None
+    best_val, test_at_best = -1.0, 0.0
+    for _ in range(epochs):
+        if loader:
+            train_epoch(model, train_loader, optimizer)
+        else:
+            model.train()
+            optimizer.zero_grad()
+            F.cross_entropy(model(data)["paper"][papers.train_mask], papers.y[papers.train_mask]).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            pred = model(data)["paper"].argmax(1)
+        val_acc = float((pred[papers.val_mask] == papers.y[papers.val_mask]).double().mean())
+        if val_acc > best_val:
+            best_val = val_acc
+            test_at_best = float((pred[papers.test_mask] == papers.y[papers.test_mask]).double().mean())
+    return test_at_best
+
+
 def accuracy_rows(a) -> list[dict]:
     from gnnscale.graph.datasets import load_dataset
     from gnnscale.graph.typed_synthetic import typed_preset_config
@@ -281,9 +329,13 @@ def accuracy_rows(a) -> list[dict]:
     print("| model | test acc at best val (mean) | min | max | (model - MLP) / margin |")
     print("| --- | --- | --- | --- | --- |")
     rows, mlp_mean = [], None
-    for name in ("mlp", *MODELS):
+    runs = {"mlp": lambda s: mlp_accuracy(ds, s, 200),
+            **{name: (lambda s, name=name: typed_model_accuracy(ds, name, s, a)) for name in MODELS},
+            "PyG to_hetero(SAGE), gnnscale NeighborLoader": lambda s: pyg_accuracy(ds, s, a.accuracy_epochs, a, True),
+            "PyG to_hetero(SAGE), full batch": lambda s: pyg_accuracy(ds, s, a.full_batch_epochs, a, False)}
+    for name, run in runs.items():
         start = time.perf_counter()
-        accs = [mlp_accuracy(ds, s, 200) if name == "mlp" else typed_model_accuracy(ds, name, s, a) for s in seeds]
+        accs = [run(s) for s in seeds]
         mean = statistics.mean(accs)
         mlp_mean = mean if name == "mlp" else mlp_mean
         beat = "-" if name == "mlp" else f"{(mean - mlp_mean) / gen.margin:.2f}"
@@ -316,6 +368,7 @@ def main() -> None:
     p.add_argument("--accuracy-scale", type=float, default=0.01)
     p.add_argument("--accuracy-seeds", default="0,1,2")
     p.add_argument("--accuracy-epochs", type=int, default=5)
+    p.add_argument("--full-batch-epochs", type=int, default=200, help="accuracy part: full-batch PyG's steps")
     p.add_argument("--seed", type=int, default=0, help="the dataset's and the seed batches'")
     p.add_argument("--timeout", type=float, default=7200, help="seconds per training process")
     p.add_argument("--lock", default=None, help="hold this lock file (flock) during each training process")
