@@ -24,8 +24,8 @@ from torch import nn
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
 from gnnscale.distributed.device_policy import DevicePolicy, decide, step_comm, use_device
-from gnnscale.nn import ModelConfig
-from gnnscale.nn.model_file import DatasetFacts
+from gnnscale.nn import ModelConfig, TypedModelConfig
+from gnnscale.nn.model_file import DatasetFacts, TypedDatasetFacts
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.partition.typed import TypedPartition
 from gnnscale.sampling import set_sampler_threads
@@ -268,9 +268,14 @@ def write_model_file(model: nn.Module, state: dict, part: LocalPartition, launch
                      outputs: RunOutputs, seed: int) -> None:
     """``outputs.model_out``: the weights ``state`` of ``model``, the data it was trained on and what its task
     records for later use (a link model's split, under the run's ``seed``)."""
-    facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
-                         num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
-    save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state,
+    cfg = launch.model_cfg
+    if isinstance(cfg, TypedModelConfig):  # its config holds the schema: node types, relations, widths
+        facts = TypedDatasetFacts(name=part.dataset_name, target_type=part.target_type, num_classes=cfg.num_classes,
+                                  num_nodes=part.book.num_nodes)
+    else:
+        facts = DatasetFacts(name=part.dataset_name, feature_dim=cfg.in_dim, num_classes=cfg.num_classes,
+                             num_nodes=part.book.num_nodes)
+    save_model(outputs.model_out, model, cfg, facts, state_dict=state,
                link_split=launch.task.model_file_record(launch.task_settings, seed))
 
 
