@@ -86,7 +86,8 @@ class PredictConfig:
                                     "and meta.json", metavar="DIR", required=True)
     nodes: str | None = setting(None, "predict only these node ids (.npy int array, or text with one id per line); "
                                       "row i of every output is then the i-th id, and nodes.npy is written beside "
-                                      "them", metavar="FILE")
+                                      "them (a typed dataset: local ids of its target type, whose nodes are the "
+                                      "rows)", metavar="FILE")
     embeddings: int | None = setting(None, "also write hidden layer LAYER's output (1 .. layers - 1, after its "
                                            "activation)", metavar="LAYER")
     logits: bool = setting(False, "write logits.npy instead of probabilities.npy")
