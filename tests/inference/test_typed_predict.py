@@ -135,3 +135,18 @@ def test_a_plain_model_on_a_typed_dataset_is_one_line(tmp_path, capsys):
     assert run_predict(tmp_path / "plain.pt", tmp_path / "o") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a model of graphs of one node type, but dataset synthetic-mag is a typed graph" in err
+
+
+def test_a_partitions_numbering_is_undone_in_the_embeddings_rows():
+    """Types a (2 nodes, features) and b (3 nodes, an embedding); a partition renumbered b's nodes 2, 3, 4 (new)
+    from the dataset's 4, 2, 3: new row 0 (dataset's node 4, local 2) goes to row 2, and so on."""
+    from gnnscale.nn.typed_models import embeddings_by_dataset_id
+
+    cfg = TypedModelConfig(name="rgcn", node_types=("a", "b"), feature_dims={"a": 3}, embedding_rows={"b": 3},
+                           relations=(("b", "r", "a"),), num_classes=2, num_layers=1, hidden_dim=2)
+    state = TypedModel(cfg).state_dict()
+    new_to_old = np.array([1, 0, 4, 2, 3])
+    moved = embeddings_by_dataset_id(state, cfg, new_to_old, np.array([0, 2, 5]))
+    by_hand = state["encoder.embed.b.weight"][[1, 2, 0]]  # dataset's local 0 was new row 1, 1 new row 2, 2 new row 0
+    torch.testing.assert_close(moved["encoder.embed.b.weight"], by_hand, rtol=0, atol=0)
+    assert all(torch.equal(moved[k], v) for k, v in state.items() if k != "encoder.embed.b.weight")
