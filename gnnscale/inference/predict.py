@@ -178,11 +178,12 @@ def predict(model_file: ModelFile, dataset: NodeDataset | TypedDataset, out: str
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
     cfg = model_file.config
-    target = typed_target(dataset, nodes) if isinstance(dataset, TypedDataset) else None
-    if target is None:
-        model_file.check_fits(name=dataset.name, feature_dim=dataset.feature_dim, num_classes=dataset.num_classes)
-    else:
+    typed = isinstance(dataset, TypedDataset)
+    if typed:
         model_file.check_fits_typed(dataset)
+    else:
+        model_file.check_fits(name=dataset.name, feature_dim=dataset.feature_dim, num_classes=dataset.num_classes)
+    rows = output_rows(dataset, nodes)
     check_metric(metric, dataset.num_classes)
     if embeddings is not None and not 1 <= embeddings < cfg.num_layers:
         raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
@@ -190,34 +191,26 @@ def predict(model_file: ModelFile, dataset: NodeDataset | TypedDataset, out: str
                          f"embeddings: the model has one layer and no hidden layer to write; got {embeddings}")
     started = time.perf_counter()
     with staging(out) as tmp:
-        if target is None:
-            layers = layerwise_inference(model_file.model, dataset.graph, dataset.features, tmp, nodes=nodes,
-                                         chunk_size=chunk_size, device=device)
-            rows = np.arange(dataset.graph.num_nodes) if nodes is None else nodes
-            subset, label_offset, rows_are = nodes, 0, ("node ids 0 .. num_nodes - 1" if nodes is None else
-                                                        "the node ids in nodes.npy")
-        else:
-            layers = typed_layerwise_inference(model_file.model, dataset.graph, dataset.features, tmp,
-                                               nodes=target.rows, chunk_size=chunk_size, device=device)
-            # The layer files hold every type's rows: the target type's are copied out, never the file itself.
-            rows, subset, label_offset, rows_are = target.rows, target.rows, target.offset, target.rows_are
+        infer = typed_layerwise_inference if typed else layerwise_inference
+        layers = infer(model_file.model, dataset.graph, dataset.features, tmp, nodes=rows.subset,
+                       chunk_size=chunk_size, device=device)
         inference_s = time.perf_counter() - started
         files = {}
         last = np.load(layers[-1], mmap_mode="r")
-        files["predictions.npy"], scores = _derive(last, None if subset is None else rows, tmp, logits)
+        files["predictions.npy"], scores = _derive(last, rows.subset, tmp, logits)
         files["logits.npy" if logits else "probabilities.npy"] = scores
         if embeddings is not None:
-            files["embeddings.npy"] = _rows_of(np.load(layers[embeddings - 1], mmap_mode="r"), rows, subset,
+            files["embeddings.npy"] = _rows_of(np.load(layers[embeddings - 1], mmap_mode="r"), rows.ids, rows.subset,
                                                layers[embeddings - 1], tmp / "embeddings.npy")
         if nodes is not None:
             files["nodes.npy"] = _write_npy(tmp / "nodes.npy", nodes)
-        metrics = split_metrics(dataset, rows, scores, logits, metric, label_offset=label_offset)
+        metrics = split_metrics(dataset, rows.ids, scores, logits, metric, label_offset=rows.label_offset)
         described = {"name": dataset.name, "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges}
-        if target is not None:
+        if typed:
             described["target_type"] = dataset.target_type
         meta = {"model": {"file": str(model_file.path), "config": asdict(cfg),
                           "trained_on": None if model_file.dataset is None else asdict(model_file.dataset)},
-                "dataset": described, "rows": int(rows.shape[0]), "rows_are": rows_are,
+                "dataset": described, "rows": int(rows.ids.shape[0]), "rows_are": rows.described,
                 "files": sorted(files) + ["meta.json"],
                 "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": str(device), "metric": metric,
                 "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
@@ -227,28 +220,43 @@ def predict(model_file: ModelFile, dataset: NodeDataset | TypedDataset, out: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TypedTarget:
-    """The rows a typed dataset's predictions cover: ``rows`` int64 global ids (of its target type, in the order of
-    the outputs), ``offset`` the target type's first global id (its labels are by local id), ``rows_are`` what
-    ``meta.json`` says of them."""
+class OutputRows:
+    """The rows the outputs hold, as rows of the layer files (which are indexed by the dataset's ids).
 
-    rows: np.ndarray
-    offset: int
-    rows_are: str
+    Args:
+        ids: int64 [rows]: the layer files' row of every output row, in order.
+        subset: ``ids`` where the outputs are a copy of those rows; None where they are every row of the layer files
+            in order (a dataset of one node type without ``nodes``: the files themselves are the outputs).
+        label_offset: the id of ``dataset.labels[0]`` (a typed dataset's labels are by local id of its target type).
+        described: what ``meta.json`` says the rows are.
+    """
+
+    ids: np.ndarray
+    subset: np.ndarray | None
+    label_offset: int
+    described: str
 
 
-def typed_target(dataset: TypedDataset, nodes: np.ndarray | None) -> TypedTarget:
-    """The target type's nodes of ``dataset``: every one, or the local ids ``nodes`` (checked)."""
+def output_rows(dataset: NodeDataset | TypedDataset, nodes: np.ndarray | None) -> OutputRows:
+    """Every node (of a typed dataset: of its target type), or ``nodes`` (a typed dataset: local ids of its target
+    type, checked; the layer files hold every type's rows, so the target type's are always copied out)."""
+    if not isinstance(dataset, TypedDataset):
+        if nodes is None:
+            return OutputRows(ids=np.arange(dataset.graph.num_nodes), subset=None, label_offset=0,
+                              described="node ids 0 .. num_nodes - 1")
+        return OutputRows(ids=nodes, subset=nodes, label_offset=0, described="the node ids in nodes.npy")
     lo, hi = dataset.target_range
     t = dataset.target_type
     if nodes is None:
-        return TypedTarget(rows=np.arange(lo, hi, dtype=np.int64), offset=lo,
-                           rows_are=f"local ids 0 .. {hi - lo - 1} of node type {t}")
+        ids = np.arange(lo, hi, dtype=np.int64)
+        return OutputRows(ids=ids, subset=ids, label_offset=lo,
+                          described=f"local ids 0 .. {hi - lo - 1} of node type {t}")
     nodes = np.asarray(nodes, dtype=np.int64)
     if nodes.size and (int(nodes.min()) < 0 or int(nodes.max()) >= hi - lo):
         raise ValueError(f"nodes: expected local ids of node type {t} in [0, {hi - lo}), got range "
                          f"[{int(nodes.min())}, {int(nodes.max())}]")
-    return TypedTarget(rows=nodes + lo, offset=lo, rows_are=f"the local ids of node type {t} in nodes.npy")
+    return OutputRows(ids=nodes + lo, subset=nodes + lo, label_offset=lo,
+                      described=f"the local ids of node type {t} in nodes.npy")
 
 
 def _derive(last: np.ndarray, rows: np.ndarray | None, tmp: Path, logits: bool) -> tuple[Path, Path]:

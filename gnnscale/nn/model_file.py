@@ -137,9 +137,10 @@ class LinkSplitRecord:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelFile:
     """A loaded model file: the rebuilt model (eval mode), its config, and the dataset facts (None for a
-    weight-only file, which records none; a typed model's: :class:`TypedDatasetFacts`); ``decoder``: a link model's (its ``model`` a
-    :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier; ``link_split``: how a link model's
-    edges were split (None: a node classifier, or a file written before the split was recorded)."""
+    weight-only file, which records none; a typed model's: :class:`TypedDatasetFacts`); ``decoder``: a link
+    model's (its ``model`` a :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier; ``link_split``:
+    how a link model's edges were split (None: a node classifier, or a file written before the split was
+    recorded)."""
 
     path: Path
     model: nn.Module

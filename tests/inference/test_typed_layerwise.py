@@ -149,3 +149,17 @@ def test_bad_input_is_one_line_naming_the_argument(mag, tmp_path):
         typed_layerwise_inference(model, graph, features, tmp_path, chunk_size=0)
     with pytest.raises(TypeError, match="model: expected a TypedModel"):
         typed_layerwise_inference(torch.nn.Linear(2, 2), graph, features, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", MODELS)
+def test_layerwise_on_cuda_equals_the_cpu(mag, name, tmp_path):
+    graph, features = mag
+    model = model_of(graph, features, name, seed=4)
+    for folder in ("cpu", "cuda"):
+        (tmp_path / folder).mkdir()
+    cpu = np.load(typed_layerwise_inference(model, graph, features, tmp_path / "cpu", chunk_size=16)[-1])
+    cuda = np.load(typed_layerwise_inference(model, graph, features, tmp_path / "cuda", chunk_size=16,
+                                             device="cuda")[-1])
+    np.testing.assert_allclose(cuda, cpu, rtol=0, atol=1e-5)  # another summation order on the GPU
+    assert next(model.parameters()).device.type == "cpu"  # the weights are back where they were
