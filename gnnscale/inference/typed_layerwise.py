@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from gnnscale.features.typed import TypedLocalStore
 from gnnscale.graph.features import gather_rows
 from gnnscale.graph.typed import TypedGraph
-from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, evaluating_on, needed_nodes
+from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, evaluating_on, needed_nodes, weights_device
 from gnnscale.nn.relational import RGATConv
 from gnnscale.nn.typed_models import TypedModel, sources_by_type
 from gnnscale.sampling.choose import ALL_NEIGHBORS
@@ -46,7 +46,7 @@ def apply_typed_layer(model: TypedModel, i: int, block: TypedBlock, x_src: torch
     """Layer ``i`` of ``model`` (eval mode) on ``block``, with the activation its forward applies after every layer
     but the last; ``block`` and ``x_src`` (host tensors) go to the device of the model's weights, the output rows
     come back as a host array."""
-    device = next(model.parameters()).device
+    device = weights_device(model)
     layer = model.layers[i]
     if isinstance(layer, RGATConv):  # R-GAT transforms each relation's source type: where they are in the block
         positions = {t: pos.to(device) for t, (pos, _) in sources_by_type(block.src_ids, graph).items()}
@@ -83,7 +83,7 @@ def encode_nodes(model: TypedModel, store: TypedLocalStore, todo: np.ndarray | N
                  chunk_size: int) -> np.ndarray:
     """The encoder's output (each node's projected features or embedding row) of the nodes ``todo`` (None: every
     node) into the memory-mapped file ``path``, float32 [num_nodes, width]; returns it opened for reading."""
-    device = next(model.parameters()).device
+    device = weights_device(model)
     num_nodes = store.graph.num_nodes
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(num_nodes, model.config.width))
     count = num_nodes if todo is None else todo.shape[0]
