@@ -16,6 +16,7 @@ from gnnscale.devices import check_device_settings, device_setting, resolve_devi
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import init_from_env, shutdown
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE
 from gnnscale.inference.link_metrics import check_link_metric
 from gnnscale.inference.link_predict import TOPK_EXCLUDE, HeldOutEdges, predict_links, read_pairs
@@ -85,7 +86,8 @@ class PredictConfig:
                                     "and meta.json", metavar="DIR", required=True)
     nodes: str | None = setting(None, "predict only these node ids (.npy int array, or text with one id per line); "
                                       "row i of every output is then the i-th id, and nodes.npy is written beside "
-                                      "them", metavar="FILE")
+                                      "them (a typed dataset: local ids of its target type, whose nodes are the "
+                                      "rows)", metavar="FILE")
     embeddings: int | None = setting(None, "also write hidden layer LAYER's output (1 .. layers - 1, after its "
                                            "activation)", metavar="LAYER")
     logits: bool = setting(False, "write logits.npy instead of probabilities.npy")
@@ -204,17 +206,33 @@ def cmd_predict(args: argparse.Namespace) -> None:
     if not Path(cfg.model).is_file():
         raise ValueError(f"model: no model file at {cfg.model}")
     use_threads(cfg.threads)
-    dataset = load_cli_dataset(args)
-    model_file = read_model_file(cfg.model, cfg.weights_only_model(dataset.feature_dim, dataset.num_classes))
+    dataset = load_cli_dataset(args, typed=True)
+    if isinstance(dataset, TypedDataset):
+        check_typed_predict(cfg)
+        model_file = read_model_file(cfg.model)  # a typed model's file describes itself
+    else:
+        model_file = read_model_file(cfg.model, cfg.weights_only_model(dataset.feature_dim, dataset.num_classes))
     OUTPUTS[cfg.task].run(cfg, model_file, dataset, device)
 
 
-def predict_node_outputs(cfg: PredictConfig, model_file: ModelFile, dataset: NodeDataset,
+def check_typed_predict(cfg: PredictConfig) -> None:
+    """A typed graph's predictions are its target type's classes, from a typed model's own file."""
+    if cfg.task != NODE.name:
+        raise ValueError(f"task: a typed graph predicts its target type's classes (--task {NODE.name}); --task "
+                         f"{cfg.task} reads graphs of one node type")
+    if cfg.arch is not None:
+        raise ValueError("arch: weight-only files hold models of graphs of one node type; a typed model's file "
+                         "describes itself (drop --arch)")
+
+
+def predict_node_outputs(cfg: PredictConfig, model_file: ModelFile, dataset: NodeDataset | TypedDataset,
                          device: torch.device) -> None:
-    """``--task node``: a node classifier's predictions (and probabilities or logits, embeddings, metrics)."""
+    """``--task node``: a node classifier's predictions (and probabilities or logits, embeddings, metrics); a typed
+    dataset's of its target type, ``--nodes`` by local id of that type."""
     if model_file.decoder is not None:
         raise ValueError(f"model: {cfg.model} is a link model (an embedding and a pair decoder); add --task link")
-    nodes = None if cfg.nodes is None else read_nodes(cfg.nodes, dataset.graph.num_nodes)
+    count = dataset.graph.count(dataset.target_type) if isinstance(dataset, TypedDataset) else dataset.graph.num_nodes
+    nodes = None if cfg.nodes is None else read_nodes(cfg.nodes, count)
     meta = predict(model_file, dataset, cfg.out, nodes=nodes, embeddings=cfg.embeddings, logits=cfg.logits,
                    metric=cfg.node_metric, chunk_size=cfg.chunk_size, overwrite=cfg.overwrite, device=device)
     print_predicted(meta, cfg)

@@ -57,7 +57,7 @@ def add_train_parser(sub) -> None:
     out.add_argument("--eval", default="sampled", choices=("sampled", "full"), dest="full_eval",
                      help="full: after the last epoch also score validation and test nodes by layer-wise inference "
                           "over every neighbor (as gnnscale predict), beside the sampled per-epoch accuracy "
-                          f"(distributed: --layout {layouts_with('layerwise_inference')})")
+                          f"(distributed: --layout {layouts_with('layerwise_inference')}; a typed model: one process)")
     out.add_argument("--metric", default=None, metavar="METRIC",
                      help=f"node task: the score --eval full reports, one of {', '.join(METRICS)} (roc_auc: two "
                           "classes, single-process only; default accuracy); --task link: the per-epoch validation and "

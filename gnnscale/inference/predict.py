@@ -8,6 +8,9 @@ Files (row ``i`` is node ``i`` of the dataset, or node ``nodes[i]`` with ``nodes
     nodes.npy          int64 [rows]                     the node id of every row (with ``nodes`` only)
     meta.json          what was run on what, the files, timings and the metric per split
 
+A typed dataset's rows are its target type's nodes: row ``i`` is the node of local id ``i`` of that type, or of
+local id ``nodes[i]``; the layers compute over every node type (:mod:`gnnscale.inference.typed_layerwise`).
+
 Every file is written under a staging folder (:func:`staging`) and published when all are complete,
 ``meta.json`` last: a reader never sees half a file, and a run that fails or is interrupted leaves
 ``out`` as it was (a missing ``out`` stays missing).
@@ -24,7 +27,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +36,11 @@ import torch
 from gnnscale.devices import resolve_device
 from gnnscale.files import atomic_write
 from gnnscale.graph.dataset import NodeDataset
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.graph.storage import _staging_directory
 from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference, weights_device
 from gnnscale.inference.metrics import check_metric, score
+from gnnscale.inference.typed_layerwise import typed_layerwise_inference
 from gnnscale.nn.model_file import ModelFile
 
 OUTPUT_FILES = ("predictions.npy", "probabilities.npy", "logits.npy", "embeddings.npy", "nodes.npy", "meta.json")
@@ -144,7 +149,8 @@ def publish(tmp: Path, out: Path, names: list[str], meta: dict, outputs: tuple[s
     atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=2).encode()))
 
 
-def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nodes: np.ndarray | None = None,
+def predict(model_file: ModelFile, dataset: NodeDataset | TypedDataset, out: str | Path, *,
+            nodes: np.ndarray | None = None,
             embeddings: int | None = None, logits: bool = False, metric: str = "accuracy",
             chunk_size: int = DEFAULT_CHUNK_SIZE, overwrite: bool = False,
             device: str | torch.device | None = None) -> dict:
@@ -153,9 +159,11 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
 
     Args:
         model_file: from :func:`~gnnscale.nn.model_file.read_model_file`.
-        dataset: the dataset to predict on; its feature and class counts must fit the model.
+        dataset: the dataset to predict on; its feature and class counts must fit the model (a typed dataset: its
+            node types, relations, feature widths, target type and classes must be the typed model's).
         out: the output folder (missing, empty, or with ``overwrite`` one of earlier outputs).
-        nodes: int64 node ids to predict (rows follow this order); None (default): every node.
+        nodes: int64 node ids to predict (rows follow this order; a typed dataset: local ids of its target type);
+            None (default): every node (of the target type).
         embeddings: a hidden layer, 1 .. num_layers - 1, whose output to write; None (default): none.
         logits: write ``logits.npy`` instead of ``probabilities.npy``. Default False.
         metric: ``accuracy``, ``roc_auc`` (two classes) or ``f1_macro``, reported per split. Default accuracy.
@@ -170,7 +178,12 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
     cfg = model_file.config
-    model_file.check_fits(name=dataset.name, feature_dim=dataset.feature_dim, num_classes=dataset.num_classes)
+    typed = isinstance(dataset, TypedDataset)
+    if typed:
+        model_file.check_fits_typed(dataset)
+    else:
+        model_file.check_fits(name=dataset.name, feature_dim=dataset.feature_dim, num_classes=dataset.num_classes)
+    rows = output_rows(dataset, nodes)
     check_metric(metric, dataset.num_classes)
     if embeddings is not None and not 1 <= embeddings < cfg.num_layers:
         raise ValueError(f"embeddings: the model has {cfg.num_layers} layers, so its hidden layers are 1 .. "
@@ -178,31 +191,72 @@ def predict(model_file: ModelFile, dataset: NodeDataset, out: str | Path, *, nod
                          f"embeddings: the model has one layer and no hidden layer to write; got {embeddings}")
     started = time.perf_counter()
     with staging(out) as tmp:
-        layers = layerwise_inference(model_file.model, dataset.graph, dataset.features, tmp, nodes=nodes,
-                                     chunk_size=chunk_size, device=device)
+        infer = typed_layerwise_inference if typed else layerwise_inference
+        layers = infer(model_file.model, dataset.graph, dataset.features, tmp, nodes=rows.subset,
+                       chunk_size=chunk_size, device=device)
         inference_s = time.perf_counter() - started
-        rows = np.arange(dataset.graph.num_nodes) if nodes is None else nodes
         files = {}
         last = np.load(layers[-1], mmap_mode="r")
-        files["predictions.npy"], scores = _derive(last, None if nodes is None else rows, tmp, logits)
+        files["predictions.npy"], scores = _derive(last, rows.subset, tmp, logits)
         files["logits.npy" if logits else "probabilities.npy"] = scores
         if embeddings is not None:
-            files["embeddings.npy"] = _rows_of(np.load(layers[embeddings - 1], mmap_mode="r"), rows, nodes,
+            files["embeddings.npy"] = _rows_of(np.load(layers[embeddings - 1], mmap_mode="r"), rows.ids, rows.subset,
                                                layers[embeddings - 1], tmp / "embeddings.npy")
         if nodes is not None:
             files["nodes.npy"] = _write_npy(tmp / "nodes.npy", nodes)
-        metrics = split_metrics(dataset, rows, scores, logits, metric)
+        metrics = split_metrics(dataset, rows.ids, scores, logits, metric, label_offset=rows.label_offset)
+        described = {"name": dataset.name, "num_nodes": dataset.graph.num_nodes, "num_edges": dataset.graph.num_edges}
+        if typed:
+            described["target_type"] = dataset.target_type
         meta = {"model": {"file": str(model_file.path), "config": asdict(cfg),
                           "trained_on": None if model_file.dataset is None else asdict(model_file.dataset)},
-                "dataset": {"name": dataset.name, "num_nodes": dataset.graph.num_nodes,
-                            "num_edges": dataset.graph.num_edges},
-                "rows": int(rows.shape[0]), "rows_are": "node ids 0 .. num_nodes - 1" if nodes is None else
-                "the node ids in nodes.npy", "files": sorted(files) + ["meta.json"],
+                "dataset": described, "rows": int(rows.ids.shape[0]), "rows_are": rows.described,
+                "files": sorted(files) + ["meta.json"],
                 "embeddings_layer": embeddings, "chunk_size": chunk_size, "device": str(device), "metric": metric,
                 "metrics": metrics, "inference_seconds": inference_s, "seconds": time.perf_counter() - started,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         publish(tmp, out, sorted(files), meta, OUTPUT_FILES)
     return meta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRows:
+    """The rows the outputs hold, as rows of the layer files (which are indexed by the dataset's ids).
+
+    Args:
+        ids: int64 [rows]: the layer files' row of every output row, in order.
+        subset: ``ids`` where the outputs are a copy of those rows; None where they are every row of the layer files
+            in order (a dataset of one node type without ``nodes``: the files themselves are the outputs).
+        label_offset: the id of ``dataset.labels[0]`` (a typed dataset's labels are by local id of its target type).
+        described: what ``meta.json`` says the rows are.
+    """
+
+    ids: np.ndarray
+    subset: np.ndarray | None
+    label_offset: int
+    described: str
+
+
+def output_rows(dataset: NodeDataset | TypedDataset, nodes: np.ndarray | None) -> OutputRows:
+    """Every node (of a typed dataset: of its target type), or ``nodes`` (a typed dataset: local ids of its target
+    type, checked; the layer files hold every type's rows, so the target type's are always copied out)."""
+    if not isinstance(dataset, TypedDataset):
+        if nodes is None:
+            return OutputRows(ids=np.arange(dataset.graph.num_nodes), subset=None, label_offset=0,
+                              described="node ids 0 .. num_nodes - 1")
+        return OutputRows(ids=nodes, subset=nodes, label_offset=0, described="the node ids in nodes.npy")
+    lo, hi = dataset.target_range
+    t = dataset.target_type
+    if nodes is None:
+        ids = np.arange(lo, hi, dtype=np.int64)
+        return OutputRows(ids=ids, subset=ids, label_offset=lo,
+                          described=f"local ids 0 .. {hi - lo - 1} of node type {t}")
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if nodes.size and (int(nodes.min()) < 0 or int(nodes.max()) >= hi - lo):
+        raise ValueError(f"nodes: expected local ids of node type {t} in [0, {hi - lo}), got range "
+                         f"[{int(nodes.min())}, {int(nodes.max())}]")
+    return OutputRows(ids=nodes + lo, subset=nodes + lo, label_offset=lo,
+                      described=f"the local ids of node type {t} in nodes.npy")
 
 
 def _derive(last: np.ndarray, rows: np.ndarray | None, tmp: Path, logits: bool) -> tuple[Path, Path]:
@@ -239,10 +293,11 @@ def _write_npy(path: Path, array: np.ndarray) -> Path:
     return path
 
 
-def split_metrics(dataset: NodeDataset, rows: np.ndarray, scores_path: Path, scores_are_logits: bool,
-                  metric: str) -> dict:
+def split_metrics(dataset: NodeDataset | TypedDataset, rows: np.ndarray, scores_path: Path, scores_are_logits: bool,
+                  metric: str, *, label_offset: int = 0) -> dict:
     """``{split: {"nodes": count, metric: value}}`` for the train, validation and test nodes among ``rows``
-    (the node id of every row of the scores file)."""
+    (the node id of every row of the scores file); ``label_offset``: the id of ``dataset.labels[0]`` (a typed
+    dataset's target type's first id)."""
     order = np.argsort(rows, kind="stable")
     sorted_rows = rows[order]
     scores = np.load(scores_path, mmap_mode="r")
@@ -254,5 +309,5 @@ def split_metrics(dataset: NodeDataset, rows: np.ndarray, scores_path: Path, sco
         at, ids = order[pos[found]], ids[found]
         z = torch.from_numpy(np.array(scores[at]))
         probs = (torch.softmax(z, dim=1) if scores_are_logits else z).numpy()
-        out[split] = {"nodes": int(at.shape[0]), metric: score(metric, dataset.labels[ids], probs)}
+        out[split] = {"nodes": int(at.shape[0]), metric: score(metric, dataset.labels[ids - label_offset], probs)}
     return out

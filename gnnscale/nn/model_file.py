@@ -10,6 +10,10 @@
               "split": LinkSplitRecord}}    num_classes is the embedding width; ``split``: how its edges
                                            were split, absent from files written before it was recorded)
 
+A typed model's file (R-GCN, R-SAGE, R-GAT) holds its :class:`~gnnscale.nn.typed_models.TypedModelConfig` as
+``config`` (node types, relations, the feature width of each type with features and the node count of each type
+without, whose embedding rows are among the weights) and :class:`TypedDatasetFacts` as ``dataset``.
+
 :func:`load_model` rebuilds the model from it in one call. A bare ``state_dict`` (what ``--save-model``
 wrote before) still loads when the caller gives the config it was trained with.
 """
@@ -27,8 +31,10 @@ import torch
 from torch import nn
 
 from gnnscale.files import atomic_write
+from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.nn.link import DECODERS, LinkModel, build_link_model
-from gnnscale.nn.models import ModelConfig, build_model
+from gnnscale.nn.models import TYPED_MODELS, ModelConfig, build_model
+from gnnscale.nn.typed_models import TypedModel, TypedModelConfig
 
 FORMAT = "gnnscale-model"
 VERSION = 1
@@ -60,6 +66,31 @@ class DatasetFacts:
 
     def describe(self) -> str:
         return f"{self.name} ({self.feature_dim} features, {self.num_classes} classes)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TypedDatasetFacts:
+    """What a typed model's file records about the typed dataset it was trained on, besides the schema its config
+    holds.
+
+    Args:
+        name: the dataset's name.
+        target_type: the node type the model classifies.
+        num_classes: classes (> 0).
+        num_nodes: nodes of every type (>= 0).
+    """
+
+    name: str
+    target_type: str
+    num_classes: int
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        for field in ("num_classes", "num_nodes"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if field == "num_nodes" else 1):
+                raise ValueError(f"{field}: expected a {'non-negative' if field == 'num_nodes' else 'positive'} "
+                                 f"int, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,35 +137,67 @@ class LinkSplitRecord:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelFile:
     """A loaded model file: the rebuilt model (eval mode), its config, and the dataset facts (None for a
-    weight-only file, which records none); ``decoder``: a link model's (its ``model`` a
-    :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier; ``link_split``: how a link model's
-    edges were split (None: a node classifier, or a file written before the split was recorded)."""
+    weight-only file, which records none; a typed model's: :class:`TypedDatasetFacts`); ``decoder``: a link
+    model's (its ``model`` a :class:`~gnnscale.nn.link.LinkModel`), None for a node classifier; ``link_split``:
+    how a link model's edges were split (None: a node classifier, or a file written before the split was
+    recorded)."""
 
     path: Path
     model: nn.Module
-    config: ModelConfig
-    dataset: DatasetFacts | None
+    config: ModelConfig | TypedModelConfig
+    dataset: DatasetFacts | TypedDatasetFacts | None
     decoder: str | None = None
     link_split: LinkSplitRecord | None = None
 
     def check_fits(self, *, name: str, feature_dim: int, num_classes: int) -> None:
-        """ValueError naming the file and the data when the model's input or output width does not fit."""
+        """ValueError naming the file and the data when the model's input or output width does not fit (a dataset of
+        one node type)."""
+        if isinstance(self.config, TypedModelConfig):
+            raise ValueError(f"model: {self.path} holds {_describe(self.config)}, but dataset {name} has one node "
+                             "type; use the typed dataset the model was trained on")
         if (feature_dim, num_classes) != (self.config.in_dim, self.config.num_classes):
             trained = self.dataset.describe() if self.dataset is not None else (
                 f"{self.config.in_dim} features, {self.config.num_classes} classes")
             raise ValueError(f"model: {self.path} was trained on {trained}, but dataset {name} has {feature_dim} "
                              f"features and {num_classes} classes; use the dataset the model was trained on")
 
+    def check_fits_typed(self, dataset: TypedDataset) -> None:
+        """ValueError naming the file, the dataset and the first difference when the model is not one of
+        ``dataset``'s node types, relations, feature widths, featureless types' node counts, target type and
+        classes."""
+        cfg, graph = self.config, dataset.graph
+        if not isinstance(cfg, TypedModelConfig):
+            raise ValueError(f"model: {self.path} holds {_describe(cfg)}, a model of graphs of one node type, but "
+                             f"dataset {dataset.name} is a typed graph; give a typed model's file (gnnscale train "
+                             f"--model {' or '.join(TYPED_MODELS)} --save-model)")
+        widths = dataset.feature_dims
+        has = {"node types": graph.node_types, "relations": tuple((r.src, r.name, r.dst) for r in graph.relations),
+               "feature widths": {t: d for t, d in widths.items() if d is not None},
+               "node counts of the types without features": {t: graph.count(t) for t, d in widths.items() if d is None},
+               "target type": dataset.target_type, "classes": dataset.num_classes}
+        built = {"node types": cfg.node_types, "relations": cfg.relations, "feature widths": cfg.feature_dims,
+                 "node counts of the types without features": cfg.embedding_rows,
+                 "target type": dataset.target_type if self.dataset is None else self.dataset.target_type,
+                 "classes": cfg.num_classes}
+        for what, value in has.items():
+            if value != built[what]:
+                raise ValueError(f"model: {self.path} was trained on {what} {_words(built[what])}, but dataset "
+                                 f"{dataset.name} has {_words(value)}; use the dataset the model was trained on")
 
-def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
-                    state_dict: dict | None = None, link_split: LinkSplitRecord | None = None) -> Path:
+
+def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig | TypedModelConfig,
+                    dataset: DatasetFacts | TypedDatasetFacts, *, state_dict: dict | None = None,
+                    link_split: LinkSplitRecord | None = None) -> Path:
     """Write ``model``'s weights with ``config`` and ``dataset`` atomically (:func:`~gnnscale.files.atomic_write`:
     a regular file only, never half written). ``state_dict``: weights of ``model`` to write instead of its
-    current ones (a training run's best epoch). ``link_split``: a link model's split (a link model only)."""
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
-    if not isinstance(dataset, DatasetFacts):
-        raise TypeError(f"dataset: expected DatasetFacts, got {type(dataset).__name__}")
+    current ones (a training run's best epoch). ``link_split``: a link model's split (a link model only). A typed
+    model's ``config`` is a :class:`~gnnscale.nn.typed_models.TypedModelConfig`, its ``dataset``
+    :class:`TypedDatasetFacts`."""
+    if not isinstance(config, (ModelConfig, TypedModelConfig)):
+        raise TypeError(f"config: expected a ModelConfig or TypedModelConfig, got {type(config).__name__}")
+    facts = TypedDatasetFacts if isinstance(config, TypedModelConfig) else DatasetFacts
+    if not isinstance(dataset, facts):
+        raise TypeError(f"dataset: expected {facts.__name__}, got {type(dataset).__name__}")
     if link_split is not None and not isinstance(model, LinkModel):
         raise ValueError("link_split: a node classifier has no link split; pass it for a LinkModel only")
     payload = {"format": FORMAT, "version": VERSION, "config": asdict(config), "dataset": asdict(dataset),
@@ -172,7 +235,7 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
         saved = _config_from(payload["config"], path)
         if config is not None and _shape(config) != _shape(saved):
             raise ValueError(f"model: {path} holds {_describe(saved)}, not the {_describe(config)} asked for")
-        facts = DatasetFacts(**payload["dataset"])
+        facts = (TypedDatasetFacts if isinstance(saved, TypedModelConfig) else DatasetFacts)(**payload["dataset"])
         state = payload["state_dict"]
         config = saved
         decoder = _decoder_from(payload.get("link"), path)
@@ -184,7 +247,10 @@ def read_model_file(path: str | Path, config: ModelConfig | None = None) -> Mode
         facts, state, decoder, link_split = None, payload, None, None
     else:
         raise ValueError(f"model: {path} is {NOT_OURS}: it holds a {type(payload).__name__} of other contents")
-    model = build_model(config) if decoder is None else build_link_model(config, decoder)
+    if isinstance(config, TypedModelConfig):
+        model = TypedModel(config)
+    else:
+        model = build_model(config) if decoder is None else build_link_model(config, decoder)
     try:
         model.load_state_dict(state)
     except RuntimeError as err:  # missing/unexpected keys or size mismatches: torch lists them over many lines
@@ -224,20 +290,38 @@ def _link_split_from(link: object, path: Path) -> LinkSplitRecord | None:
         raise ValueError(f"model: {path} records a link split this gnnscale does not know ({entries!r})") from None
 
 
-def _config_from(entries: object, path: Path) -> ModelConfig:
-    known = {f.name for f in fields(ModelConfig)}
+def _config_from(entries: object, path: Path) -> ModelConfig | TypedModelConfig:
+    """The recorded config: a typed model's by its name (R-GCN, R-SAGE, R-GAT), else a built-in model's."""
+    typed = isinstance(entries, Mapping) and entries.get("name") in TYPED_MODELS
+    cls = TypedModelConfig if typed else ModelConfig
+    known = {f.name for f in fields(cls)}
     if not isinstance(entries, Mapping) or not set(entries) <= known:
         raise ValueError(f"model: {path} records a model config this gnnscale does not know ({entries!r})")
-    return ModelConfig(**entries)
+    return cls(**entries)
 
 
-def _shape(cfg: ModelConfig) -> tuple:
+def _shape(cfg: ModelConfig | TypedModelConfig) -> tuple:
     """What fixes the weights' shapes and the forward pass at inference: all but the dropout rates."""
+    if isinstance(cfg, TypedModelConfig):
+        return (cfg.name, cfg.node_types, cfg.relations, cfg.feature_dims, cfg.embedding_rows, cfg.num_classes,
+                cfg.num_layers, cfg.hidden_dim, cfg.heads, cfg.out_heads, cfg.num_bases)
     return (cfg.name, cfg.in_dim, cfg.hidden_dim, cfg.num_classes, cfg.num_layers,
             *((cfg.heads, cfg.out_heads) if cfg.name == "gat" else ()))
 
 
-def _describe(cfg: ModelConfig) -> str:
+def _words(value: object) -> str:
+    """A schema entry as words: relations as ``src__name__dst``, names and ``{type: n}`` listed, else as is."""
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {n}" for key, n in value.items()) or "none"
+    if isinstance(value, tuple):
+        return ", ".join("__".join(v) if isinstance(v, tuple) else str(v) for v in value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _describe(cfg: ModelConfig | TypedModelConfig) -> str:
+    if isinstance(cfg, TypedModelConfig):
+        return (f"typed model {cfg.name} (node types {', '.join(cfg.node_types)}, {len(cfg.relations)} relations -> "
+                f"hidden {cfg.hidden_dim} -> {cfg.num_classes} classes, {cfg.num_layers} layers)")
     extra = f", heads {cfg.heads}, out_heads {cfg.out_heads}" if cfg.name == "gat" else ""
     return (f"model {cfg.name} ({cfg.in_dim} features -> hidden {cfg.hidden_dim} -> {cfg.num_classes} classes, "
             f"{cfg.num_layers} layers{extra})")

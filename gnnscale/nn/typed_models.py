@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -350,6 +351,21 @@ class TypedModel(nn.Module):
                 h = keyed_dropout(h, cfg.dropout, site_key(key, 1 + i), relu=relu, training=self.training,
                                   kernels=cfg.kernels)
         return h
+
+
+def embeddings_by_dataset_id(state: Mapping[str, Tensor], config: TypedModelConfig, new_to_old: np.ndarray,
+                             type_offsets: np.ndarray) -> dict[str, Tensor]:
+    """``state``, a state dict of a model of ``config`` trained over a renumbered graph (a typed partition's), with
+    the rows of every embedding (the types without features) moved to the dataset's numbering: node ``v``'s row
+    goes to row ``new_to_old[v] - lo`` (``lo``: its type's first id in ``type_offsets``; a partition renumbers
+    within each type). What a model file holds, so that the file predicts on the dataset itself."""
+    out = dict(state)
+    for t in config.embedding_rows:
+        lo = int(type_offsets[config.node_types.index(t)])
+        key = f"encoder.embed.{t}.weight"
+        rows = torch.from_numpy(np.asarray(new_to_old[lo:lo + state[key].shape[0]], dtype=np.int64) - lo)
+        out[key] = state[key].new_empty(state[key].shape).index_copy_(0, rows, state[key])
+    return out
 
 
 def model_config(model: nn.Module) -> ModelConfig | TypedModelConfig | None:

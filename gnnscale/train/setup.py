@@ -18,14 +18,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, shutdown
 from gnnscale.distributed.device_policy import DevicePolicy, decide, step_comm, use_device
-from gnnscale.nn import ModelConfig
-from gnnscale.nn.model_file import DatasetFacts
+from gnnscale.nn import ModelConfig, TypedModelConfig
+from gnnscale.nn.model_file import DatasetFacts, TypedDatasetFacts
+from gnnscale.nn.typed_models import embeddings_by_dataset_id
 from gnnscale.partition.directory import LocalPartition
 from gnnscale.partition.typed import TypedPartition
 from gnnscale.sampling import set_sampler_threads
@@ -146,7 +148,7 @@ def train_run(model: nn.Module, inputs: str, cfg: TrainConfig, source: RunSource
             pipeline = Pipeline(task, layout, launch.inputs, policy, cfg.prefetch)
             report = train(model, pipeline, part, comm, cfg, launch, outputs, lead=progress and ctx.rank == 0,
                            on_epoch_end=metrics_writer(metrics_out, header), full_eval=source.full_eval,
-                           grad_comm=step)
+                           grad_comm=step, partition_dir=source.partition_dir)
             if metrics_out is not None and (report.full_eval is not None or report.saved_epoch is not None):
                 write_json_atomic(metrics_out, {**header, **report.to_json()})
             # Collective: nobody tears the group down while a peer is still in its last collective.
@@ -200,10 +202,11 @@ FullEval = Callable[[nn.Module, LocalPartition, Comm, str], dict]
 
 def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm, cfg: TrainConfig,
           launch: CheckedLaunch, outputs: RunOutputs, *, lead: bool, on_epoch_end=None,
-          full_eval: FullEval, grad_comm: Comm | None = None) -> TrainReport:
+          full_eval: FullEval, grad_comm: Comm | None = None, partition_dir: Path | None = None) -> TrainReport:
     """Move the model to the run's device, start every worker from rank 0's model, resume if asked, train
     every epoch (gradients reduced on ``grad_comm``, default ``comm``), save the model (rank 0, a built-in
-    model) and score it with ``full_eval`` when ``outputs.full_eval`` asks."""
+    model) and score it with ``full_eval`` when ``outputs.full_eval`` asks. ``partition_dir``: the partition directory
+    the run reads (None: a dataset in this process), whose numbering a typed model's file undoes."""
     model.to(launch.device)  # in place: the caller's model trains there (and stays there)
     broadcast_model(model, comm)
     # One optimizer for every run: fused and unfused Adam round differently, so one worker equals the
@@ -224,11 +227,12 @@ def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm
         history = train_epochs(model, optimizer, pipeline, comm, cfg, num_batches, start, saver, lead, precision,
                                on_epoch_end=on_epoch_end, grad_comm=grad_comm)
     except KeyboardInterrupt:  # Ctrl-C, or a scheduler's SIGINT: keep the best model so far
-        raise InterruptedRun(save_best_so_far(model, part, comm, launch, outputs, start.best, cfg.seed)) from None
+        raise InterruptedRun(save_best_so_far(model, part, comm, launch, outputs, start.best, cfg.seed,
+                                              partition_dir)) from None
     report = summarize(history)
     if outputs.model_out is not None:
         report = replace(report, saved_epoch=save_trained_model(model, part, comm, launch, outputs, report,
-                                                                start.best, cfg.seed))
+                                                                start.best, cfg.seed, partition_dir))
     if outputs.full_eval is not None:  # collective: every worker computes its part's nodes
         # On the model's device: layer-wise inference copies each chunk there and its rows back to host memory.
         report = replace(report, full_eval=full_eval(model, part, comm, outputs.full_eval))
@@ -236,7 +240,8 @@ def train(model: nn.Module, pipeline: Pipeline, part: LocalPartition, comm: Comm
 
 
 def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
-                       outputs: RunOutputs, report: TrainReport, best: BestWeights, seed: int) -> int:
+                       outputs: RunOutputs, report: TrainReport, best: BestWeights, seed: int,
+                       partition_dir: Path | None) -> int:
     """Rank 0 writes the model file: the best-validation epoch's weights (``save_model_at="best"``) or the
     last epoch's (:func:`write_model_file`). Returns the epoch saved, on every worker."""
     last = report.history[-1]["epoch"]
@@ -249,28 +254,37 @@ def save_trained_model(model: nn.Module, part: LocalPartition, comm: Comm, launc
             print(f"save_model: the checkpoint resumed holds no weights of the best epoch {report.best_epoch}; "
                   f"saving the last epoch's ({last})", file=sys.stderr, flush=True)
     if comm.rank == 0:
-        write_model_file(model, state, part, launch, outputs, seed)
+        write_model_file(model, state, part, launch, outputs, seed, partition_dir)
     return epoch
 
 
 def save_best_so_far(model: nn.Module, part: LocalPartition, comm: Comm, launch: CheckedLaunch,
-                     outputs: RunOutputs, best: BestWeights, seed: int) -> str:
+                     outputs: RunOutputs, best: BestWeights, seed: int, partition_dir: Path | None) -> str:
     """On an interrupted run, rank 0 writes the best-validation epoch's weights so far to the model file (where
     ``--save-model`` with ``--save-model-at best`` asks for it); returns what was saved, for the last line."""
     if outputs.model_out is None or outputs.save_model_at != "best" or best.epoch is None:
         return ""
     if comm.rank == 0:
-        write_model_file(model, best.state, part, launch, outputs, seed)
+        write_model_file(model, best.state, part, launch, outputs, seed, partition_dir)
     return f"{outputs.model_out} holds the model of epoch {best.epoch} (the best validation so far)"
 
 
 def write_model_file(model: nn.Module, state: dict, part: LocalPartition, launch: CheckedLaunch,
-                     outputs: RunOutputs, seed: int) -> None:
+                     outputs: RunOutputs, seed: int, partition_dir: Path | None) -> None:
     """``outputs.model_out``: the weights ``state`` of ``model``, the data it was trained on and what its task
-    records for later use (a link model's split, under the run's ``seed``)."""
-    facts = DatasetFacts(name=part.dataset_name, feature_dim=launch.model_cfg.in_dim,
-                         num_classes=launch.model_cfg.num_classes, num_nodes=part.book.num_nodes)
-    save_model(outputs.model_out, model, launch.model_cfg, facts, state_dict=state,
+    records for later use (a link model's split, under the run's ``seed``). A typed model trained over a partition
+    (``partition_dir``) gets its embeddings' rows back in the dataset's numbering."""
+    cfg = launch.model_cfg
+    if isinstance(cfg, TypedModelConfig):  # its config holds the schema: node types, relations, widths
+        facts = TypedDatasetFacts(name=part.dataset_name, target_type=part.target_type, num_classes=cfg.num_classes,
+                                  num_nodes=part.book.num_nodes)
+        if partition_dir is not None:
+            new_to_old = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")
+            state = embeddings_by_dataset_id(state, cfg, new_to_old, part.book.type_offsets)
+    else:
+        facts = DatasetFacts(name=part.dataset_name, feature_dim=cfg.in_dim, num_classes=cfg.num_classes,
+                             num_nodes=part.book.num_nodes)
+    save_model(outputs.model_out, model, cfg, facts, state_dict=state,
                link_split=launch.task.model_file_record(launch.task_settings, seed))
 
 

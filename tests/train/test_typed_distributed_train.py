@@ -9,13 +9,16 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from gnnscale.cli import main
 from gnnscale.graph.datasets import load_dataset
 from gnnscale.nn.typed_models import TypedModelConfig
 from gnnscale.partition.typed_directory import write_typed_partition_dir
 from gnnscale.train import TrainConfig, fit
+from gnnscale.train.checkpoints.files import read_payload
 from gnnscale.train.inputs import seeded_model
 from launch import run_launch, torchrun
 
@@ -129,6 +132,25 @@ def test_a_broken_part_stops_every_worker_with_its_name(partitions, tmp_path):
     output = run.stdout + run.stderr
     said = re.findall(r"^gnnscale train: stopped: rank 1 of 2 failed.*$", output, re.MULTILINE)
     assert len(said) == 1 and "part1/features.paper.npy: file is corrupt" in said[0], output[-3000:]
+
+
+@pytest.mark.slow
+def test_a_model_saved_over_a_partition_holds_its_embeddings_by_the_datasets_ids(mag, partitions, tmp_path):
+    """The last epoch's weights of a 2-worker run: in its checkpoint by the partition's ids, in its model file by the
+    dataset's (the partition's new_to_old.npy undone); every other weight the same; predict reads the file."""
+    model_file, ckpt = tmp_path / "m.pt", tmp_path / "run.ckpt"
+    train(2, partitions[2], tmp_path / "m.json", "--layout", "hybrid", "--fanouts", "4,3", "--epochs", "1",
+          "--save-model", str(model_file), "--save-model-at", "last", "--checkpoint", str(ckpt))
+    saved = torch.load(model_file, weights_only=True)["state_dict"]
+    trained = read_payload(ckpt)["model_state"]
+    new_to_old = np.load(partitions[2] / "new_to_old.npy")
+    for t in ("author", "institution", "field_of_study"):
+        lo, hi = mag.graph.node_range(t)
+        key = f"encoder.embed.{t}.weight"
+        assert torch.equal(saved[key][new_to_old[lo:hi] - lo], trained[key])
+    assert all(torch.equal(saved[k], v) for k, v in trained.items() if ".embed." not in k)
+    assert main(["predict", "--model", str(model_file), "--out", str(tmp_path / "p"), "--dataset", "synthetic",
+                 "-o", "preset=mag", "-o", f"scale={SCALE}", "--threads", "1"]) == 0
 
 
 @pytest.mark.parametrize("argv, line", [

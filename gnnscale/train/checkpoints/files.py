@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 
 from gnnscale.files import atomic_write
-from gnnscale.nn.model_file import DatasetFacts, LinkSplitRecord, load_data, save_model_file
+from gnnscale.nn.model_file import DatasetFacts, LinkSplitRecord, TypedDatasetFacts, load_data, save_model_file
 from gnnscale.nn.models import ModelConfig
+from gnnscale.nn.typed_models import TypedModelConfig
 from gnnscale.settings import flag_names
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.dgs_config import DGSConfig
@@ -177,8 +178,9 @@ def first_difference(saved, current, prefix: str = "") -> tuple[str, object, obj
     return None if saved == current else (prefix.rstrip("."), saved, current)
 
 
-def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig, dataset: DatasetFacts, *,
-               state_dict: dict | None = None, link_split: LinkSplitRecord | None = None) -> None:
+def save_model(path: str | Path, model: torch.nn.Module, config: ModelConfig | TypedModelConfig,
+               dataset: DatasetFacts | TypedDatasetFacts, *, state_dict: dict | None = None,
+               link_split: LinkSplitRecord | None = None) -> None:
     """Write the self-describing model file (:mod:`gnnscale.nn.model_file`: weights, ``config`` and the
     ``dataset`` facts; ``gnnscale.load_model`` rebuilds it) atomically, like :func:`write_atomic`.
     ``state_dict``: weights of ``model`` to write instead of its current ones (the best epoch's);
