@@ -166,7 +166,7 @@ class TypedKernel:
         """int64: the chosen global sources of destinations ``nodes`` in CSC order; ``shape`` is their
         :meth:`counts`."""
         return typed_choose_all(self.rel_indptr, self.indices, self.type_offsets, self.row_start, self.rel_start,
-                                self.rel_ids, nodes, *shape, fanouts, replace, key, hop)
+                                self.rel_ids, nodes, *shape, fanouts, replace, key, hop, numba.get_num_threads())
 
     def choose_and_relabel(self, nodes: np.ndarray, num_dst: int, shape: tuple[np.ndarray, ...],
                            row_slot: np.ndarray, fanouts: np.ndarray, replace: bool, key: int, hop: int,

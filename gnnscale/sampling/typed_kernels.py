@@ -24,8 +24,8 @@ import numba
 import numpy as np
 
 from gnnscale.intrinsics import atomic_fetch_add, prefetch
-from gnnscale.sampling.choose import (CACHE_LINE_BYTES, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES,
-                                      choose_neighbors, num_chosen)
+from gnnscale.sampling.choose import (CACHE_LINE_BYTES, MARK_WORDS, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES,
+                                      choose_neighbors_marked, num_chosen)
 from gnnscale.sampling.fused import RELABEL_PREFETCH
 
 # Streams of relation r at hop h: h + r * RELATION_SLOT (hops stay far below it).
@@ -91,9 +91,10 @@ def typed_counts(rel_indptr, type_offsets, row_start, rel_start, rel_ids, nodes,
 
 @numba.njit(inline="always")
 def _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base, counts,
-                  offsets, lo, hi, fanouts, replace, key, hop, out):
+                  offsets, lo, hi, fanouts, replace, key, hop, out, marks):
     """Draw destinations ``lo .. hi - 1`` into their CSC slots of ``out``: per row, relation ``r``'s fanout from
-    the stream ``(key, hop + r * RELATION_SLOT, v)``. As the homogeneous kernel's ``prefetch_ahead``, the row
+    the stream ``(key, hop + r * RELATION_SLOT, v)``; ``marks``: the calling thread's Floyd bitmap
+    (:func:`choose_neighbors_marked`). As the homogeneous kernel's ``prefetch_ahead``, the row
     pointers of a destination further ahead and the first cache lines of each row of one a few ahead are
     prefetched, so that their misses overlap."""
     ids_per_line = CACHE_LINE_BYTES // indices.itemsize
@@ -115,21 +116,27 @@ def _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_i
         at = offsets[i]
         for j in range(k):
             r = rel_ids[rel_start[t] + j]
-            choose_neighbors(rel_indptr, indices, first + j, v, fanouts[r], replace, key, hop + r * RELATION_SLOT,
-                             out, at)
+            choose_neighbors_marked(rel_indptr, indices, first + j, v, fanouts[r], replace, key,
+                                    hop + r * RELATION_SLOT, out, at, marks)
             at += counts[row_base[i] + j]
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def typed_choose_all(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base, counts,
-                     offsets, fanouts, replace, key, hop):
-    """int64 [offsets[-1]]: the chosen global sources of every destination, in CSC order."""
+                     offsets, fanouts, replace, key, hop, num_tasks):
+    """int64 [offsets[-1]]: the chosen global sources of every destination, in CSC order; ``num_tasks`` threads
+    claim pieces of destinations from a shared counter, each with its own Floyd bitmap."""
     out = np.empty(offsets[-1], dtype=np.int64)
     n = nodes.shape[0]
-    for piece in numba.prange((n + PIECE_NODES - 1) // PIECE_NODES):
-        lo = piece * PIECE_NODES
-        _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base, counts,
-                      offsets, lo, min(lo + PIECE_NODES, n), fanouts, replace, key, hop, out)
+    marks = np.zeros((num_tasks, MARK_WORDS), dtype=np.uint64)
+    claim = np.zeros(1, dtype=np.int64)
+    for task in numba.prange(num_tasks):
+        while True:
+            lo = atomic_fetch_add(claim, 0, PIECE_NODES)
+            if lo >= n:
+                break
+            _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base,
+                          counts, offsets, lo, min(lo + PIECE_NODES, n), fanouts, replace, key, hop, out, marks[task])
     return out
 
 
@@ -221,6 +228,7 @@ def typed_choose_and_relabel(rel_indptr, indices, type_offsets, row_start, rel_s
     num_chunks = chunk_starts.shape[0] - 1
     claim = np.zeros(1, dtype=np.int64)
     known = np.full(1, num_known, dtype=np.int64)
+    marks = np.zeros((num_tasks, MARK_WORDS), dtype=np.uint64)
     for stage in range(num_chunks + 1):
         claim[0] = 0
         for task in numba.prange(num_tasks):
@@ -235,5 +243,5 @@ def typed_choose_and_relabel(rel_indptr, indices, type_offsets, row_start, rel_s
                         break
                     _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, dst_nodes, types,
                                   row_base, counts, offsets, start, min(start + PIECE_NODES, hi), fanouts, replace,
-                                  key, hop, chosen)
+                                  key, hop, chosen, marks[task])
     return out, known[0]
