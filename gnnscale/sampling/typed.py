@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnscale.graph.csc import index_dtype
 from gnnscale.graph.typed import TypedGraph, TypedSchema, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS
-from gnnscale.graph.csc import index_dtype
 from gnnscale.sampling.fused import (SamplerWorkspace, claim_seeds, expand_hops, grow_nodes, pipeline_chunks,
                                      relabel_all)
 from gnnscale.sampling.reference import to_block_coo
@@ -120,6 +120,7 @@ class TypedWorkspace:
         self.base += min(num_known, self.node_map.shape[0])
 
     def chosen_buffer(self, size: int) -> np.ndarray:
+        """The draws' buffer, with room for at least ``size`` ids."""
         if self.chosen.shape[0] < size:
             self.chosen = np.empty(max(size, 2 * self.chosen.shape[0]), dtype=self.chosen.dtype)
         return self.chosen
