@@ -94,6 +94,42 @@ def choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, of
         out[offset + q] = indices[start + out[offset + q]]
 
 
+# 64-bit words of the bitmap a kernel hands :func:`choose_neighbors_marked`: 2**20 positions (128 KiB, about what
+# one core's L2 holds), enough for all but the largest rows.
+MARK_WORDS = 1 << 14
+
+
+@numba.njit(inline="always")
+def floyd_subset_marked(state, k, n, out, offset, marks):
+    """:func:`floyd_subset` (the same draws, the same subset in the same order) with its membership test on the
+    bitmap ``marks`` (at least ``n`` bits, zero on entry and on return) instead of a scan of the draws so far:
+    O(k) instead of O(k^2)."""
+    first = n - k
+    for c in range(k):
+        j = first + c
+        t = uniform_below(state, c, j + 1)
+        if marks[t >> 6] & (np.uint64(1) << np.uint64(t & 63)):
+            t = j
+        marks[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+        out[offset + c] = t
+    for c in range(k):
+        marks[out[offset + c] >> 6] = np.uint64(0)
+
+
+@numba.njit(inline="always")
+def choose_neighbors_marked(indptr, indices, row, v, fanout, replace, key, hop, out, offset, marks):
+    """:func:`choose_neighbors`, whose Floyd draw tests membership on the bitmap ``marks``
+    (:func:`floyd_subset_marked`) where the row's degree fits it: the same neighbors, in the same order."""
+    start = indptr[row]
+    degree = indptr[row + 1] - start
+    if replace or fanout == ALL_NEIGHBORS or degree <= fanout or degree > 64 * marks.shape[0]:
+        choose_neighbors(indptr, indices, row, v, fanout, replace, key, hop, out, offset)
+        return
+    floyd_subset_marked(node_stream(key, hop, v), fanout, degree, out, offset, marks)
+    for q in range(fanout):
+        out[offset + q] = indices[start + out[offset + q]]
+
+
 @numba.njit(inline="always")
 def choose_positions(indptr, row, v, fanout, replace, key, hop, out, offset):
     """Write where the chosen in-neighbors of node ``v`` sit in its row, as offsets from

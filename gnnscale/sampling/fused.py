@@ -44,35 +44,50 @@ class SamplerWorkspace:
 
 
 @numba.njit(cache=True, nogil=True)
-def _claim_seeds(seeds, node_map):
-    """Give seeds local ids 0..len-1. Returns -1, or the position of the first duplicated seed."""
+def claim_seeds(seeds, node_map, base):
+    """Give seeds local ids 0..len-1 (mapping entries ``base + i``; an entry below ``base`` maps nothing, see
+    :func:`relabel_into`). Returns -1, or the position of the first duplicated seed (the entries set are reset)."""
     for i in range(seeds.shape[0]):
         v = seeds[i]
-        if node_map[v] >= 0:
+        if node_map[v] >= base:
             for j in range(i):
                 node_map[seeds[j]] = -1
             return i
-        node_map[v] = i
+        node_map[v] = base + i
     return -1
+
+
+@numba.njit(inline="always")
+def relabel_into(chosen, lo, hi, node_map, base, nodes, num_known, out, at, prefetch_end):
+    """Write the local ids of global ids ``chosen[lo:hi]`` to ``out[at:at + hi - lo]`` (``out`` may be ``chosen``
+    itself, ``at`` then ``lo``); new nodes get the next ids, in order of first appearance, and are appended to
+    ``nodes``. Returns the new number of known nodes. Node ``v``'s entry maps it to ``node_map[v] - base`` when that
+    is at least 0: with ``base`` 0 the plain mapping array (-1: unseen); a sampler that raises ``base`` past its last
+    batch's ids starts the next batch with every entry unseen, without resetting any. Lookups are prefetched
+    ``RELABEL_PREFETCH`` ids ahead, up to ``chosen[prefetch_end - 1]``.
+
+    One call per range, not per id: a helper taking the arrays per id costs numba a reference count update per
+    call (the relabel ran at half speed)."""
+    n = num_known
+    for e in range(lo, hi):
+        if e + RELABEL_PREFETCH < prefetch_end:
+            prefetch(node_map, chosen[e + RELABEL_PREFETCH])
+        v = chosen[e]
+        local = node_map[v] - base
+        if local < 0:
+            local = n
+            node_map[v] = base + n
+            nodes[n] = v
+            n += 1
+        out[at + e - lo] = local
+    return n
 
 
 @numba.njit(cache=True, nogil=True)
 def relabel_range(chosen, lo, hi, node_map, nodes, num_known):
     """Turn ``chosen[lo:hi]`` global ids into local ids in place; new nodes are appended to ``nodes``
     in order of first appearance. Returns the new number of known nodes."""
-    n = num_known
-    for e in range(lo, hi):
-        if e + RELABEL_PREFETCH < hi:
-            prefetch(node_map, chosen[e + RELABEL_PREFETCH])
-        v = chosen[e]
-        local = node_map[v]
-        if local < 0:
-            local = n
-            node_map[v] = n
-            nodes[n] = v
-            n += 1
-        chosen[e] = local
-    return n
+    return relabel_into(chosen, lo, hi, node_map, 0, nodes, num_known, chosen, lo, hi)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -151,7 +166,7 @@ def expand_hops(seeds: np.ndarray, fanouts: tuple[int, ...], workspace: SamplerW
     reset even when a hop raises, so the workspace stays reusable.
     """
     node_map = workspace.node_map
-    duplicate = _claim_seeds(seeds, node_map)
+    duplicate = claim_seeds(seeds, node_map, 0)
     if duplicate >= 0:
         raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
     nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)

@@ -23,10 +23,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gnnscale.graph.csc import index_dtype
 from gnnscale.graph.typed import TypedGraph, TypedSchema, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS
-from gnnscale.sampling.fused import SamplerWorkspace, expand_hops, grow_nodes, pipeline_chunks, relabel_all
+from gnnscale.sampling.fused import (SamplerWorkspace, claim_seeds, expand_hops, grow_nodes, pipeline_chunks,
+                                     relabel_all)
 from gnnscale.sampling.reference import to_block_coo
 from gnnscale.sampling.typed_kernels import (RELATION_SLOT, relation_layout, typed_choose_all,
                                              typed_choose_and_relabel, typed_counts)
@@ -91,6 +93,39 @@ class TypedBlock:
         return self.moved(lambda t: t.to(device))
 
 
+class TypedWorkspace:
+    """The fused typed sampler's arrays, reused across batches (not safe to share between threads).
+
+    ``node_map`` maps global node ``v`` to local id ``node_map[v] - base`` where that is >= 0
+    (:func:`~gnnscale.sampling.fused.relabel_into`). Each batch takes ``base`` past the previous batch's ids, so no
+    entry needs a reset between batches (the homogeneous workspace resets every entry a batch touched, one random
+    write per node); the array is refilled only when ``base`` would leave its dtype. ``chosen`` holds one hop's
+    draws before they are relabelled, grown as needed.
+    """
+
+    def __init__(self, num_nodes: int, chosen_dtype: np.dtype) -> None:
+        self.node_map = np.full(num_nodes, -1, dtype=index_dtype(num_nodes))
+        self.base = 0
+        self.chosen = np.empty(0, dtype=chosen_dtype)
+
+    def begin(self) -> int:
+        """The base of a new batch (local ids below the graph's node count never pass the dtype's maximum)."""
+        if self.base > np.iinfo(self.node_map.dtype).max - self.node_map.shape[0]:
+            self.node_map.fill(-1)
+            self.base = 0
+        return self.base
+
+    def end(self, num_known: int) -> None:
+        """Retire the ids of a batch that knew at most ``num_known`` nodes."""
+        self.base += min(num_known, self.node_map.shape[0])
+
+    def chosen_buffer(self, size: int) -> np.ndarray:
+        """The draws' buffer, with room for at least ``size`` ids."""
+        if self.chosen.shape[0] < size:
+            self.chosen = np.empty(max(size, 2 * self.chosen.shape[0]), dtype=self.chosen.dtype)
+        return self.chosen
+
+
 class TypedNeighborSampler(BatchSampler):
     """Samples typed blocks for a fixed typed graph and per-relation fanouts, reusing one mapping array.
 
@@ -106,7 +141,7 @@ class TypedNeighborSampler(BatchSampler):
             raise ValueError(f"method: expected 'fused' or 'two_step', got {method!r}")
         self.graph, self.table, self.replace, self.method = graph, typed_fanouts(graph, fanouts), replace, method
         self.kernel = TypedKernel(graph)
-        self.workspace = SamplerWorkspace(graph.num_nodes) if method == "fused" else None
+        self.workspace = TypedWorkspace(graph.num_nodes, self.kernel.chosen_dtype) if method == "fused" else None
 
     @property
     def fanouts(self) -> np.ndarray:
@@ -155,6 +190,9 @@ class TypedKernel:
         self.rel_indptr, self.indices = graph.rel_indptr, graph.graph.indices
         self.type_offsets = graph.type_offsets
         self.row_start, self.rel_start, self.rel_ids = layout.row_start, layout.rel_start, layout.rel_ids
+        # The draws' buffer holds node ids and, mid-draw, positions within a row.
+        self.chosen_dtype = index_dtype(max(graph.num_nodes, self.indices.shape[0]))
+        self.rel_dst_types = tuple(graph.type_id(rel.dst) for rel in graph.relations)
 
     def counts(self, nodes: np.ndarray, fanouts: np.ndarray, replace: bool) -> tuple[np.ndarray, ...]:
         """``(types, row_base, counts, offsets)`` of destinations ``nodes`` (:func:`typed_counts`)."""
@@ -166,18 +204,19 @@ class TypedKernel:
         """int64: the chosen global sources of destinations ``nodes`` in CSC order; ``shape`` is their
         :meth:`counts`."""
         return typed_choose_all(self.rel_indptr, self.indices, self.type_offsets, self.row_start, self.rel_start,
-                                self.rel_ids, nodes, *shape, fanouts, replace, key, hop)
+                                self.rel_ids, nodes, *shape, fanouts, replace, key, hop, numba.get_num_threads())
 
     def choose_and_relabel(self, nodes: np.ndarray, num_dst: int, shape: tuple[np.ndarray, ...],
                            row_slot: np.ndarray, fanouts: np.ndarray, replace: bool, key: int, hop: int,
-                           node_map: np.ndarray, num_known: int) -> tuple[np.ndarray, int]:
+                           workspace: TypedWorkspace, base: int, num_known: int) -> tuple[np.ndarray, int]:
         """(local ids in relation-major order, new number of known nodes) of destinations ``nodes[:num_dst]``,
-        new sources appended to ``nodes`` (:func:`typed_choose_and_relabel`)."""
+        new sources appended to ``nodes`` (:func:`typed_choose_and_relabel`) with the batch's ``base``."""
         threads = numba.get_num_threads()
         local, known = typed_choose_and_relabel(self.rel_indptr, self.indices, self.type_offsets, self.row_start,
                                                 self.rel_start, self.rel_ids, nodes, num_dst, *shape, row_slot,
                                                 pipeline_chunks(shape[3], threads), fanouts, replace, key, hop,
-                                                node_map, num_known, threads)
+                                                workspace.node_map, base, num_known, threads,
+                                                workspace.chosen_buffer(int(shape[3][-1])))
         return local, int(known)
 
     def draw(self, nodes: np.ndarray, fanouts: np.ndarray, replace: bool, key: int,
@@ -194,35 +233,43 @@ class TypedKernel:
 
 
 def typed_fused_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarray, key: int, replace: bool,
-                       workspace: SamplerWorkspace) -> list[TypedBlock]:
+                       workspace: TypedWorkspace) -> list[TypedBlock]:
     """Every hop with the fused kernel, as typed blocks in model order (input layer first)."""
-    splits = []
-
-    def sample_hop(nodes, num_dst, num_known, _fanout, hop):
-        shape = kernel.counts(nodes[:num_dst], fanouts[hop], replace)
-        by_type, type_bounds, indptrs, indptr_bounds, edge_bounds, row_slot = relation_layout(
-            *shape[:3], kernel.rel_start, kernel.rel_ids)
-        nodes = grow_nodes(nodes, num_known, num_known + shape[3][-1])
-        local, num_known = kernel.choose_and_relabel(nodes, num_dst, shape, row_slot, fanouts[hop], replace, key, hop,
-                                                     workspace.node_map, num_known)
-        splits.append((by_type, type_bounds, indptrs, indptr_bounds, local, edge_bounds))
-        return shape[3], local, nodes, num_known
-
-    nodes, hops = expand_hops(seeds, tuple(range(fanouts.shape[0])), workspace, sample_hop)
-    src_ids = torch.from_numpy(nodes)
+    base = workspace.begin()
+    duplicate = claim_seeds(seeds, workspace.node_map, base)
+    if duplicate >= 0:
+        raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
+    nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)
+    nodes[: seeds.shape[0]] = seeds
+    num_known = seeds.shape[0]
+    hops = []
+    try:
+        for hop in range(fanouts.shape[0]):
+            num_dst = num_known
+            shape = kernel.counts(nodes[:num_dst], fanouts[hop], replace)
+            by_type, type_bounds, indptrs, indptr_bounds, edge_bounds, row_slot = relation_layout(
+                *shape[:3], kernel.rel_start, kernel.rel_ids)
+            nodes = grow_nodes(nodes, num_known, num_known + shape[3][-1])
+            local, num_known = kernel.choose_and_relabel(nodes, num_dst, shape, row_slot, fanouts[hop], replace, key,
+                                                         hop, workspace, base, num_known)
+            hops.append((num_dst, num_known, (by_type, type_bounds, indptrs, indptr_bounds, local, edge_bounds)))
+    finally:
+        workspace.end(nodes.shape[0])  # what a hop that raised may have mapped: at most the node list's room
+    src_ids = torch.from_numpy(nodes[:num_known])
     blocks = [TypedBlock(src_ids=src_ids[:num_src], num_dst=int(num_dst),
-                         relations=split_relation_blocks(split, kernel.graph))
-              for (_, _, num_dst, num_src), split in zip(hops, splits)]
+                         relations=split_relation_blocks(split, kernel.rel_dst_types))
+              for num_dst, num_src, split in hops]
     return blocks[::-1]
 
 
-def split_relation_blocks(split: tuple[np.ndarray, ...], graph: TypedGraph) -> tuple[RelationBlock, ...]:
+def split_relation_blocks(split: tuple[np.ndarray, ...], dst_types: tuple[int, ...]) -> tuple[RelationBlock, ...]:
     """The :class:`RelationBlock` of every relation (views, no copies) from a hop's :func:`relation_layout` and its
-    relation-major local ids: ``(by_type, type_bounds, indptrs, indptr_bounds, local ids, edge_bounds)``."""
-    by_type, type_bounds, indptrs, indptr_bounds, indices, edge_bounds = (torch.from_numpy(a) for a in split)
+    relation-major local ids: ``(by_type, type_bounds, indptrs, indptr_bounds, local ids, edge_bounds)``;
+    ``dst_types``: each relation's destination type."""
+    by_type, indptrs, indices = (torch.from_numpy(split[i]) for i in (0, 2, 4))
+    type_bounds, indptr_bounds, edge_bounds = (split[i].tolist() for i in (1, 3, 5))  # Python ints slice fastest
     out = []
-    for r, rel in enumerate(graph.relations):
-        t = graph.type_id(rel.dst)
+    for r, t in enumerate(dst_types):
         out.append(RelationBlock(dst=by_type[type_bounds[t]:type_bounds[t + 1]],
                                  indptr=indptrs[indptr_bounds[r]:indptr_bounds[r + 1]],
                                  indices=indices[edge_bounds[r]:edge_bounds[r + 1]]))

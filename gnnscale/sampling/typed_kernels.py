@@ -24,9 +24,9 @@ import numba
 import numpy as np
 
 from gnnscale.intrinsics import atomic_fetch_add, prefetch
-from gnnscale.sampling.choose import (CACHE_LINE_BYTES, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES,
-                                      choose_neighbors, num_chosen)
-from gnnscale.sampling.fused import RELABEL_PREFETCH
+from gnnscale.sampling.choose import (CACHE_LINE_BYTES, MARK_WORDS, PIECE_NODES, PREFETCH_DISTANCE, PREFETCH_LINES,
+                                      choose_neighbors_marked, num_chosen)
+from gnnscale.sampling.fused import relabel_into
 
 # Streams of relation r at hop h: h + r * RELATION_SLOT (hops stay far below it).
 RELATION_SLOT = 1 << 16
@@ -91,9 +91,10 @@ def typed_counts(rel_indptr, type_offsets, row_start, rel_start, rel_ids, nodes,
 
 @numba.njit(inline="always")
 def _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base, counts,
-                  offsets, lo, hi, fanouts, replace, key, hop, out):
+                  offsets, lo, hi, fanouts, replace, key, hop, out, marks):
     """Draw destinations ``lo .. hi - 1`` into their CSC slots of ``out``: per row, relation ``r``'s fanout from
-    the stream ``(key, hop + r * RELATION_SLOT, v)``. As the homogeneous kernel's ``prefetch_ahead``, the row
+    the stream ``(key, hop + r * RELATION_SLOT, v)``; ``marks``: the calling thread's Floyd bitmap
+    (:func:`choose_neighbors_marked`). As the homogeneous kernel's ``prefetch_ahead``, the row
     pointers of a destination further ahead and the first cache lines of each row of one a few ahead are
     prefetched, so that their misses overlap."""
     ids_per_line = CACHE_LINE_BYTES // indices.itemsize
@@ -115,21 +116,27 @@ def _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_i
         at = offsets[i]
         for j in range(k):
             r = rel_ids[rel_start[t] + j]
-            choose_neighbors(rel_indptr, indices, first + j, v, fanouts[r], replace, key, hop + r * RELATION_SLOT,
-                             out, at)
+            choose_neighbors_marked(rel_indptr, indices, first + j, v, fanouts[r], replace, key,
+                                    hop + r * RELATION_SLOT, out, at, marks)
             at += counts[row_base[i] + j]
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def typed_choose_all(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base, counts,
-                     offsets, fanouts, replace, key, hop):
-    """int64 [offsets[-1]]: the chosen global sources of every destination, in CSC order."""
+                     offsets, fanouts, replace, key, hop, num_tasks):
+    """int64 [offsets[-1]]: the chosen global sources of every destination, in CSC order; ``num_tasks`` threads
+    claim pieces of destinations from a shared counter, each with its own Floyd bitmap."""
     out = np.empty(offsets[-1], dtype=np.int64)
     n = nodes.shape[0]
-    for piece in numba.prange((n + PIECE_NODES - 1) // PIECE_NODES):
-        lo = piece * PIECE_NODES
-        _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base, counts,
-                      offsets, lo, min(lo + PIECE_NODES, n), fanouts, replace, key, hop, out)
+    marks = np.zeros((num_tasks, MARK_WORDS), dtype=np.uint64)
+    claim = np.zeros(1, dtype=np.int64)
+    for task in numba.prange(num_tasks):
+        while True:
+            lo = atomic_fetch_add(claim, 0, PIECE_NODES)
+            if lo >= n:
+                break
+            _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, types, row_base,
+                          counts, offsets, lo, min(lo + PIECE_NODES, n), fanouts, replace, key, hop, out, marks[task])
     return out
 
 
@@ -181,52 +188,43 @@ def relation_layout(types, row_base, counts, rel_start, rel_ids):
 
 
 @numba.njit(cache=True, nogil=True)
-def _relabel_rows(chosen, lo, hi, offsets, row_base, counts, row_slot, node_map, nodes, num_known, out):
-    """Relabel the draws of destinations ``lo .. hi - 1`` (``chosen``, in CSC order) to local ids, new nodes appended
-    to ``nodes`` in order of first appearance, each row's written at its ``row_slot`` in ``out`` (relation-major).
-    Returns the new number of known nodes. The edge order is the homogeneous kernel's ``relabel_range``'s, so are
-    the local ids; only where they are written differs."""
+def _relabel_rows(chosen, lo, hi, offsets, row_base, counts, row_slot, node_map, base, nodes, num_known, out):
+    """Relabel the draws of destinations ``lo .. hi - 1`` (``chosen``, in CSC order) to local ids
+    (:func:`~gnnscale.sampling.fused.relabel_into` with ``base``), new nodes appended to ``nodes`` in order of first
+    appearance, each row's written at its ``row_slot`` in ``out`` (relation-major). Returns the new number of known
+    nodes. The edge order is the homogeneous kernel's ``relabel_range``'s, so are the local ids; only where they are
+    written differs."""
     n = num_known
     end = offsets[hi]
     e = offsets[lo]
     for x in range(row_base[lo], row_base[hi]):
-        at = row_slot[x]
-        for q in range(counts[x]):
-            if e + RELABEL_PREFETCH < end:
-                prefetch(node_map, chosen[e + RELABEL_PREFETCH])
-            v = chosen[e]
-            local = node_map[v]
-            if local < 0:
-                local = n
-                node_map[v] = n
-                nodes[n] = v
-                n += 1
-            out[at + q] = local
-            e += 1
+        n = relabel_into(chosen, e, e + counts[x], node_map, base, nodes, n, out, row_slot[x], end)
+        e += counts[x]
     return n
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def typed_choose_and_relabel(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, nodes, num_dst, types,
                              row_base, counts, offsets, row_slot, chunk_starts, fanouts, replace, key, hop, node_map,
-                             num_known, num_tasks):
+                             base, num_known, num_tasks, chosen):
     """Draw every destination's neighbors and relabel them into the hop's relation-major edge array
     (:func:`relation_layout`): (local ids [offsets[-1]], new number of known nodes). ``nodes`` must have room for
-    ``num_known + offsets[-1]`` entries. Stage s relabels chunk s - 1 (thread 0, in edge order) while all threads
-    draw chunk s, as the homogeneous ``_choose_and_relabel``; the relabel's writes are the split by relation, so
-    no pass of its own."""
-    chosen = np.empty(offsets[-1], dtype=np.int64)
+    ``num_known + offsets[-1]`` entries; ``chosen``, the draws' buffer, for ``offsets[-1]`` (an integer type that
+    holds a node id and a position in a row). Stage s relabels chunk s - 1 (thread 0, in edge order) while all
+    threads draw chunk s, as the homogeneous ``_choose_and_relabel``; the relabel's writes are the split by
+    relation, so no pass of its own."""
     out = np.empty(offsets[-1], dtype=np.int64)
     dst_nodes = nodes[:num_dst]  # read-only here; relabel appends beyond num_known >= num_dst
     num_chunks = chunk_starts.shape[0] - 1
     claim = np.zeros(1, dtype=np.int64)
     known = np.full(1, num_known, dtype=np.int64)
+    marks = np.zeros((num_tasks, MARK_WORDS), dtype=np.uint64)
     for stage in range(num_chunks + 1):
         claim[0] = 0
         for task in numba.prange(num_tasks):
             if task == 0 and stage > 0:
                 known[0] = _relabel_rows(chosen, chunk_starts[stage - 1], chunk_starts[stage], offsets, row_base,
-                                         counts, row_slot, node_map, nodes, known[0], out)
+                                         counts, row_slot, node_map, base, nodes, known[0], out)
             if stage < num_chunks:
                 lo, hi = chunk_starts[stage], chunk_starts[stage + 1]
                 while True:
@@ -235,5 +233,5 @@ def typed_choose_and_relabel(rel_indptr, indices, type_offsets, row_start, rel_s
                         break
                     _choose_range(rel_indptr, indices, type_offsets, row_start, rel_start, rel_ids, dst_nodes, types,
                                   row_base, counts, offsets, start, min(start + PIECE_NODES, hi), fanouts, replace,
-                                  key, hop, chosen)
+                                  key, hop, chosen, marks[task])
     return out, known[0]

@@ -11,7 +11,7 @@ import torch
 from gnnscale.graph.csc import csc_from_coo
 from gnnscale.graph.typed import typed_graph
 from gnnscale.sampling import sample_blocks
-from gnnscale.sampling.typed import sample_typed_blocks, typed_fanouts
+from gnnscale.sampling.typed import TypedNeighborSampler, sample_typed_blocks, typed_fanouts
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,35 @@ def test_one_relation_samples_as_the_homogeneous_kernel(replace):
         (rel,) = a.relations
         assert torch.equal(a.src_ids, b.src_ids) and torch.equal(rel.indices, b.indices)
         assert torch.equal(rel.indptr, b.indptr) and torch.equal(rel.dst, torch.arange(b.num_dst))
+
+
+def test_high_degree_rows_draw_as_the_homogeneous_kernel():
+    """Rows of hundreds of in-edges under a small fanout: the typed kernel's Floyd draw on a bitmap picks what the
+    homogeneous kernel's scan of the draws so far picks."""
+    rng = np.random.default_rng(2)
+    src, dst = rng.integers(0, 400, 12000), rng.integers(0, 40, 12000)  # 40 hubs of ~300 in-edges
+    typed = typed_graph({"node": 400}, {"node__edge__node": (src, dst)})
+    plain = csc_from_coo(src, dst, 400)
+    seeds = np.arange(0, 40, 3)
+    for a, b in zip(sample_typed_blocks(typed, seeds, [25, 10], key=5), sample_blocks(plain, torch.from_numpy(seeds),
+                                                                                      (25, 10), key=5)):
+        assert torch.equal(a.src_ids, b.src_ids) and torch.equal(a.relations[0].indices, b.indices)
+
+
+def test_one_sampler_over_many_batches_equals_fresh_baselines(mag_like):
+    """The fused sampler keeps its mapping array across batches (and past a batch that raised, and across the refill
+    when its base nears the dtype's end): every batch equals the two-step baseline's."""
+    sampler = TypedNeighborSampler(mag_like, [3, 2])
+    rng = np.random.default_rng(3)
+    for step in range(6):
+        if step == 2:
+            with pytest.raises(ValueError, match="seeds: expected unique node ids"):
+                sampler.sample(np.array([5, 9, 5]), 1)
+        if step == 4:
+            sampler.workspace.base = int(np.iinfo(sampler.workspace.node_map.dtype).max) - 10
+        seeds = rng.choice(mag_like.num_nodes, 8, replace=False)
+        assert_same(sampler.sample(seeds, step), sample_typed_blocks(mag_like, seeds, [3, 2], key=step,
+                                                                     method="two_step"))
 
 
 def test_each_relation_draws_its_own_fanout(mag_like):
