@@ -43,11 +43,41 @@ def relation_mean(rel: RelationBlock, x_src: Tensor, *, kernels: str = "auto") -
     Shapes:
         x_src float [num_src, d] -> [len(rel.dst), d], rows in ``rel.dst``'s order.
     """
-    num_rows = rel.dst.shape[0]
+    return _csr_mean(rel.indptr, rel.indices, x_src, kernels)
+
+
+def _csr_mean(indptr: Tensor, indices: Tensor, x_src: Tensor, kernels: str) -> Tensor:
+    """Row ``i``'s mean of ``x_src[indices[indptr[i]:indptr[i + 1]]]`` (0 for a row without edges)."""
+    num_rows = indptr.shape[0] - 1
     if resolve_kernels(kernels, x_src) == "numba":
-        return csr_sum(rel.indptr, rel.indices, num_rows, x_src, norm="mean")
-    total = torch_ops.segment_sum(rel.indptr, rel.indices, num_rows, x_src)
-    return total / rel.indptr.diff().clamp(min=1).to(total.dtype).unsqueeze(1)
+        return csr_sum(indptr, indices, num_rows, x_src, norm="mean")
+    total = torch_ops.segment_sum(indptr, indices, num_rows, x_src)
+    return total / indptr.diff().clamp(min=1).to(total.dtype).unsqueeze(1)
+
+
+def relation_means(block: TypedBlock, x_src: Tensor, *, own: Tensor | None = None, kernels: str = "auto") -> Tensor:
+    """Every relation's :func:`relation_mean`, relation after relation, then the rows ``x_src[own]``, as one
+    tensor from one aggregation over all of them (the relations' CSRs end to end, each row of ``own`` a row
+    of one edge, whose mean is the row itself). One pass forward and, above all, one backward: the gradient of
+    every source row is written once, where a pass per relation writes a [num_src, d] gradient per relation
+    (and the own rows a zero-filled one) for autograd to add up. Each row's value is the one
+    :func:`relation_mean` gives (the same edges summed in the same order).
+
+    Shapes:
+        x_src float [num_src, d]; own int64 [m] or None -> [sum_r len(block.relations[r].dst) + m, d].
+    """
+    device = x_src.device
+    starts, indices, at = [], [], 0
+    for rel in block.relations:
+        starts.append(rel.indptr[:-1] + at)
+        indices.append(rel.indices)
+        at += rel.num_edges
+    if own is not None:
+        starts.append(torch.arange(at, at + own.shape[0], dtype=torch.int64, device=device))
+        indices.append(own)
+        at += own.shape[0]
+    indptr = torch.cat([*starts, torch.full((1,), at, dtype=torch.int64, device=device)])
+    return _csr_mean(indptr, torch.cat(indices), x_src, kernels)
 
 
 def destination_positions(block: TypedBlock, relations: Sequence[Relation]) -> dict[str, Tensor]:
@@ -131,15 +161,18 @@ class RGCNConv(nn.Module):
 
     def forward(self, block: TypedBlock, x_src: Tensor) -> Tensor:
         check_typed_input(block, x_src, self.in_dim, self.num_relations)
-        out = x_src[: block.num_dst] @ self.root
+        own = torch.arange(block.num_dst, dtype=torch.int64, device=x_src.device)
+        *means, x_dst = relation_means(block, x_src, own=own, kernels=self.kernels).split(
+            [rel.dst.shape[0] for rel in block.relations] + [block.num_dst])
+        out = x_dst @ self.root
         if self.bias is not None:
             out = out + self.bias
         weights = self.relation_weights()
-        for r, rel in enumerate(block.relations):
+        for r, (rel, mean) in enumerate(zip(block.relations, means)):
             if rel.dst.shape[0]:
                 # In place: index_add_'s backward needs neither out nor its old value, so no copy per relation.
                 # Under autocast the product is half and out (root plus float32 bias) float: sum in out's dtype.
-                out.index_add_(0, rel.dst, (relation_mean(rel, x_src, kernels=self.kernels) @ weights[r]).to(out.dtype))
+                out.index_add_(0, rel.dst, (mean @ weights[r]).to(out.dtype))
         return out
 
     def extra_repr(self) -> str:
