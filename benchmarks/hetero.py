@@ -24,8 +24,10 @@ relations at ``--scale``, with reverses; 128-d features on papers only, labels o
 * ``epoch``: an R-GCN epoch on the CPU (``--epoch-threads`` threads, no evaluation): ``gnnscale train --model
   rgcn`` against DGL's R-GCN as its ogbn-mag example (``benchmarks/anchors/dgl_hetero_train.py``:
   ``HeteroGraphConv`` of ``GraphConv``, ``NeighborSampler`` and ``DataLoader``), the same fanouts, batch, hidden
-  size, dropout, learning rate, paper features and learnable embeddings for the featureless types. Each side is
-  its own process; the median epoch after the first (warm-up). ``--iterations K`` cuts every epoch, on both
+  size, dropout, learning rate, paper features and learnable embeddings for the featureless types. The
+  embeddings are dense tables on both sides, and Adam steps every row of them each iteration, as DGL's example
+  does (a row's moments decay even without a gradient): DGL's ``HeteroEmbedding`` with torch's default Adam
+  (its for-loop form on the CPU), gnnscale's ``nn.Embedding`` with fused Adam. Each side is its own process; the median epoch after the first (warm-up). ``--iterations K`` cuts every epoch, on both
   sides alike, to its first K batches (the table says so).
 * ``accuracy``: R-GCN, R-SAGE and R-GAT (``fit``, 2 layers) and a two-layer MLP of the papers' own features on
   the mag-shaped graph at ``--accuracy-scale``, one run per seed; test accuracy at the best validation epoch,

@@ -8,7 +8,8 @@ destination type (``block.relations[r].dst``), and the contributions are summed:
 ``HeteroConv(aggr="sum")`` and ``to_hetero(..., aggr="sum")``, and ``RGCNConv``'s sum over relations. A
 destination of a type that no relation enters gets no term: 0 from R-SAGE and R-GAT, its root term from R-GCN.
 
-**Aggregation.** Each relation's neighbor mean goes through one function, :func:`relation_mean`: the numba
+**Aggregation.** R-GCN and R-SAGE take every relation's neighbor means and the destinations' own rows from one
+function, :func:`relation_means`, in one pass whose backward writes each source's gradient once: the numba
 kernels for float32/float64 CPU tensors (:func:`~gnnscale.nn.functional.csr_sum`), torch's segment sums
 elsewhere (CUDA), ``kernels`` as the homogeneous layers (``"auto"``, ``"numba"``, ``"torch"``). R-GAT's
 softmax and weighted sum are the attention kernel without a self edge
@@ -35,19 +36,39 @@ from gnnscale.nn.layers import GATConv, SAGEConv, block_diagonal
 from gnnscale.sampling.typed import RelationBlock, TypedBlock
 
 
-def relation_mean(rel: RelationBlock, x_src: Tensor, *, kernels: str = "auto") -> Tensor:
-    """Each of ``rel``'s destinations' mean over its in-edges by the relation (0 without any): the numba kernel
-    for float32/float64 CPU tensors under ``"auto"``, torch's segment sums elsewhere (``kernels``:
-    :func:`~gnnscale.nn.functional.resolve_kernels`).
+def _csr_mean(indptr: Tensor, indices: Tensor, x_src: Tensor, kernels: str) -> Tensor:
+    """Row ``i``'s mean of ``x_src[indices[indptr[i]:indptr[i + 1]]]`` (0 for a row without edges)."""
+    num_rows = indptr.shape[0] - 1
+    if resolve_kernels(kernels, x_src) == "numba":
+        return csr_sum(indptr, indices, num_rows, x_src, norm="mean")
+    total = torch_ops.segment_sum(indptr, indices, num_rows, x_src)
+    return total / indptr.diff().clamp(min=1).to(total.dtype).unsqueeze(1)
+
+
+def relation_means(block: TypedBlock, x_src: Tensor, own: Tensor, *, kernels: str = "auto") -> Tensor:
+    """Every relation's destinations' mean over their in-edges by the relation (0 without any), relation after
+    relation, then the rows ``x_src[own]``, as one tensor from one aggregation over all of them (the relations'
+    CSRs end to end, each row of ``own`` a row of one edge, whose mean is the row itself): the numba kernel for
+    float32/float64 CPU tensors under ``"auto"``, torch's segment sums elsewhere (``kernels``:
+    :func:`~gnnscale.nn.functional.resolve_kernels`). One pass forward and, above all, one backward: the
+    gradient of every source row is written once, where a pass per relation writes a [num_src, d] gradient per
+    relation (and indexing the own rows a zero-filled one) for autograd to add up.
 
     Shapes:
-        x_src float [num_src, d] -> [len(rel.dst), d], rows in ``rel.dst``'s order.
+        x_src float [num_src, d]; own int64 [m] -> [sum_r len(block.relations[r].dst) + m, d], relation
+        r's rows in ``block.relations[r].dst``'s order.
     """
-    num_rows = rel.dst.shape[0]
-    if resolve_kernels(kernels, x_src) == "numba":
-        return csr_sum(rel.indptr, rel.indices, num_rows, x_src, norm="mean")
-    total = torch_ops.segment_sum(rel.indptr, rel.indices, num_rows, x_src)
-    return total / rel.indptr.diff().clamp(min=1).to(total.dtype).unsqueeze(1)
+    device = x_src.device
+    starts, indices, at = [], [], 0
+    for rel in block.relations:
+        starts.append(rel.indptr[:-1] + at)
+        indices.append(rel.indices)
+        at += rel.num_edges
+    starts.append(torch.arange(at, at + own.shape[0], dtype=torch.int64, device=device))
+    indices.append(own)
+    at += own.shape[0]
+    indptr = torch.cat([*starts, torch.full((1,), at, dtype=torch.int64, device=device)])
+    return _csr_mean(indptr, torch.cat(indices), x_src, kernels)
 
 
 def destination_positions(block: TypedBlock, relations: Sequence[Relation]) -> dict[str, Tensor]:
@@ -95,7 +116,7 @@ class RGCNConv(nn.Module):
         num_relations: R, the relations of the blocks (``TypedBlock.relations``, in that order).
         num_bases: B bases shared by the relations, or None (the default: one weight per relation).
         bias: add a learnable bias. Default True.
-        kernels: ``"auto"``, ``"numba"`` or ``"torch"`` (:func:`relation_mean`). Default ``"auto"``.
+        kernels: ``"auto"``, ``"numba"`` or ``"torch"`` (:func:`relation_means`). Default ``"auto"``.
 
     Shapes:
         x_src float [num_src, in_dim] -> float [num_dst, out_dim].
@@ -131,15 +152,18 @@ class RGCNConv(nn.Module):
 
     def forward(self, block: TypedBlock, x_src: Tensor) -> Tensor:
         check_typed_input(block, x_src, self.in_dim, self.num_relations)
-        out = x_src[: block.num_dst] @ self.root
+        own = torch.arange(block.num_dst, dtype=torch.int64, device=x_src.device)
+        *means, x_dst = relation_means(block, x_src, own, kernels=self.kernels).split(
+            [rel.dst.shape[0] for rel in block.relations] + [block.num_dst])
+        out = x_dst @ self.root
         if self.bias is not None:
             out = out + self.bias
         weights = self.relation_weights()
-        for r, rel in enumerate(block.relations):
+        for r, (rel, mean) in enumerate(zip(block.relations, means)):
             if rel.dst.shape[0]:
                 # In place: index_add_'s backward needs neither out nor its old value, so no copy per relation.
                 # Under autocast the product is half and out (root plus float32 bias) float: sum in out's dtype.
-                out.index_add_(0, rel.dst, (relation_mean(rel, x_src, kernels=self.kernels) @ weights[r]).to(out.dtype))
+                out.index_add_(0, rel.dst, (mean @ weights[r]).to(out.dtype))
         return out
 
     def extra_repr(self) -> str:
@@ -158,7 +182,7 @@ class RSAGEConv(nn.Module):
         relations: the relations of the blocks, in their order (Relations, ``(src, name, dst)`` tuples or
             ``"src__name__dst"`` strings).
         bias: a learnable bias per relation (in its ``lin_l``). Default True.
-        kernels: ``"auto"``, ``"numba"`` or ``"torch"`` (:func:`relation_mean`). Default ``"auto"``.
+        kernels: ``"auto"``, ``"numba"`` or ``"torch"`` (:func:`relation_means`). Default ``"auto"``.
 
     Shapes:
         x_src float [num_src, in_dim] -> float [num_dst, out_dim].
@@ -175,10 +199,12 @@ class RSAGEConv(nn.Module):
     def forward(self, block: TypedBlock, x_src: Tensor) -> Tensor:
         check_typed_input(block, x_src, self.in_dim, len(self.relations))
         out = x_src.new_zeros(block.num_dst, self.out_dim)
-        for conv, rel in zip(self.convs.values(), block.relations):
+        sizes = [rel.dst.shape[0] for rel in block.relations]
+        own = torch.cat([rel.dst for rel in block.relations])  # each relation's destinations' own rows
+        stacked = relation_means(block, x_src, own, kernels=self.kernels).split(sizes + sizes)
+        for conv, rel, mean, x_dst in zip(self.convs.values(), block.relations, stacked, stacked[len(sizes):]):
             if rel.dst.shape[0]:
-                term = conv.lin_l(relation_mean(rel, x_src, kernels=self.kernels)) + conv.lin_r(x_src[rel.dst])
-                out.index_add_(0, rel.dst, term.to(out.dtype))
+                out.index_add_(0, rel.dst, (conv.lin_l(mean) + conv.lin_r(x_dst)).to(out.dtype))
         return out
 
     def extra_repr(self) -> str:

@@ -32,6 +32,7 @@ checkpoint's signature, would otherwise carry for every run. The settings both s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -246,6 +247,27 @@ def typed_input(block: TypedBlock, graph: TypedGraph, features: Mapping[str, Ten
                       ids={t: ids for t, (_, ids) in by_type.items() if t not in features})
 
 
+class _PlaceRows(torch.autograd.Function):
+    """``out[positions[k]] = rows[k]`` for every type ``k``: the types' rows as one [num_src, width] tensor, each
+    row written once where a cat and an index_copy_ write it twice; the backward reads each type's gradient
+    rows straight from ``out``'s (no cat to split)."""
+
+    @staticmethod
+    def forward(ctx, num_src: int, positions: list[Tensor], *rows: Tensor) -> Tensor:
+        # One dtype as torch.cat's: under autocast a projection's rows are half, an embedding's float32. The
+        # engine casts each gradient back to its rows' dtype.
+        dtype = functools.reduce(torch.promote_types, (part.dtype for part in rows))
+        out = rows[0].new_empty(num_src, rows[0].shape[1], dtype=dtype)
+        for pos, part in zip(positions, rows):
+            out.index_copy_(0, pos, part.to(dtype))
+        ctx.positions = positions
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return None, None, *(grad.index_select(0, pos) for pos in ctx.positions)
+
+
 class TypedEncoder(nn.Module):
     """Every source to the model's width: ``project[t]`` (a Linear with bias) for a type with features,
     ``embed[t]`` (an Embedding over its node count; Xavier-uniform, as DGL's ``RelGraphEmbed``) for a type
@@ -263,9 +285,7 @@ class TypedEncoder(nn.Module):
         self._check(x)
         rows = [self.project[t](x.features[t]) if t in self.project else self.embed[t](x.ids[t])
                 for t in self.node_types]
-        values, where = torch.cat(rows), torch.cat([x.positions[t] for t in self.node_types])
-        # In place into a fresh tensor: one write per row, and index_copy_'s backward gathers values' gradient.
-        return values.new_empty(x.num_src, self.width).index_copy_(0, where, values)
+        return _PlaceRows.apply(x.num_src, [x.positions[t] for t in self.node_types], *rows)
 
     def _check(self, x: TypedInput) -> None:
         if not isinstance(x, TypedInput):

@@ -18,6 +18,7 @@ from gnnscale.graph.typed import typed_graph
 from gnnscale.nn import (RGATConv, RGCNConv, RSAGEConv, TypedInput, TypedModel, TypedModelConfig, sources_by_type,
                          typed_input)
 from gnnscale.nn.functional import csr_attention, csr_sum
+from gnnscale.nn.relational import relation_means
 from gnnscale.nn.torch_ops import attention as torch_attention
 from gnnscale.sampling.typed import RelationBlock, TypedBlock, sample_typed_blocks
 
@@ -346,6 +347,22 @@ def test_attention_without_self_edge_drops_the_same_weights_on_both_kernels():
                                atol=1e-12, rtol=1e-12)
     assert not torch.allclose(fast, csr_attention(indptr, indices, z, score_src, score_dst,
                                                   **{**options, "dropout": 0.0}))
+
+
+@pytest.mark.parametrize("kernels", ["numba", "torch"])
+def test_relation_means_by_hand(kernels):
+    # 3 destinations, 4 sources. Relation 0 into destinations 0, 2: 0 <- x1, x3; 2 <- (none): 0. Relation 1 into
+    # destination 1: 1 <- x3, x3, x0. Own rows: x2, x0.
+    block = TypedBlock(src_ids=torch.arange(4), num_dst=3, relations=(
+        RelationBlock(dst=torch.tensor([0, 2]), indptr=torch.tensor([0, 2, 2]), indices=torch.tensor([1, 3])),
+        RelationBlock(dst=torch.tensor([1]), indptr=torch.tensor([0, 3]), indices=torch.tensor([3, 3, 0]))))
+    x = torch.tensor([[1.0, 2.0], [3.0, 5.0], [7.0, 11.0], [13.0, 17.0]], dtype=torch.float64, requires_grad=True)
+    out = relation_means(block, x, torch.tensor([2, 0]), kernels=kernels)
+    torch.testing.assert_close(out, torch.tensor([[8.0, 11.0], [0.0, 0.0], [9.0, 12.0], [7.0, 11.0], [1.0, 2.0]],
+                                                 dtype=torch.float64))
+    (grad,) = torch.autograd.grad((out * torch.arange(1.0, 6.0, dtype=torch.float64).unsqueeze(1)).sum(), x)
+    # x0: relation 1's row (weight 3) / 3 + own row (weight 5); x1: row 0 (1) / 2; x2: own (4); x3: 1/2 + 2 * 3/3
+    torch.testing.assert_close(grad[:, 0], torch.tensor([6.0, 0.5, 4.0, 2.5], dtype=torch.float64))
 
 
 def test_csr_mean_by_hand():
