@@ -157,6 +157,17 @@ def relabel_all(chosen: np.ndarray, node_map: np.ndarray, nodes: np.ndarray, num
 HopSampler = Callable[[np.ndarray, int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, int]]
 
 
+def claimed_nodes(seeds: np.ndarray, node_map: np.ndarray, base: int) -> np.ndarray:
+    """A batch's node list (int64, the seeds first, room for as many again) with the seeds claimed in ``node_map``
+    above ``base`` (:func:`claim_seeds`); ValueError naming a seed that appears twice."""
+    duplicate = claim_seeds(seeds, node_map, base)
+    if duplicate >= 0:
+        raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
+    nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)
+    nodes[: seeds.shape[0]] = seeds
+    return nodes
+
+
 def expand_hops(seeds: np.ndarray, fanouts: tuple[int, ...], workspace: SamplerWorkspace,
                 sample_hop: HopSampler) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, int, int]]]:
     """Run ``sample_hop`` for every hop from the seeds outwards, sharing one mapping array.
@@ -166,11 +177,7 @@ def expand_hops(seeds: np.ndarray, fanouts: tuple[int, ...], workspace: SamplerW
     reset even when a hop raises, so the workspace stays reusable.
     """
     node_map = workspace.node_map
-    duplicate = claim_seeds(seeds, node_map, 0)
-    if duplicate >= 0:
-        raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
-    nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)
-    nodes[: seeds.shape[0]] = seeds
+    nodes = claimed_nodes(seeds, node_map, 0)
     num_known = seeds.shape[0]
     hops = []
     try:

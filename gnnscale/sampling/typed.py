@@ -27,7 +27,7 @@ from gnnscale.graph.csc import index_dtype
 from gnnscale.graph.typed import TypedGraph, TypedSchema, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS
-from gnnscale.sampling.fused import (SamplerWorkspace, claim_seeds, expand_hops, grow_nodes, pipeline_chunks,
+from gnnscale.sampling.fused import (SamplerWorkspace, claimed_nodes, expand_hops, grow_nodes, pipeline_chunks,
                                      relabel_all)
 from gnnscale.sampling.reference import to_block_coo
 from gnnscale.sampling.typed_kernels import (RELATION_SLOT, relation_layout, typed_choose_all,
@@ -236,11 +236,7 @@ def typed_fused_blocks(kernel: TypedKernel, seeds: np.ndarray, fanouts: np.ndarr
                        workspace: TypedWorkspace) -> list[TypedBlock]:
     """Every hop with the fused kernel, as typed blocks in model order (input layer first)."""
     base = workspace.begin()
-    duplicate = claim_seeds(seeds, workspace.node_map, base)
-    if duplicate >= 0:
-        raise ValueError(f"seeds: expected unique node ids, node {int(seeds[duplicate])} appears twice")
-    nodes = np.empty(max(16, 2 * seeds.shape[0]), dtype=np.int64)
-    nodes[: seeds.shape[0]] = seeds
+    nodes = claimed_nodes(seeds, workspace.node_map, base)
     num_known = seeds.shape[0]
     hops = []
     try:
