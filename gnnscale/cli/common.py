@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gnnscale.cli.flags import add_settings, read_settings
 from gnnscale.graph.dataset import NodeDataset
-from gnnscale.graph.datasets import DATASETS, is_typed, load_dataset
+from gnnscale.graph.datasets import DATASETS, load_dataset
 from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.settings import flag_names, setting
 from gnnscale.train.api import DEFAULT_TIMEOUT_S  # noqa: F401 (--timeout's default, the library's)
@@ -114,17 +114,13 @@ def dataset_flags(args) -> DatasetFlags:
     return read_settings(DatasetFlags, args)
 
 
-def load_cli_dataset(args, *, typed: bool = False) -> NodeDataset | TypedDataset:
-    """The dataset the flags name. ``typed``: the command reads typed graphs too (else one is refused, before it
-    loads)."""
+def load_cli_dataset(args) -> NodeDataset | TypedDataset:
+    """The dataset the flags name (a typed graph's too: every command that loads one reads both)."""
     flags = dataset_flags(args)
     name = flags.dataset or "synthetic"
     if flags.data_dir is not None and name == "synthetic":
         raise ValueError("data_dir: --dataset synthetic is generated, it reads no --data-dir; drop --data-dir or "
                          "name the dataset stored there (--dataset)")
-    if not typed and is_typed(name, flags.data_dir, **dict(args.option)):
-        raise ValueError(f"dataset: a typed graph (several node types); gnnscale {args.command} reads graphs of one "
-                         "node type (gnnscale info describes a typed one)")
     return load_dataset(name, flags.data_dir, **dict(args.option))
 
 

@@ -18,5 +18,5 @@ def add_info_parser(sub) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> None:
-    summary = load_cli_dataset(args, typed=True).summary()
+    summary = load_cli_dataset(args).summary()
     print(json.dumps(summary, indent=2) if args.json else describe_summary(summary))

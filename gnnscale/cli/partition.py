@@ -53,7 +53,7 @@ def cmd_partition(args: argparse.Namespace) -> None:
         raise ValueError(f"out: {out} already exists; pass --overwrite to replace it, or choose another --out")
     if settings.memory_gb is not None:
         budget_bytes(settings.memory_gb)  # a bad value fails before loading and partitioning (minutes)
-    dataset = load_cli_dataset(args, typed=True)
+    dataset = load_cli_dataset(args)
     # A typed graph: one graph of all types partitioned, ids renumbered type by type (gnnscale.partition.typed).
     write = write_typed_partition_dir if isinstance(dataset, TypedDataset) else write_partition_dir
     summary = write(dataset, settings.parts, settings.method, out, settings.seed, overwrite=settings.overwrite,

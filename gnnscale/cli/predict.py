@@ -206,7 +206,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     if not Path(cfg.model).is_file():
         raise ValueError(f"model: no model file at {cfg.model}")
     use_threads(cfg.threads)
-    dataset = load_cli_dataset(args, typed=True)
+    dataset = load_cli_dataset(args)
     if isinstance(dataset, TypedDataset):
         check_typed_predict(cfg)
         model_file = read_model_file(cfg.model)  # a typed model's file describes itself

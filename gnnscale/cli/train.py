@@ -229,7 +229,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         # Before loading the dataset (minutes for a large one): a bad output path fails at once.
         check_run_outputs(metrics_out=outputs.metrics_out, checkpoint=outputs.checkpoint, resume=outputs.resume,
                           overwrite=outputs.overwrite, model_out=outputs.model_out)
-        dataset = load_cli_dataset(args, typed=True)
+        dataset = load_cli_dataset(args)
         model_cfg = model_config_for(dataset, settings.model, task, settings.train.num_layers)
         model = task.build_model(model_cfg, task_settings, settings.train.seed)
         report = fit(model, dataset, inputs="blocks", config=settings.train, outputs=outputs, progress=progress,

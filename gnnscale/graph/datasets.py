@@ -32,7 +32,7 @@ from gnnscale.graph.ogb import OGB_DATASETS, load_ogb
 from gnnscale.graph.planetoid import PLANETOID_NAMES, load_planetoid
 from gnnscale.graph.synthetic import PRESETS, SyntheticConfig, make_synthetic, preset_config
 from gnnscale.graph.typed_dataset import TypedDataset
-from gnnscale.graph.typed_storage import is_typed_directory, load_dataset_directory
+from gnnscale.graph.typed_storage import load_dataset_directory
 from gnnscale.graph.typed_synthetic import TYPED_PRESETS, make_typed_synthetic, typed_preset_config
 
 DATASETS = ("synthetic", *PLANETOID_NAMES, *OGB_DATASETS, "npz", "dir")
@@ -79,14 +79,6 @@ def load_dataset(name: str, root: str | Path | None = None, **options) -> NodeDa
     if unknown:
         raise ValueError(f"options: {unknown} not accepted by dataset {name!r}; accepted: {list(_OPTIONS[name])}")
     return _loader(name)(Path(root), **options)
-
-
-def is_typed(name: str, root: str | Path | None = None, **options) -> bool:
-    """Whether :func:`load_dataset` with these arguments gives a TypedDataset (a typed preset, or a typed dataset
-    directory), found without loading it."""
-    if name == "synthetic":
-        return options.get("preset") in TYPED_PRESETS
-    return name == "dir" and root is not None and is_typed_directory(root)
 
 
 def _loader(name: str) -> Callable[..., NodeDataset | TypedDataset]:

@@ -134,11 +134,3 @@ def test_info_shows_the_types_and_relations_of_a_typed_directory(tmp_path, capsy
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(tiny().summary()))
 
 
-def test_commands_of_one_node_type_refuse_a_typed_graph_before_loading(tmp_path, capsys):
-    save_typed_dataset(tiny(), tmp_path / "d")
-    (tmp_path / "m.pt").touch()  # predict checks that the model file is there before it loads the dataset
-    assert main(["predict", "--dataset", "dir", "--data-dir", str(tmp_path / "d"), "--model", str(tmp_path / "m.pt"),
-                 "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == ("gnnscale predict: error: --dataset: a typed graph (several node types); "
-                                       "gnnscale predict reads graphs of one node type (gnnscale info describes a "
-                                       "typed one)\n")
