@@ -5,7 +5,7 @@ R-GCN, R-SAGE and R-GAT against an MLP, on the mag-shaped graph; every table fro
         --pyg-python "$(benchmarks/pyg_setup.sh)/bin/python" [--scale 1.0] [--parts sampler,epoch,accuracy] \
         [--fanouts 25,20] [--batch-size 1024] [--threads 1,2] [--num-batches 8] [--repeat 3] \
         [--epoch-threads 2] [--epochs 2] [--iterations K] [--hidden 64] \
-        [--accuracy-scale 0.01] [--accuracy-seeds 0,1,2] [--accuracy-epochs 5] [--full-batch-epochs 200] [--json FILE]
+        [--accuracy-scale 0.01] [--accuracy-seeds 0,1,2] [--accuracy-epochs 5] [--loader-epochs 30] [--full-batch-epochs 200] [--accuracy-rows ...] [--json FILE]
 
 The graph is the synthetic ``mag`` preset (:mod:`gnnscale.graph.typed_synthetic`: ogbn-mag's types, counts and
 relations at ``--scale``, with reverses; 128-d features on papers only, labels on papers), written once under
@@ -33,7 +33,8 @@ relations at ``--scale``, with reverses; 128-d features on papers only, labels o
   the mag-shaped graph at ``--accuracy-scale``, one run per seed; test accuracy at the best validation epoch,
   mean and spread over the seeds, beside the generator's ``feature_accuracy`` and margin. Then PyG's
   ``to_hetero(GraphSAGE)`` of examples/pyg_to_hetero.py trained with gnnscale's ``NeighborLoader`` (as that script
-  does, ``--accuracy-epochs``) and full batch (``--full-batch-epochs`` steps), both scored on the whole graph.
+  does, ``--loader-epochs``) and full batch (``--full-batch-epochs`` steps), both scored on the whole graph;
+  ``--accuracy-rows`` picks the rows.
 """
 
 from __future__ import annotations
@@ -333,16 +334,18 @@ def accuracy_rows(a) -> list[dict]:
     rows, mlp_mean = [], None
     runs = {"mlp": lambda s: mlp_accuracy(ds, s, 200),
             **{name: (lambda s, name=name: typed_model_accuracy(ds, name, s, a)) for name in MODELS},
-            "PyG to_hetero(SAGE), gnnscale NeighborLoader": lambda s: pyg_accuracy(ds, s, a.accuracy_epochs, a, True),
-            "PyG to_hetero(SAGE), full batch": lambda s: pyg_accuracy(ds, s, a.full_batch_epochs, a, False)}
-    for name, run in runs.items():
+            "pyg_loader": lambda s: pyg_accuracy(ds, s, a.loader_epochs, a, True),
+            "pyg_full_batch": lambda s: pyg_accuracy(ds, s, a.full_batch_epochs, a, False)}
+    labels = {"pyg_loader": "PyG to_hetero(SAGE), gnnscale NeighborLoader", "pyg_full_batch": "PyG to_hetero(SAGE), full batch"}
+    for name in a.accuracy_rows.split(","):
+        run = runs[name]
         start = time.perf_counter()
         accs = [run(s) for s in seeds]
         mean = statistics.mean(accs)
         mlp_mean = mean if name == "mlp" else mlp_mean
-        beat = "-" if name == "mlp" else f"{(mean - mlp_mean) / gen.margin:.2f}"
+        beat = "-" if mlp_mean is None or name == "mlp" else f"{(mean - mlp_mean) / gen.margin:.2f}"
         rows.append({"model": name, "test_acc": accs, "mean": mean, "seconds": time.perf_counter() - start})
-        print(f"| {name} | {mean:.4f} | {min(accs):.4f} | {max(accs):.4f} | {beat} |", flush=True)
+        print(f"| {labels.get(name, name)} | {mean:.4f} | {min(accs):.4f} | {max(accs):.4f} | {beat} |", flush=True)
     return rows
 
 
@@ -371,6 +374,10 @@ def main() -> None:
     p.add_argument("--accuracy-seeds", default="0,1,2")
     p.add_argument("--accuracy-epochs", type=int, default=5)
     p.add_argument("--full-batch-epochs", type=int, default=200, help="accuracy part: full-batch PyG's steps")
+    p.add_argument("--loader-epochs", type=int, default=30, help="accuracy part: epochs of PyG's model with "
+                   "gnnscale's NeighborLoader")
+    p.add_argument("--accuracy-rows", default="mlp,rgcn,rsage,rgat,pyg_loader,pyg_full_batch",
+                   help="accuracy part: the rows run (the MLP's first when the margins are wanted)")
     p.add_argument("--seed", type=int, default=0, help="the dataset's and the seed batches'")
     p.add_argument("--timeout", type=float, default=7200, help="seconds per training process")
     p.add_argument("--lock", default=None, help="hold this lock file (flock) during each training process")
@@ -380,6 +387,9 @@ def main() -> None:
     parts = set(a.parts.split(","))
     if parts - {"sampler", "epoch", "accuracy"}:
         p.error(f"--parts: expected some of sampler, epoch, accuracy, got {a.parts}")
+    rows = {"mlp", *MODELS, "pyg_loader", "pyg_full_batch"}
+    if set(a.accuracy_rows.split(",")) - rows:
+        p.error(f"--accuracy-rows: expected some of {', '.join(sorted(rows))}, got {a.accuracy_rows}")
     if a.epochs < 2:
         p.error("--epochs: at least 2 (the first is warm-up)")
     a.cache = Path(a.cache_dir)

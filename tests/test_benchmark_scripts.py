@@ -157,14 +157,15 @@ def test_link_benchmark_runs_its_loader_rows_at_a_tiny_scale() -> None:
 
 HETERO_TINY = ["--scale", "0.003", "--threads", "1", "--num-batches", "2", "--repeat", "1", "--batch-size", "256",
                "--fanouts", "8,4", "--iterations", "1", "--epoch-threads", "1", "--accuracy-scale", "0.003",
-               "--accuracy-seeds", "0", "--accuracy-epochs", "1"]
+               "--accuracy-seeds", "0", "--accuracy-epochs", "1", "--loader-epochs", "1", "--full-batch-epochs", "2"]
 ANCHOR_PYTHON = Path.home() / ".cache" / "gnnscale-anchors" / "bin" / "python"  # shared/tools/anchors/setup.sh
 
 
 @pytest.mark.slow  # a child process that builds a tiny mag-shaped graph, samples, trains and scores it: ~40 s
 def test_hetero_benchmark_runs_every_part_on_a_tiny_mag_shaped_graph(tmp_path: Path) -> None:
     """benchmarks/hetero.py, gnnscale's rows alone: both typed samplers drew the same edges (the same blocks by
-    their law), an R-GCN epoch row, and a score in [0, 1] for the MLP and each typed model, each table printed."""
+    their law), an R-GCN epoch row, and a score in [0, 1] for the MLP, each typed model and PyG's to_hetero model
+    with gnnscale's loader and full batch, each table printed."""
     out = tmp_path / "hetero.json"
     cmd = [sys.executable, str(BENCHMARKS / "hetero.py"), *HETERO_TINY, "--cache-dir", str(tmp_path / "cache"),
            "--json", str(out)]
@@ -177,9 +178,10 @@ def test_hetero_benchmark_runs_every_part_on_a_tiny_mag_shaped_graph(tmp_path: P
     assert all(r["ms_per_batch"] > 0 and r["edges_per_batch"] > 256 for r in samplers.values())
     (epoch,) = result["epoch"]
     assert epoch["system"].startswith("gnnscale rgcn") and epoch["epoch_s"] > 0
-    assert [r["model"] for r in result["accuracy"]] == ["mlp", "rgcn", "rsage", "rgat"]
+    assert [r["model"] for r in result["accuracy"]] == ["mlp", "rgcn", "rsage", "rgat", "pyg_loader", "pyg_full_batch"]
     assert all(0 <= acc <= 1 for r in result["accuracy"] for acc in r["test_acc"])
-    for row in ("| 1 | gnnscale typed fused |", "| gnnscale rgcn (prefetch 1) |", "| rgat |"):
+    for row in ("| 1 | gnnscale typed fused |", "| gnnscale rgcn (prefetch 1) |", "| rgat |",
+                "| PyG to_hetero(SAGE), gnnscale NeighborLoader |", "| PyG to_hetero(SAGE), full batch |"):
         assert row in done.stdout
 
 
