@@ -35,6 +35,9 @@ relations at ``--scale``, with reverses; 128-d features on papers only, labels o
   ``to_hetero(GraphSAGE)`` of examples/pyg_to_hetero.py trained with gnnscale's ``NeighborLoader`` (as that script
   does, ``--loader-epochs``) and full batch (``--full-batch-epochs`` steps), both scored on the whole graph;
   ``--accuracy-rows`` picks the rows.
+
+A last table puts the run's ratios to DGL side by side: the typed fused sampler's at each thread count and the R-GCN
+epoch's, each beside its target.
 """
 
 from __future__ import annotations
@@ -226,6 +229,34 @@ def print_epoch_rows(rows: list[dict], a) -> None:
               f"{r['forward_backward_s']:.1f} | {ratio} | {fb} |", flush=True)
 
 
+# ---------------------------------------------------------------------------------------------------- summary
+
+
+def summary_rows(results: dict) -> list[tuple[str, str, str]]:
+    """``(measure, gnnscale over DGL, target)`` of this run's sampler and epoch parts: the typed fused sampler's
+    ratio to DGL's faster sampler at each thread count, and the R-GCN epoch's ratio to DGL's."""
+    rows = []
+    for r in results.get("sampler", []):
+        if r["sampler"] == "gnnscale typed fused" and r["x_dgl"]:
+            rows.append((f"sampler, {r['threads']} thread(s)", f"{r['x_dgl']:.2f}x", ">= 3x"))
+    epochs = {r["system"].split()[0]: r for r in results.get("epoch", [])}
+    if "gnnscale" in epochs and "DGL" in epochs:
+        rows.append(("R-GCN epoch", f"{epochs['DGL']['epoch_s'] / epochs['gnnscale']['epoch_s']:.2f}x", ">= 2x"))
+    return rows
+
+
+def print_summary(results: dict) -> None:
+    """The sampler and epoch ratios of this run in one table (nothing without DGL rows)."""
+    rows = summary_rows(results)
+    if not rows:
+        return
+    print("\nsummary: gnnscale against DGL 2.1, this run (times faster)")
+    print("| measure | x DGL | target |")
+    print("| --- | --- | --- |")
+    for measure, ratio, target in rows:
+        print(f"| {measure} | {ratio} | {target} |")
+
+
 # ---------------------------------------------------------------------------------------------------- accuracy
 
 
@@ -405,6 +436,7 @@ def main() -> None:
             results["epoch"] = epoch_rows(dataset, edges, a)
     if "accuracy" in parts:
         results["accuracy"] = accuracy_rows(a)
+    print_summary(results)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))

@@ -205,3 +205,9 @@ def test_hetero_benchmark_runs_dgl_on_the_same_graph_and_seeds(tmp_path: Path) -
         assert r["x_dgl"] > 0 and abs(r["edges_per_batch"] - ours) < 0.1 * ours, r
     assert [r["system"] for r in result["epoch"]] == ["gnnscale rgcn (prefetch 1)", "DGL 2.1 HeteroGraphConv"]
     assert all(r["epoch_s"] > 0 for r in result["epoch"])
+    # The summary puts both parts' ratios in one table: the fused sampler's at the one thread count, the epoch's.
+    summary = done.stdout[done.stdout.index("summary:"):]
+    fused = samplers["gnnscale typed fused"]["x_dgl"]
+    epoch = result["epoch"][1]["epoch_s"] / result["epoch"][0]["epoch_s"]
+    assert f"| sampler, 1 thread(s) | {fused:.2f}x | >= 3x |" in summary, summary
+    assert f"| R-GCN epoch | {epoch:.2f}x | >= 2x |" in summary, summary
