@@ -474,7 +474,10 @@ def test_ctrl_c_keeps_the_best_model_so_far(tmp_path):
     (["--partitions", "P", "--layout", "hybrid", "--replication", "2"],
      "gnnscale train: error: --replication: applies to --layout 1.5d, got --layout hybrid"),
     (["--dgs-mode", "node"], "gnnscale train: error: --dgs-mode: given without --dgs; add --dgs"),
-], ids=["negative-fanout", "metric", "epochs", "sampler", "layout-option", "dgs-option"])
+    (["--relation-fanouts", "cites=2"], "gnnscale train: error: --relation-fanouts: a relation's own fanouts need a "
+                                        "typed graph and --model rgcn or rsage or rgat; --model sage trains one edge "
+                                        "type (use --fanouts)"),
+], ids=["negative-fanout", "metric", "epochs", "sampler", "layout-option", "dgs-option", "relation-fanouts"])
 def test_a_bad_flag_value_is_one_line_naming_the_flag_without_the_usage(argv, line, capsys):
     assert main(["train", "--quiet", *argv]) == 2
     err = capsys.readouterr().err

@@ -41,6 +41,8 @@ def a_value_other_than(cls: type, field: dataclasses.Field, flag) -> tuple[list[
         return [name, str(value)], value
     if isinstance(field.default, bool):
         return [name], not field.default
+    if field.name == "relation_fanouts":  # words, each a relation and its fanouts
+        return [name, "cites=7,3", "writes=2"], ("cites=7,3", "writes=2")
     if isinstance(field.default, tuple) or field.name == "eval_fanouts":
         return [name, "7,3"], (7, 3)
     if isinstance(field.default, float):

@@ -10,8 +10,8 @@ above samplers, and a layout knows what its workers can sample with.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,7 +22,7 @@ from gnnscale.sampling.device import DeviceNeighborSampler
 from gnnscale.sampling.matrix import LadiesSampler, MatrixSampler
 from gnnscale.sampling.matrix.device_ladies import DeviceLadiesSampler, operator_bytes
 from gnnscale.sampling.matrix.device_sage import DeviceMatrixSampler
-from gnnscale.sampling.typed import TypedNeighborSampler
+from gnnscale.sampling.typed import TypedNeighborSampler, with_relation_fanouts
 
 DEFAULT_LAYER_SIZE = 512  # LADIES nodes per layer (Tripathy et al., Table 4)
 
@@ -33,12 +33,14 @@ class SamplerInputs:
 
     Args:
         graph: the topology it samples: a plain CSC, or a typed graph (samplers whose spec is ``typed``).
-        fanouts: neighbors per hop from the seeds outwards (neighbor samplers; every relation alike on a typed
-            graph).
+        fanouts: neighbors per hop from the seeds outwards (neighbor samplers; on a typed graph every relation's
+            but those in ``relation_fanouts``).
         bulk: consecutive batches drawn by one set of sparse products (bulk samplers; 1 otherwise).
         replace: draw neighbors with replacement.
         layer_sizes: nodes drawn per layer, seeds outwards (layer-wise samplers).
         self_loops: the layer's operator has self loops (GCN's D~^-1 (A + I)), else GraphSAGE's mean D^-1 A.
+        relation_fanouts: a typed graph's relations with fanouts of their own (``{relation: per hop}``,
+            :func:`~gnnscale.sampling.typed.with_relation_fanouts`); a plain graph takes none.
     """
 
     graph: CSCGraph | TypedGraph
@@ -47,6 +49,7 @@ class SamplerInputs:
     replace: bool
     layer_sizes: tuple[int, ...]
     self_loops: bool
+    relation_fanouts: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +101,9 @@ class SamplerSpec:
 
     def build(self, inputs: SamplerInputs, device: torch.device | None = None) -> BatchSampler:
         """The training sampler on the host (``device`` None), or on ``device``."""
+        if inputs.relation_fanouts and not isinstance(inputs.graph, TypedGraph):
+            raise ValueError("relation_fanouts: a relation's own fanouts need a typed graph; this graph has one edge "
+                             "type (use --fanouts)")
         if device is None:
             return self.build_host(inputs)
         if self.build_device is None:
@@ -107,8 +113,9 @@ class SamplerSpec:
 
 def _neighbor(method: str) -> Callable[[SamplerInputs], BatchSampler]:
     def build(inputs: SamplerInputs) -> BatchSampler:
-        if isinstance(inputs.graph, TypedGraph):  # one fanout list for every relation
-            return TypedNeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, method=method)
+        if isinstance(inputs.graph, TypedGraph):
+            fanouts = with_relation_fanouts(inputs.graph, inputs.fanouts, inputs.relation_fanouts)
+            return TypedNeighborSampler(inputs.graph, fanouts, replace=inputs.replace, method=method)
         return NeighborSampler(inputs.graph, inputs.fanouts, replace=inputs.replace, method=method)
     return build
 

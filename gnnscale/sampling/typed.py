@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from gnnscale.graph.csc import index_dtype
-from gnnscale.graph.typed import TypedGraph, TypedSchema, parse_relation
+from gnnscale.graph.typed import SEPARATOR, Relation, TypedGraph, TypedSchema, parse_relation
 from gnnscale.sampling import BatchSampler, check_fanouts, check_key, check_seeds
 from gnnscale.sampling.choose import ALL_NEIGHBORS
 from gnnscale.sampling.fused import (SamplerWorkspace, claimed_nodes, expand_hops, grow_nodes, pipeline_chunks,
@@ -178,6 +178,51 @@ def typed_fanouts(graph: TypedGraph | TypedSchema, fanouts) -> np.ndarray:
         return np.stack([typed_fanouts(graph, {rel: [k] for rel, k in hop.items()})[0] for hop in fanouts])
     hops = check_fanouts(fanouts)
     return np.array([[k] * rels for k in hops], dtype=np.int64)
+
+
+def find_relation(graph: TypedGraph | TypedSchema, text: str, name: str = "relation") -> Relation:
+    """The relation of ``graph`` that ``text`` names: ``"src__name__dst"``, or the relation's name alone where no
+    other relation has it (``"cites"``, as DGL and GraphStorm accept an edge type's name). ``name``: what the error
+    calls the setting."""
+    if SEPARATOR in text:
+        try:
+            rel = parse_relation(text)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+        if rel in graph.relations:
+            return rel
+        raise ValueError(f"{name}: the graph has no relation {rel}; it has {', '.join(map(str, graph.relations))}")
+    named = [rel for rel in graph.relations if rel.name == text]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        raise ValueError(f"{name}: {len(named)} relations are named {text!r} ({', '.join(map(str, named))}); name "
+                         f"one as src{SEPARATOR}name{SEPARATOR}dst")
+    raise ValueError(f"{name}: the graph has no relation named {text!r}; it has "
+                     f"{', '.join(map(str, graph.relations))}")
+
+
+def with_relation_fanouts(graph: TypedGraph | TypedSchema, fanouts: Sequence[int],
+                          own: Mapping[str, Sequence[int]]) -> Sequence[int] | dict[Relation, tuple[int, ...]]:
+    """``fanouts`` for every relation of ``graph`` but those ``own`` names (:func:`find_relation`), which take their
+    own (per hop, seeds outwards; one value: every hop), as :func:`typed_fanouts` reads it: ``fanouts`` itself when
+    ``own`` is empty, else ``{relation: fanouts per hop}`` naming every relation. What ``--relation-fanouts`` sets,
+    GraphStorm's ``writes:10@cites:5`` with a default for the relations it leaves out."""
+    if not own:
+        return fanouts
+    hops = check_fanouts(fanouts)
+    table, named = dict.fromkeys(graph.relations, hops), set()
+    for text, per_hop in own.items():
+        rel = find_relation(graph, text, "relation_fanouts")
+        if rel in named:
+            raise ValueError(f"relation_fanouts: {rel} is named twice")
+        named.add(rel)
+        per_hop = check_fanouts(list(per_hop), f"relation_fanouts: {rel}")
+        if len(per_hop) not in (1, len(hops)):
+            raise ValueError(f"relation_fanouts: {rel} has {len(per_hop)} fanouts, expected 1 (every hop) or "
+                             f"{len(hops)} (one per hop, as fanouts {list(hops)})")
+        table[rel] = per_hop * len(hops) if len(per_hop) == 1 else per_hop
+    return table
 
 
 class TypedKernel:

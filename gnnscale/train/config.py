@@ -25,6 +25,9 @@ class TrainConfig:
         fanouts: neighbors per hop from the seeds outwards; one hop per GNN layer. -1 takes every neighbor,
             0 none (PyG's rule, :func:`gnnscale.sampling.check_fanouts`).
         eval_fanouts: fanouts for validation/test inference; ``None`` uses ``fanouts``.
+        relation_fanouts: a typed graph's relations with fanouts of their own, ``"REL=N,N"`` words (``REL``:
+            ``src__name__dst`` or a relation's unique name; one number: every hop); the other relations take
+            ``fanouts``. Inference takes them too, unless ``eval_fanouts`` is set.
         batch_size: seeds per training mini-batch and worker: nodes, or a link task's positive training edges.
         eval_batch_size: seeds per inference mini-batch: nodes, or a link task's pairs.
         epochs: passes over the training nodes (a link task: its training edges).
@@ -62,6 +65,11 @@ class TrainConfig:
     fanouts: tuple[int, ...] = setting((10, 5), "neighbors per hop, from the seeds outwards (-1: every neighbor, "
                                                 "0: none)")
     eval_fanouts: tuple[int, ...] | None = setting(None, "inference fanouts", default_text="--fanouts")
+    relation_fanouts: tuple[str, ...] = setting((), "typed graphs: a relation's own fanouts, one word per relation "
+                                                    "(REL: src__name__dst or its unique name; one number: every hop); "
+                                                    "the other relations take --fanouts; inference uses them too "
+                                                    "unless --eval-fanouts is given",
+                                                metavar="REL=N,N", default_text="none")
     batch_size: int = setting(512, "seeds per mini-batch and worker: nodes, or training edges with --task link")
     eval_batch_size: int = 4096
     epochs: int = setting(5, "passes over the training nodes (--task link: edges)", resumable=True)
@@ -99,6 +107,9 @@ class TrainConfig:
             if len(eval_fanouts) != len(self.fanouts):
                 raise ValueError(f"eval_fanouts: expected {len(self.fanouts)} hops like fanouts, got {len(eval_fanouts)}")
             object.__setattr__(self, "eval_fanouts", eval_fanouts)
+        words = self.relation_fanouts
+        object.__setattr__(self, "relation_fanouts", (words,) if isinstance(words, str) else tuple(words))
+        self.relation_fanout_table  # parses every word, or says which one it cannot read
         for name in ("batch_size", "eval_batch_size", "epochs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -155,3 +166,29 @@ class TrainConfig:
     @property
     def inference_fanouts(self) -> tuple[int, ...]:
         return self.eval_fanouts if self.eval_fanouts is not None else self.fanouts
+
+    @property
+    def relation_fanout_table(self) -> dict[str, tuple[int, ...]]:
+        """``relation_fanouts`` read: ``{relation as written: its fanouts per hop}`` (the graph resolves the names:
+        :func:`~gnnscale.sampling.typed.with_relation_fanouts`)."""
+        table = {}
+        for word in self.relation_fanouts:
+            rel, _, hops = word.partition("=") if isinstance(word, str) else ("", "", "")
+            try:
+                per_hop = tuple(int(h) for h in hops.split(","))
+            except ValueError:
+                per_hop = ()
+            if not rel or not per_hop or rel in table:
+                why = f"{rel} is named twice" if rel in table else f"expected REL=N,N (a relation and its fanouts " \
+                                                                   f"per hop), got {word!r}"
+                raise ValueError(f"relation_fanouts: {why}")
+            table[rel] = check_fanouts(per_hop, f"relation_fanouts: {rel}")
+            if len(per_hop) not in (1, len(self.fanouts)):
+                raise ValueError(f"relation_fanouts: {rel} has {len(per_hop)} fanouts, expected 1 (every hop) or "
+                                 f"{len(self.fanouts)} (one per hop, as fanouts {list(self.fanouts)})")
+        return table
+
+    @property
+    def inference_relation_fanouts(self) -> dict[str, tuple[int, ...]]:
+        """The relations' own fanouts at inference: none when ``eval_fanouts`` is set (every relation takes it)."""
+        return {} if self.eval_fanouts is not None else self.relation_fanout_table

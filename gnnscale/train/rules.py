@@ -62,6 +62,9 @@ def check_run(run: RunSettings) -> LayoutSpec:
     check_task(run, SINGLE if run.layout is None else layout_spec(run.layout.layout))
     if run.model in TYPED_MODELS:
         return check_typed(run)
+    if run.train.relation_fanouts and run.model is not None:
+        raise ValueError(f"relation_fanouts: a relation's own fanouts need a typed graph and --model "
+                         f"{' or '.join(TYPED_MODELS)}; --model {run.model} trains one edge type (use --fanouts)")
     if run.layout is None:
         spec = SINGLE
         check_sampler_fits_model(run.train.sampler, run.model)

@@ -14,12 +14,14 @@ from gnnscale.train.config import TrainConfig
 
 
 def sampler_inputs(graph: CSCGraph | TypedGraph, fanouts: tuple[int, ...], cfg: TrainConfig,
-                   model_cfg: ModelConfig | None = None) -> SamplerInputs:
+                   model_cfg: ModelConfig | None = None, *,
+                   relation_fanouts: dict[str, tuple[int, ...]] | None = None) -> SamplerInputs:
     """What ``cfg.sampler``'s spec builds a sampler of ``graph`` from. The operator LADIES estimates is the
     layer's own: D~^-1 (A + I) for GCN, D^-1 A for SAGE's mean (``model_cfg`` None: a model of one's own,
-    estimated as GraphSAGE's)."""
+    estimated as GraphSAGE's). ``relation_fanouts``: a typed graph's relations with fanouts of their own."""
     return SamplerInputs(graph=graph, fanouts=fanouts, bulk=cfg.bulk, replace=cfg.replace,
-                         layer_sizes=(cfg.ladies_layer_size,) * cfg.num_layers, self_loops=is_gcn(model_cfg))
+                         layer_sizes=(cfg.ladies_layer_size,) * cfg.num_layers, self_loops=is_gcn(model_cfg),
+                         relation_fanouts=relation_fanouts or {})
 
 
 def build_samplers(graph: CSCGraph | TypedGraph, model_cfg: ModelConfig | None, cfg: TrainConfig,
@@ -35,10 +37,12 @@ def build_samplers(graph: CSCGraph | TypedGraph, model_cfg: ModelConfig | None, 
     """
     spec = sampler_spec(cfg.sampler)
     device = policy.device if policy is not None and policy.sample_on_device else None
-    train = spec.build(sampler_inputs(graph, cfg.fanouts, cfg, model_cfg), device)
+    train = spec.build(sampler_inputs(graph, cfg.fanouts, cfg, model_cfg,
+                                      relation_fanouts=cfg.relation_fanout_table), device)
     # The eval method is a neighbor sampler's (fused or two_step), which samples plain and typed graphs alike;
     # inference draws without replacement whatever training does.
-    evaluate = dataclasses.replace(sampler_inputs(graph, cfg.inference_fanouts, cfg, model_cfg), replace=False)
+    evaluate = dataclasses.replace(sampler_inputs(graph, cfg.inference_fanouts, cfg, model_cfg,
+                                                  relation_fanouts=cfg.inference_relation_fanouts), replace=False)
     return train, sampler_spec(spec.eval_method).build(evaluate)
 
 

@@ -301,6 +301,7 @@ def row(group: str, name: str, kind: str, before: dict, after: dict, flag: str, 
 RESUME_TABLE = [
     row("train", "fanouts", "refused", {}, dict(fanouts=(5, 3)), "--fanouts"),
     row("train", "eval_fanouts", "refused", {}, dict(eval_fanouts=(4, 4)), "--eval-fanouts"),
+    row("train", "relation_fanouts", "refused", {}, dict(relation_fanouts=("cites=2",)), "--relation-fanouts"),
     row("train", "batch_size", "refused", {}, dict(batch_size=64), "--batch-size"),
     # No flag sets it (fit's TrainConfig does): the message names the field.
     row("train", "eval_batch_size", "refused", {}, dict(eval_batch_size=1024), "TrainConfig(eval_batch_size=...)"),

@@ -83,6 +83,18 @@ def test_hybrid_and_vanilla_train_identically_with_2_vs_2L_rounds(launched, npro
         assert h["bytes_per_iteration"]["feature"] == v["bytes_per_iteration"]["feature"] > 0
 
 
+@pytest.mark.slow
+def test_relation_fanouts_draw_alike_in_hybrid_and_vanilla(launched, partitions, tmp_path):
+    # Hybrid builds the one-process sampler, vanilla its owners' rounds: both must read --relation-fanouts.
+    own = ["--fanouts", "4,3", "--relation-fanouts", "cites=1", "writes=0,2"]
+    hybrid = train(2, partitions[2], tmp_path / "hybrid.json", "--layout", "hybrid", *own)
+    vanilla = train(2, partitions[2], tmp_path / "vanilla.json", "--layout", "vanilla", *own)
+    every = launched(2, "hybrid", "4,3")  # the same run with 4,3 for every relation
+    for h, v, e in zip(hybrid["history"], vanilla["history"], every["history"], strict=True):
+        assert (h["iteration_losses"], h["sampled_edges"]) == (v["iteration_losses"], v["sampled_edges"])
+        assert h["sampled_edges"] < e["sampled_edges"]
+
+
 def typed_model(ds, seed: int):
     dims = {t: d for t, d in ds.feature_dims.items() if d is not None}
     return seeded_model(TypedModelConfig.for_graph(ds.graph, feature_dims=dims, name="rgcn", num_classes=ds.num_classes,

@@ -101,6 +101,11 @@ MAG = ["--dataset", "synthetic", "-o", "preset=mag", "-o", f"scale={SCALE}", "--
 
 @pytest.mark.parametrize("argv, line", [
     (["--model", "rgcn", "--fanouts", "4,2", "--epochs", "1"], None),
+    (["--model", "rgat", "--fanouts", "4,2", "--relation-fanouts", "cites=2", "rev_writes=1,0", "--epochs", "1"], None),
+    (["--model", "rgcn", "--relation-fanouts", "likes=2"], "--relation-fanouts: the graph has no relation named 'likes'; "
+                                                           "it has author__affiliated_with__institution, "),
+    (["--model", "rgcn", "--relation-fanouts", "cites"], "--relation-fanouts: expected REL=N,N (a relation and its "
+                                                         "fanouts per hop), got 'cites'"),
     (["--fanouts", "4,2"], "--model: a typed graph trains --model rgcn or rsage or rgat (one operator per relation), "
                            "got --model sage"),
     (["--model", "rgcn", "--sampler", "matrix", "--bulk", "2"],
@@ -117,7 +122,7 @@ MAG = ["--dataset", "synthetic", "-o", "preset=mag", "-o", f"scale={SCALE}", "--
      "--cache-fraction: --model rsage fetches every node type's rows from their owners, without a cache"),
     (["--model", "rgat", "--partitions", "P", "--layout", "vanilla", "--sampler", "two_step"],
      "--sampler: --sampler two_step runs distributed with --layout hybrid, got --layout vanilla"),
-], ids=["trains", "plain-model", "matrix", "eval-full-partitions", "sample-on-device", "split", "dgs", "cache",
+], ids=["trains", "relation-fanouts", "unknown-relation", "relation-fanouts-syntax", "plain-model", "matrix", "eval-full-partitions", "sample-on-device", "split", "dgs", "cache",
         "vanilla-two-step"])
 def test_the_command_line_trains_a_typed_graph_or_says_why_not_in_one_line(argv, line, capsys):
     args = [*MAG, *argv] if "--partitions" not in argv else ["--quiet", *argv]

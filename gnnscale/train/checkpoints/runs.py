@@ -156,7 +156,7 @@ def save_dist_checkpoint(path: str | Path, ckpt: DistCheckpoint) -> None:
 # Settings that checkpoints written before they existed ran with: resuming one compares these with this
 # run's, so the error names the flag and value to resume with (--dgs-explain-lr 0.3, --precision 32).
 DGS_SETTINGS_BEFORE_RECORDED = {"explain_steps": 10, "explain_lr": 0.3}
-TRAIN_SETTINGS_BEFORE_RECORDED = {"precision": "32"}
+TRAIN_SETTINGS_BEFORE_RECORDED = {"precision": "32", "relation_fanouts": ()}
 
 
 def decode(payload: dict) -> DistCheckpoint:

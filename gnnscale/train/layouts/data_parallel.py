@@ -49,6 +49,7 @@ from gnnscale.partition.typed import TypedPartition
 from gnnscale.distributed.device_policy import DevicePolicy
 from gnnscale.sampling import BatchSampler, Block
 from gnnscale.sampling.registry import sampler_spec
+from gnnscale.sampling.typed import with_relation_fanouts
 from gnnscale.train.config import TrainConfig
 from gnnscale.train.layouts.base import EdgeLedger, LayoutContext, LayoutSpec
 from gnnscale.train.metrics import PhaseTimer
@@ -262,8 +263,10 @@ def build_typed_data_parallel(part: TypedPartition, cfg: TrainConfig, loader: Co
         train, evaluate = build_samplers(part.topology, None, cfg)
         samplers = [TypedHybridSampler(s, part.book, loader.rank) for s in (train, evaluate)]
     else:
-        samplers = [TypedVanillaSampler(part.topology, fanouts, loader, replace=replace)
-                    for fanouts, replace in ((cfg.fanouts, cfg.replace), (cfg.inference_fanouts, False))]
+        samplers = [TypedVanillaSampler(part.topology, with_relation_fanouts(part.topology.schema, fanouts, own), loader,
+                                        replace=replace)
+                    for fanouts, own, replace in ((cfg.fanouts, cfg.relation_fanout_table, cfg.replace),
+                                                  (cfg.inference_fanouts, cfg.inference_relation_fanouts, False))]
     return DataParallel(*samplers, TypedPartitionedStore(part.schema, part.book, part.features, loader), part, loader)
 
 
