@@ -335,6 +335,8 @@ def check_typed_store(comm: Comm, directory: str) -> None:
         for name, ids in cases.items():
             got, want = store.gather(torch.from_numpy(ids)), reference.gather(torch.from_numpy(ids))
             assert got.num_src == want.num_src
+            # Rows arrive as stored (the model widens half precision): half the bytes to move and keep.
+            assert {v.dtype for v in got.features.values()} == {getattr(torch, dtype)}, (dtype, name)
             for field in ("positions", "features", "ids"):
                 a, b = getattr(got, field), getattr(want, field)
                 assert a.keys() == b.keys() and all(torch.equal(a[t], b[t]) for t in a), (dtype, name, field)

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from gnnscale.distributed.comm import Comm, check_placement, same_everywhere
 from gnnscale.features.partitioned import CATEGORY
-from gnnscale.graph.feature_dtype import FEATURE_DTYPES, as_tensor, decode, stored_name, to_float32, torch_dtype
+from gnnscale.graph.feature_dtype import FEATURE_DTYPES, as_tensor, half_or_float32, stored_name, torch_dtype
 from gnnscale.graph.features import gather_rows
 from gnnscale.graph.typed import TypedGraph, TypedSchema
 from gnnscale.nn.typed_models import TypedInput, sources_by_type
@@ -34,9 +34,10 @@ class TypedLocalStore:
 
     def gather(self, node_ids: Tensor) -> TypedInput:
         """The :class:`~gnnscale.nn.typed_models.TypedInput` of ``node_ids`` (global ids of any types, the first
-        block's sources): each type's feature rows (a numba kernel that releases the GIL), or its local ids."""
+        block's sources): each type's feature rows as stored (a numba kernel that releases the GIL; half precision
+        stays half, the model widens it), or its local ids."""
         by_type = sources_by_type(node_ids, self.graph)
-        rows = {t: decode(gather_rows(self.features[t], ids.numpy()))
+        rows = {t: half_or_float32(as_tensor(gather_rows(self.features[t], ids.numpy())))
                 for t, (_, ids) in by_type.items() if t in self.features}
         return TypedInput(num_src=int(node_ids.shape[0]), positions={t: pos for t, (pos, _) in by_type.items()},
                           features=rows, ids={t: ids for t, (_, ids) in by_type.items() if t not in self.features})
@@ -78,7 +79,8 @@ class TypedPartitionedStore:
 
     def gather(self, node_ids: Tensor) -> TypedInput:
         """The :class:`~gnnscale.nn.typed_models.TypedInput` of ``node_ids`` (int64 global ids, the first block's
-        sources): float32 rows of every type with features, the local ids of every other.
+        sources): the rows of every type with features as stored (float32, float16 or bfloat16: the model widens
+        half precision), the local ids of every other.
 
         Collective, exactly 2 "feature" rounds, whatever the ids: every worker must call it the same number of
         times."""
@@ -97,12 +99,13 @@ class TypedPartitionedStore:
         # Round 2: every owner sends back the rows it was asked for, type after type, in the order asked.
         received = self.comm.all_to_allv(replies, CATEGORY)
         first = np.cumsum([0] + [by_type[t][1].shape[0] for t in featured])  # each type's place in `fetched`
-        rows = {t: torch.empty((by_type[t][1].shape[0], self.widths[t]), dtype=torch.float32) for t in featured}
+        stored = torch_dtype(self.feature_dtype)
+        rows = {t: torch.empty((by_type[t][1].shape[0], self.widths[t]), dtype=stored) for t in featured}
         for j in range(self.comm.world_size):
             pieces = self._rows(asked_ids[j]) if j == self.rank else self._unpacked(received[j].cpu(), asked_ids[j])
             for t, piece in pieces.items():
                 at = asked_at[j][self._type_slice(asked_ids[j], t)] - int(first[featured.index(t)])
-                rows[t][at] = to_float32(piece)
+                rows[t][at] = piece
         return TypedInput(num_src=int(node_ids.shape[0]), positions={t: pos for t, (pos, _) in by_type.items()},
                           features=rows, ids={t: ids for t, (_, ids) in by_type.items() if t not in self.features})
 

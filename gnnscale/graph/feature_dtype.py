@@ -90,6 +90,12 @@ def to_float32(rows: Tensor) -> Tensor:
     return rows if rows.dtype == torch.float32 else rows.to(torch.float32)
 
 
+def half_or_float32(rows: Tensor) -> Tensor:
+    """Rows as a model's input: half precision (float16, bfloat16) as it is, which a typed model widens a chunk at
+    a time; any other dtype as float32 (no copy when it is float32 already)."""
+    return rows if rows.dtype in (torch.float16, torch.bfloat16) else to_float32(rows)
+
+
 def decode(rows: np.ndarray) -> Tensor:
     """Stored numpy rows (float32, float16, or bfloat16 as uint16) as a float32 tensor."""
     rows = np.ascontiguousarray(rows)

@@ -176,7 +176,8 @@ class TypedInput:
         positions: ``{node type: int64 [n_t]}``: the type's sources as positions among ``blocks[0].src_ids``,
             for every node type of the model (empty where the batch has none); each source in exactly one.
         features: ``{node type: float [n_t, width_t]}``: the feature rows of every type with features, in the
-            order of its positions, in the model's dtype.
+            order of its positions: in the model's dtype, or as stored in half precision (float16, bfloat16),
+            which the model widens a chunk at a time (half the bytes to fetch, move and keep).
         ids: ``{node type: int64 [n_t]}``: the local ids (rows of its embedding) of every type without
             features, in the order of its positions.
     """
@@ -268,10 +269,48 @@ class _PlaceRows(torch.autograd.Function):
         return None, None, *(grad.index_select(0, pos) for pos in ctx.positions)
 
 
+ROWS_PER_CHUNK = 16384  # feature rows widened at a time: 64 MiB of float32 at 1024 features
+
+
+class _NarrowRowsLinear(torch.autograd.Function):
+    """``rows @ weight.T + bias`` for feature rows stored narrower than the weight (float16 or bfloat16 rows, a
+    float32 model): computed in the weight's dtype a chunk of rows at a time, keeping only the narrow rows for the
+    backward. ``nn.Linear`` on rows widened first would hold the widened copy (twice the rows' bytes: 4 GiB per
+    IGB-H-shaped batch of a million 1024-d sources) from the forward to the backward."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        out = rows.new_empty((rows.shape[0], weight.shape[0]), dtype=weight.dtype)
+        for lo in range(0, rows.shape[0], ROWS_PER_CHUNK):
+            torch.addmm(bias, rows[lo:lo + ROWS_PER_CHUNK].to(weight.dtype), weight.t(),
+                        out=out[lo:lo + ROWS_PER_CHUNK])
+        ctx.save_for_backward(rows, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, weight = ctx.saved_tensors
+        grad_weight = torch.zeros_like(weight)
+        for lo in range(0, rows.shape[0], ROWS_PER_CHUNK):
+            grad_weight.addmm_(grad[lo:lo + ROWS_PER_CHUNK].t(), rows[lo:lo + ROWS_PER_CHUNK].to(weight.dtype))
+        grad_rows = (grad @ weight).to(rows.dtype) if ctx.needs_input_grad[0] else None
+        return grad_rows, grad_weight, grad.sum(0)
+
+
+def project_rows(linear: nn.Linear, rows: Tensor) -> Tensor:
+    """``linear(rows)``; rows stored narrower than its weight (half precision) are widened a chunk at a time
+    (:class:`_NarrowRowsLinear`). Under autocast, ``linear`` itself: autocast picks the dtype."""
+    if rows.dtype == linear.weight.dtype or torch.is_autocast_enabled(rows.device.type):
+        return linear(rows)
+    return _NarrowRowsLinear.apply(rows, linear.weight, linear.bias)
+
+
 class TypedEncoder(nn.Module):
     """Every source to the model's width: ``project[t]`` (a Linear with bias) for a type with features,
     ``embed[t]`` (an Embedding over its node count; Xavier-uniform, as DGL's ``RelGraphEmbed``) for a type
-    without. Shapes: ``x`` -> float [x.num_src, width], row ``p`` the source at position ``p``."""
+    without. Shapes: ``x`` -> float [x.num_src, width], row ``p`` the source at position ``p``. Feature rows may
+    come as stored, in half precision: they are widened to the weights' dtype inside the projection
+    (:func:`project_rows`)."""
 
     def __init__(self, config: TypedModelConfig) -> None:
         super().__init__()
@@ -283,7 +322,7 @@ class TypedEncoder(nn.Module):
 
     def forward(self, x: TypedInput) -> Tensor:
         self._check(x)
-        rows = [self.project[t](x.features[t]) if t in self.project else self.embed[t](x.ids[t])
+        rows = [project_rows(self.project[t], x.features[t]) if t in self.project else self.embed[t](x.ids[t])
                 for t in self.node_types]
         return _PlaceRows.apply(x.num_src, [x.positions[t] for t in self.node_types], *rows)
 

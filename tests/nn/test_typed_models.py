@@ -414,6 +414,42 @@ def test_model_on_cuda_matches_numba_on_the_cpu(graph, blocks, features, name):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+# --- feature rows stored in half precision -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_rows_project_as_their_widened_rows_and_only_the_half_rows_are_kept(monkeypatch, half):
+    from gnnscale.nn import typed_models
+
+    monkeypatch.setattr(typed_models, "ROWS_PER_CHUNK", 7)  # several chunks, the last one short
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(23, 16, generator=gen).to(half)
+    linear = torch.nn.Linear(16, 8)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((t.dtype, tuple(t.shape))) or t, lambda t: t):
+        out = typed_models.project_rows(linear, rows)
+    grad = torch.randn(out.shape, generator=gen)
+    ours = [out, *torch.autograd.grad(out, (linear.weight, linear.bias), grad)]
+    widened = linear(rows.float())  # the oracle: torch's Linear on a float32 copy of the rows
+    expected = [widened, *torch.autograd.grad(widened, (linear.weight, linear.bias), grad)]
+    for a, b in zip(ours, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (half, (23, 16)) in saved and (torch.float32, (23, 16)) not in saved, saved
+
+
+@pytest.mark.parametrize("name", ["rgcn", "rsage", "rgat"])
+def test_a_model_fed_half_rows_computes_as_on_the_same_values_in_float32(graph, blocks, features, name):
+    torch.manual_seed(4)
+    model = TypedModel(_config(graph, name))
+    half = {t: f.to(torch.float16) for t, f in features.items()}
+    outs = [model(blocks, typed_input(blocks[0], graph, rows)) for rows in (half, {t: f.float() for t, f in
+                                                                                 half.items()})]
+    assert typed_input(blocks[0], graph, half).features["paper"].dtype == torch.float16
+    params = [p for _, p in sorted(model.named_parameters())]
+    for a, b in zip([outs[0], *_grads(outs[0], params)], [outs[1], *_grads(outs[1], params)], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 # --- input, config and their errors -----------------------------------------------------------------------------
 
 
