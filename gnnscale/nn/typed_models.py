@@ -269,6 +269,12 @@ class _PlaceRows(torch.autograd.Function):
         return None, None, *(grad.index_select(0, pos) for pos in ctx.positions)
 
 
+def place_rows(num_src: int, positions: Sequence[Tensor], rows: Sequence[Tensor]) -> Tensor:
+    """float [num_src, width]: ``rows[k]`` at ``positions[k]`` for every ``k`` (each position written once; the
+    positions together cover every row)."""
+    return _PlaceRows.apply(num_src, list(positions), *rows)
+
+
 ROWS_PER_CHUNK = 16384  # feature rows widened at a time: 64 MiB of float32 at 1024 features
 
 
@@ -324,7 +330,7 @@ class TypedEncoder(nn.Module):
         self._check(x)
         rows = [project_rows(self.project[t], x.features[t]) if t in self.project else self.embed[t](x.ids[t])
                 for t in self.node_types]
-        return _PlaceRows.apply(x.num_src, [x.positions[t] for t in self.node_types], *rows)
+        return place_rows(x.num_src, [x.positions[t] for t in self.node_types], rows)
 
     def _check(self, x: TypedInput) -> None:
         if not isinstance(x, TypedInput):

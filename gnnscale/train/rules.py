@@ -84,7 +84,7 @@ def check_typed(run: RunSettings) -> LayoutSpec:
     """A typed model (R-GCN, R-SAGE, R-GAT) trains on a typed graph in one process or over a typed partition with a
     layout that trains typed graphs (hybrid, vanilla), sampled on the host by a sampler that draws typed graphs
     (one the layout samples with), and scored every epoch on sampled neighborhoods (``--eval full`` adds layer-wise
-    inference in one process). Returns the layout's spec."""
+    inference, in one process or over the partition). Returns the layout's spec."""
     cfg, name = run.train, run.model
     spec = SINGLE if run.layout is None else layout_spec(run.layout.layout)
     if not spec.typed:
@@ -101,10 +101,6 @@ def check_typed(run: RunSettings) -> LayoutSpec:
             f"gpu_cache_fraction: --gpu-cache-fraction {cfg.gpu_cache_fraction:g}"
         raise ValueError(f"{flag} holds a plain graph's data on the device; a typed graph samples and reads its rows "
                          "on the host (the model and the step still run on --device)")
-    if run.outputs.full_eval is not None and run.layout is not None:
-        raise ValueError(f"full_eval: --model {name} is scored by layer-wise inference in one process; over a "
-                         f"partition it is scored on sampled neighborhoods every epoch (drop --eval full, or run "
-                         "gnnscale predict on the saved model and the dataset)")
     return spec
 
 

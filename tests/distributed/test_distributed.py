@@ -96,6 +96,15 @@ def test_samplers_feature_store_and_agree(world_size):
     assert all(t["grad"]["rounds"] == 0 for t in totals)
 
 
+@pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_typed_layerwise_inference_over_a_partition_equals_one_process(world_size, tmp_path):
+    """Every worker's layer-wise rows of a typed model over its own nodes of every type (hybrid and vanilla view) ==
+    one process's over the whole graph, and --eval full's scores over the partition == the one-process logits'."""
+    dataset = load_dataset("synthetic", None, preset="mag", scale=0.003)
+    write_typed_partition_dir(dataset, world_size, "metis", tmp_path / "parts")
+    spawn_ok(functools.partial(dist_workers.check_typed_layerwise, str(tmp_path / "parts")), world_size)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_typed_samplers_and_feature_store(world_size, tmp_path):

@@ -15,6 +15,8 @@ import torch
 
 from gnnscale.cli import main
 from gnnscale.graph.datasets import load_dataset
+from gnnscale.inference.evaluate import evaluate_full
+from gnnscale.nn.model_file import load_model
 from gnnscale.nn.typed_models import TypedModelConfig
 from gnnscale.partition.typed_directory import write_typed_partition_dir
 from gnnscale.train import TrainConfig, fit
@@ -149,10 +151,15 @@ def test_a_broken_part_stops_every_worker_with_its_name(partitions, tmp_path):
 @pytest.mark.slow
 def test_a_model_saved_over_a_partition_holds_its_embeddings_by_the_datasets_ids(mag, partitions, tmp_path):
     """The last epoch's weights of a 2-worker run: in its checkpoint by the partition's ids, in its model file by the
-    dataset's (the partition's new_to_old.npy undone); every other weight the same; predict reads the file."""
+    dataset's (the partition's new_to_old.npy undone); every other weight the same; predict reads the file, and the
+    run's --eval full over the partition scores what one process scores with the file on the dataset."""
     model_file, ckpt = tmp_path / "m.pt", tmp_path / "run.ckpt"
-    train(2, partitions[2], tmp_path / "m.json", "--layout", "hybrid", "--fanouts", "4,3", "--epochs", "1",
-          "--save-model", str(model_file), "--save-model-at", "last", "--checkpoint", str(ckpt))
+    metrics = train(2, partitions[2], tmp_path / "m.json", "--layout", "hybrid", "--fanouts", "4,3", "--epochs", "1",
+                    "--save-model", str(model_file), "--save-model-at", "last", "--checkpoint", str(ckpt),
+                    "--eval", "full")
+    one_process = evaluate_full(load_model(model_file), mag)
+    for split in ("val", "test"):
+        assert metrics["full_eval"][split] == pytest.approx(one_process[split]), (metrics["full_eval"], one_process)
     saved = torch.load(model_file, weights_only=True)["state_dict"]
     trained = read_payload(ckpt)["model_state"]
     new_to_old = np.load(partitions[2] / "new_to_old.npy")

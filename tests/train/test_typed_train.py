@@ -110,9 +110,6 @@ MAG = ["--dataset", "synthetic", "-o", "preset=mag", "-o", f"scale={SCALE}", "--
                            "got --model sage"),
     (["--model", "rgcn", "--sampler", "matrix", "--bulk", "2"],
      "--sampler: --model rgcn samples a typed graph with --sampler fused or two_step, got --sampler matrix"),
-    (["--model", "rsage", "--partitions", "P", "--eval", "full"],
-     "--eval: --model rsage is scored by layer-wise inference in one process; over a partition it is scored on sampled "
-     "neighborhoods every epoch"),
     (["--model", "rgcn", "--sample-on", "device"], "--sample-on: --sample-on device holds a plain graph's data"),
     (["--model", "rgcn", "--partitions", "P", "--layout", "split"], "--layout: --model rgcn trains a typed graph in one "
                                                                     "process or with --layout hybrid or vanilla, got "
@@ -122,7 +119,7 @@ MAG = ["--dataset", "synthetic", "-o", "preset=mag", "-o", f"scale={SCALE}", "--
      "--cache-fraction: --model rsage fetches every node type's rows from their owners, without a cache"),
     (["--model", "rgat", "--partitions", "P", "--layout", "vanilla", "--sampler", "two_step"],
      "--sampler: --sampler two_step runs distributed with --layout hybrid, got --layout vanilla"),
-], ids=["trains", "relation-fanouts", "unknown-relation", "relation-fanouts-syntax", "plain-model", "matrix", "eval-full-partitions", "sample-on-device", "split", "dgs", "cache",
+], ids=["trains", "relation-fanouts", "unknown-relation", "relation-fanouts-syntax", "plain-model", "matrix", "sample-on-device", "split", "dgs", "cache",
         "vanilla-two-step"])
 def test_the_command_line_trains_a_typed_graph_or_says_why_not_in_one_line(argv, line, capsys):
     args = [*MAG, *argv] if "--partitions" not in argv else ["--quiet", *argv]

@@ -26,6 +26,7 @@ from torch import nn
 from gnnscale.distributed.comm import Comm
 from gnnscale.distributed.context import DistContext, init_from_env, rank_from_env, world_size_from_env
 from gnnscale.inference.distributed import evaluate_full_distributed
+from gnnscale.inference.typed_distributed import evaluate_full_typed_distributed
 from gnnscale.nn import ModelConfig
 from gnnscale.nn.models import MODELS, TYPED_MODELS
 from gnnscale.nn.typed_models import TypedModelConfig
@@ -211,5 +212,7 @@ class Partitioned:
                 "layout_options": asdict(options.settings),
                 "dgs": None if options.dgs is None else asdict(options.dgs), **launch.header(cfg)}
 
-    def full_eval(self, model: nn.Module, part: LocalPartition, comm: Comm, metric: str) -> dict:
+    def full_eval(self, model: nn.Module, part: LocalPartition | TypedPartition, comm: Comm, metric: str) -> dict:
+        if isinstance(part, TypedPartition):
+            return evaluate_full_typed_distributed(model, part, comm, metric)
         return evaluate_full_distributed(model, part, comm, metric)
