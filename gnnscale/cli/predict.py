@@ -299,10 +299,11 @@ def predict_distributed(cfg: PredictConfig, args: argparse.Namespace) -> None:
                              "directory holds the dataset; every node is predicted); drop them")
         manifest = read_manifest(cfg.partitions)
         if is_typed_manifest(manifest):
-            raise ValueError(f"partitions: {cfg.partitions} holds a typed graph; gnnscale predict reads partitions of "
-                             "graphs of one node type")
-        model_file = read_model_file(cfg.model, cfg.weights_only_model(manifest["feature_dim"],
-                                                                       manifest["num_classes"]))
+            check_typed_predict(cfg)
+            model_file = read_model_file(cfg.model)  # a typed model's file describes itself
+        else:
+            model_file = read_model_file(cfg.model, cfg.weights_only_model(manifest["feature_dim"],
+                                                                           manifest["num_classes"]))
         device = resolve_device(cfg.device)  # cuda: this worker's GPU, cuda:LOCAL_RANK
     except (ValueError, TypeError) as err:
         raise LaunchError(str(err)) from None  # every worker finds the same: one line per machine

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from gnnscale.files import atomic_write
+from gnnscale.graph.typed import TypedSchema
 from gnnscale.graph.typed_dataset import TypedDataset
 from gnnscale.nn.link import DECODERS, LinkModel, build_link_model
 from gnnscale.nn.models import TYPED_MODELS, ModelConfig, build_model
@@ -165,24 +166,32 @@ class ModelFile:
         """ValueError naming the file, the dataset and the first difference when the model is not one of
         ``dataset``'s node types, relations, feature widths, featureless types' node counts, target type and
         classes."""
-        cfg, graph = self.config, dataset.graph
+        self.check_fits_schema(name=f"dataset {dataset.name}", schema=dataset.graph.schema,
+                               feature_dims=dataset.feature_dims, target_type=dataset.target_type,
+                               num_classes=dataset.num_classes)
+
+    def check_fits_schema(self, *, name: str, schema: TypedSchema, feature_dims: Mapping[str, int | None],
+                          target_type: str, num_classes: int) -> None:
+        """:meth:`check_fits_typed` against a typed graph's facts (``name``: what the message calls it, "dataset X"
+        or "partitions DIR"): its ``schema``, ``{node type: width or None}``, target type and classes."""
+        cfg = self.config
         if not isinstance(cfg, TypedModelConfig):
             raise ValueError(f"model: {self.path} holds {_describe(cfg)}, a model of graphs of one node type, but "
-                             f"dataset {dataset.name} is a typed graph; give a typed model's file (gnnscale train "
+                             f"{name} is a typed graph; give a typed model's file (gnnscale train "
                              f"--model {' or '.join(TYPED_MODELS)} --save-model)")
-        widths = dataset.feature_dims
-        has = {"node types": graph.node_types, "relations": tuple((r.src, r.name, r.dst) for r in graph.relations),
-               "feature widths": {t: d for t, d in widths.items() if d is not None},
-               "node counts of the types without features": {t: graph.count(t) for t, d in widths.items() if d is None},
-               "target type": dataset.target_type, "classes": dataset.num_classes}
+        has = {"node types": schema.node_types, "relations": tuple((r.src, r.name, r.dst) for r in schema.relations),
+               "feature widths": {t: d for t, d in feature_dims.items() if d is not None},
+               "node counts of the types without features": {t: schema.count(t) for t, d in feature_dims.items()
+                                                             if d is None},
+               "target type": target_type, "classes": num_classes}
         built = {"node types": cfg.node_types, "relations": cfg.relations, "feature widths": cfg.feature_dims,
                  "node counts of the types without features": cfg.embedding_rows,
-                 "target type": dataset.target_type if self.dataset is None else self.dataset.target_type,
+                 "target type": target_type if self.dataset is None else self.dataset.target_type,
                  "classes": cfg.num_classes}
         for what, value in has.items():
             if value != built[what]:
-                raise ValueError(f"model: {self.path} was trained on {what} {_words(built[what])}, but dataset "
-                                 f"{dataset.name} has {_words(value)}; use the dataset the model was trained on")
+                raise ValueError(f"model: {self.path} was trained on {what} {_words(built[what])}, but {name} has "
+                                 f"{_words(value)}; use the dataset the model was trained on")
 
 
 def save_model_file(path: str | Path, model: nn.Module, config: ModelConfig | TypedModelConfig,

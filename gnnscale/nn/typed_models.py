@@ -425,12 +425,29 @@ def embeddings_by_dataset_id(state: Mapping[str, Tensor], config: TypedModelConf
     goes to row ``new_to_old[v] - lo`` (``lo``: its type's first id in ``type_offsets``; a partition renumbers
     within each type). What a model file holds, so that the file predicts on the dataset itself."""
     out = dict(state)
+    for key, rows in _embedding_rows(state, config, new_to_old, type_offsets):
+        out[key] = state[key].new_empty(state[key].shape).index_copy_(0, rows, state[key])
+    return out
+
+
+def embeddings_by_partition_id(state: Mapping[str, Tensor], config: TypedModelConfig, new_to_old: np.ndarray,
+                               type_offsets: np.ndarray) -> dict[str, Tensor]:
+    """The inverse of :func:`embeddings_by_dataset_id`: a model file's state (embedding rows by the dataset's ids)
+    with every embedding's rows in a typed partition's numbering, node ``v``'s row read from row
+    ``new_to_old[v] - lo``. What a model file's model computes with over that partition."""
+    out = dict(state)
+    for key, rows in _embedding_rows(state, config, new_to_old, type_offsets):
+        out[key] = state[key].index_select(0, rows)
+    return out
+
+
+def _embedding_rows(state: Mapping[str, Tensor], config: TypedModelConfig, new_to_old: np.ndarray,
+                    type_offsets: np.ndarray):
+    """``(state key, int64 rows)`` of every embedding: the dataset's row (local id) of each of the partition's."""
     for t in config.embedding_rows:
         lo = int(type_offsets[config.node_types.index(t)])
         key = f"encoder.embed.{t}.weight"
-        rows = torch.from_numpy(np.asarray(new_to_old[lo:lo + state[key].shape[0]], dtype=np.int64) - lo)
-        out[key] = state[key].new_empty(state[key].shape).index_copy_(0, rows, state[key])
-    return out
+        yield key, torch.from_numpy(np.asarray(new_to_old[lo:lo + state[key].shape[0]], dtype=np.int64) - lo)
 
 
 def model_config(model: nn.Module) -> ModelConfig | TypedModelConfig | None:

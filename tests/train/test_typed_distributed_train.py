@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -169,7 +170,22 @@ def test_a_model_saved_over_a_partition_holds_its_embeddings_by_the_datasets_ids
         assert torch.equal(saved[key][new_to_old[lo:hi] - lo], trained[key])
     assert all(torch.equal(saved[k], v) for k, v in trained.items() if ".embed." not in k)
     assert main(["predict", "--model", str(model_file), "--out", str(tmp_path / "p"), "--dataset", "synthetic",
-                 "-o", "preset=mag", "-o", f"scale={SCALE}", "--threads", "1"]) == 0
+                 "-o", "preset=mag", "-o", f"scale={SCALE}", "--threads", "1", "--embeddings", "1"]) == 0
+    # predict --partitions: each worker its own papers, written by the dataset's local id; the oracle is the
+    # one-process predict above, on the dataset.
+    for layout in ("hybrid", "vanilla"):
+        out = tmp_path / f"p-{layout}"
+        run = run_launch([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                          "gnnscale", "predict", "--threads", "1", "--model", str(model_file), "--partitions",
+                          str(partitions[2]), "--layout", layout, "--out", str(out), "--embeddings", "1"])
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        for name in ("probabilities.npy", "embeddings.npy"):
+            np.testing.assert_allclose(np.load(out / name), np.load(tmp_path / "p" / name), rtol=1e-4, atol=1e-5)
+        assert np.array_equal(np.load(out / "predictions.npy"), np.load(tmp_path / "p" / "predictions.npy"))
+        meta, one = (json.loads((d / "meta.json").read_text()) for d in (out, tmp_path / "p"))
+        assert meta["rows"] == one["rows"] == mag.graph.count("paper") and meta["dataset"]["target_type"] == "paper"
+        for split in ("train", "val", "test"):
+            assert meta["metrics"][split]["accuracy"] == pytest.approx(one["metrics"][split]["accuracy"]), split
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -184,3 +200,14 @@ def test_what_a_typed_launch_cannot_honour_is_one_line(partitions, monkeypatch, 
     args = [a for a in TRAIN_ARGS if a not in ("--model", "rgcn")]
     assert main(["train", "--partitions", str(partitions[2]), *args, *argv]) == 2
     assert capsys.readouterr().err == f"gnnscale train: error: {line}\n"
+
+
+def test_predict_over_a_typed_partition_refuses_what_a_typed_model_cannot_take_in_one_line(partitions, tmp_path,
+                                                                                          monkeypatch, capsys):
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    args = ["predict", "--partitions", str(partitions[2]), "--model", str(tmp_path / "m.pt"), "--out",
+            str(tmp_path / "out")]
+    assert main([*args, "--arch", "sage"]) == 2
+    assert capsys.readouterr().err.startswith("gnnscale predict: error: --arch: weight-only files hold models of "
+                                              "graphs of one node type; a typed model's file describes itself")
