@@ -83,8 +83,7 @@ class OutputPlacement:
     described: str
 
 
-def placement(model: torch.nn.Module, part: LocalPartition | TypedPartition, new_to_old: np.ndarray,
-              manifest: dict) -> OutputPlacement:
+def placement(model: torch.nn.Module, part: LocalPartition | TypedPartition, new_to_old: np.ndarray) -> OutputPlacement:
     """The :class:`OutputPlacement` of this worker: every row of its part (one node type), or its nodes of the
     target type, which a typed worker's files hold after those of the types before it (its own order)."""
     if not isinstance(part, TypedPartition):
@@ -156,7 +155,7 @@ def predict_partitioned(model_file: ModelFile, partition_dir: str | Path, view: 
     part = load_part(partition_dir, view, comm)
     new_to_old = np.load(Path(partition_dir) / "new_to_old.npy", mmap_mode="r")
     model = partition_model(model_file, new_to_old, manifest)
-    place = placement(model, part, new_to_old, manifest)
+    place = placement(model, part, new_to_old)
     n, width = place.count, place.widths
     names = {"predictions.npy": (np.int64, (n,)),
              "logits.npy" if logits else "probabilities.npy": (np.float32, (n, width[-1]))}

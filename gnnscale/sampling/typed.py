@@ -418,5 +418,5 @@ def sample_typed_blocks(graph: TypedGraph, seeds, fanouts, *, key: int, replace:
     return TypedNeighborSampler(graph, fanouts, replace=replace, method=method).sample(seeds, key)
 
 
-__all__ = ["ALL_NEIGHBORS", "RELATION_SLOT", "RelationBlock", "TypedBlock", "TypedNeighborSampler", "sample_typed_blocks",
-           "typed_fanouts"]
+__all__ = ["ALL_NEIGHBORS", "RELATION_SLOT", "RelationBlock", "TypedBlock", "TypedNeighborSampler", "find_relation",
+           "sample_typed_blocks", "typed_fanouts", "with_relation_fanouts"]
