@@ -38,7 +38,7 @@ from gnnscale.inference.layerwise import DEFAULT_CHUNK_SIZE, layer_widths, weigh
 from gnnscale.inference.metrics import check_metric, score
 from gnnscale.inference.predict import OUTPUT_FILES, check_out_dir
 from gnnscale.nn.model_file import ModelFile
-from gnnscale.inference.typed_distributed import typed_distributed_layerwise
+from gnnscale.inference.typed_distributed import type_rows, typed_distributed_layerwise
 from gnnscale.inference.typed_layerwise import typed_layer_widths
 from gnnscale.nn.typed_models import TypedModelConfig, embeddings_by_partition_id
 from gnnscale.partition.directory import LocalPartition, is_typed_manifest, load_partition, read_manifest
@@ -92,13 +92,11 @@ def placement(model: torch.nn.Module, part: LocalPartition | TypedPartition, new
                                offset=0, widths=layer_widths(model),
                                described="original node ids 0 .. num_nodes - 1")
     schema, t = part.schema, part.schema.type_id(part.target_type)
-    counts = part.book.counts(part.part)
-    first = int(counts[:t].sum())
     lo, hi = part.book.node_range(t, part.part)
     offset = int(schema.type_offsets[t])  # a partition renumbers within each type: the same in both numberings
     count = schema.count(part.target_type)
-    return OutputPlacement(count=count, rows=slice(first, first + hi - lo), at=np.asarray(new_to_old[lo:hi]) - offset,
-                           offset=offset, widths=typed_layer_widths(model),
+    return OutputPlacement(count=count, rows=type_rows(part, part.target_type),
+                           at=np.asarray(new_to_old[lo:hi]) - offset, offset=offset, widths=typed_layer_widths(model),
                            described=f"the dataset's local ids 0 .. {count - 1} of node type {part.target_type}")
 
 

@@ -44,12 +44,18 @@ def own_ids(part: TypedPartition) -> np.ndarray:
                            for t in range(len(schema.node_types))])
 
 
+def type_rows(part: TypedPartition, node_type: str) -> slice:
+    """Where this worker's nodes of ``node_type`` are in its files (its own order: after the types before it)."""
+    counts = part.book.counts(part.part)
+    t = part.schema.type_id(node_type)
+    first = int(counts[:t].sum())
+    return slice(first, first + int(counts[t]))
+
+
 def layer_rows(part: TypedPartition, rows: np.ndarray) -> dict[str, np.ndarray]:
     """``{node type: its slice of rows}`` of a layer file in this worker's own order (every type has a row per
     owned node: after the encoder every node has the model's width)."""
-    counts = part.book.counts(part.part)
-    bounds = np.concatenate([[0], np.cumsum(counts)])
-    return {t: rows[bounds[k]:bounds[k + 1]] for k, t in enumerate(part.schema.node_types)}
+    return {t: rows[type_rows(part, t)] for t in part.schema.node_types}
 
 
 def dense(x: TypedInput) -> torch.Tensor:
@@ -124,15 +130,14 @@ def evaluate_full_typed_distributed(model: TypedModel, part: TypedPartition, com
                          "(for roc_auc, run gnnscale predict on the saved model)")
     started = time.perf_counter()
     result: dict = {"metric": metric}
-    ids = own_ids(part)
     with tempfile.TemporaryDirectory(prefix="gnnscale-eval-") as tmp:
         logits = np.load(typed_distributed_layerwise(model, part, comm, tmp, chunk_size=chunk_size,
                                                      device=device)[-1], mmap_mode="r")
+        target = logits[type_rows(part, part.target_type)]  # row i: the part's target-type node label_offset + i
         for split in ("val", "test"):
-            nodes = getattr(part, f"{split}_idx")
-            at = np.searchsorted(ids, nodes)  # own ids ascending: each node's row in the files
-            counts = metric_counts(np.asarray(part.labels[nodes - part.label_offset]),
-                                   np.asarray(logits[at]).argmax(axis=1), part.num_classes)
+            local = getattr(part, f"{split}_idx") - part.label_offset
+            counts = metric_counts(np.asarray(part.labels[local]), np.asarray(target[local]).argmax(axis=1),
+                                   part.num_classes)
             comm.all_reduce_(counts, dist.ReduceOp.SUM, "eval")  # collective: the global counts
             result[split] = metric_from_counts(metric, counts, part.num_classes)
     result["seconds"] = time.perf_counter() - started

@@ -178,10 +178,11 @@ class TrainConfig:
                 per_hop = tuple(int(h) for h in hops.split(","))
             except ValueError:
                 per_hop = ()
-            if not rel or not per_hop or rel in table:
-                why = f"{rel} is named twice" if rel in table else f"expected REL=N,N (a relation and its fanouts " \
-                                                                   f"per hop), got {word!r}"
-                raise ValueError(f"relation_fanouts: {why}")
+            if not rel or not per_hop:
+                raise ValueError(f"relation_fanouts: expected REL=N,N (a relation and its fanouts per hop), got "
+                                 f"{word!r}")
+            if rel in table:
+                raise ValueError(f"relation_fanouts: {rel} is named twice")
             table[rel] = check_fanouts(per_hop, f"relation_fanouts: {rel}")
             if len(per_hop) not in (1, len(self.fanouts)):
                 raise ValueError(f"relation_fanouts: {rel} has {len(per_hop)} fanouts, expected 1 (every hop) or "
